@@ -1,0 +1,131 @@
+#pragma once
+/// \file
+/// Adapters that let a plain LanguageModel serve as a BlockDrafter (model_drafter) and
+/// as a BatchVerifier (model_verifier).
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "concepts.hpp"
+#include "error.hpp"
+#include "random.hpp"
+#include "sampling.hpp"
+#include "types.hpp"
+
+namespace specdec {
+
+namespace detail {
+
+/// Calls m.next_logits(context) and checks that it holds vocab logits.
+template <LanguageModel M>
+void checked_next_logits(M& m, std::span<const token_id> context, Eigen::Index vocab, Eigen::VectorXf& out,
+                         const char* where) {
+    out = m.next_logits(context);
+    if (out.size() != vocab)
+        fail_invalid(where, ": next_logits returned ", out.size(), " logits; the model's vocab_size() is ", vocab);
+}
+
+/// Alg. 1, first loop: sample x_1..x_γ autoregressively from the standardized draft
+/// distributions q_i, which are kept in out.probs for verification.
+template <LanguageModel M>
+void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma, const sampling_config& sampling,
+                      uniform_source& uniforms, draft_block& out, std::vector<token_id>& scratch,
+                      Eigen::VectorXf& logits, sampling_workspace& sws) {
+    constexpr const char* where = "specdec::model_drafter::draft";
+    const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
+    out.tokens.clear();
+    out.probs.resize(vocab, static_cast<Eigen::Index>(gamma));
+    out.model_calls = 0;
+    scratch.assign(context.begin(), context.end());
+    for (std::size_t i = 0; i < gamma; ++i) {
+        checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
+        ++out.model_calls;
+        auto q = out.probs.col(static_cast<Eigen::Index>(i));
+        standardize(logits, sampling, q, sws, where);
+        const auto x = static_cast<token_id>(sample_from_weights(q, sum_in_double(q), uniforms()));
+        out.tokens.push_back(x);
+        scratch.push_back(x);
+    }
+}
+
+/// Scores context + draft with γ+1 calls of next_logits (for models without score()).
+template <LanguageModel M>
+void score_with_model(M& m, std::span<const token_id> context, std::span<const token_id> draft, Eigen::MatrixXf& out,
+                      std::vector<token_id>& scratch, Eigen::VectorXf& logits) {
+    constexpr const char* where = "specdec::model_verifier::score";
+    const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
+    out.resize(vocab, static_cast<Eigen::Index>(draft.size() + 1));
+    scratch.assign(context.begin(), context.end());
+    for (std::size_t j = 0; j <= draft.size(); ++j) {
+        checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
+        out.col(static_cast<Eigen::Index>(j)) = logits;
+        if (j < draft.size()) scratch.push_back(draft[j]);
+    }
+}
+
+}  // namespace detail
+
+/// Makes a plain LanguageModel a BlockDrafter: draft() calls next_logits γ times,
+/// standardizes each result with the sampling settings and samples from it, returning the
+/// tokens with their distributions. Holds a reference to the model (which must outlive it).
+template <LanguageModel M>
+class model_drafter {
+public:
+    explicit model_drafter(M& model) noexcept : model_(&model) {}
+
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model_->vocab_size()); }
+
+    /// Samples `gamma` draft tokens after `context` (see BlockDrafter).
+    void draft(std::span<const token_id> context, std::size_t gamma, const sampling_config& sampling,
+               uniform_source& uniforms, draft_block& out) {
+        detail::draft_from_model(*model_, context, gamma, sampling, uniforms, out, context_, logits_, sampling_ws_);
+    }
+
+private:
+    M* model_;
+    std::vector<token_id> context_;
+    Eigen::VectorXf logits_;
+    sampling_workspace sampling_ws_;
+};
+
+/// Makes a plain LanguageModel a BatchVerifier. score() forwards to the model's own
+/// batched score() when it has one, and otherwise calls next_logits once per position
+/// (γ+1 calls). Holds a reference to the model.
+template <LanguageModel M>
+class model_verifier {
+public:
+    explicit model_verifier(M& model) noexcept : model_(&model) {}
+
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model_->vocab_size()); }
+
+    /// Number of model calls one score() of a draft of length n costs.
+    [[nodiscard]] static constexpr std::size_t calls_per_score(std::size_t n) noexcept {
+        return BatchVerifier<M> ? 1 : n + 1;
+    }
+
+    /// Logits of all positions: vocab_size() x (draft.size() + 1), column j after context + draft[0..j).
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        Eigen::MatrixXf out;
+        score_into(context, draft, out);
+        return out;
+    }
+
+    /// As score(), writing into `out` (reusing its storage).
+    void score_into(std::span<const token_id> context, std::span<const token_id> draft, Eigen::MatrixXf& out) {
+        if constexpr (BatchVerifier<M>) {
+            out = model_->score(context, draft);
+        } else {
+            detail::score_with_model(*model_, context, draft, out, context_, logits_);
+        }
+    }
+
+private:
+    M* model_;
+    std::vector<token_id> context_;
+    Eigen::VectorXf logits_;
+};
+
+}  // namespace specdec

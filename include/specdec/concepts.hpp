@@ -1,0 +1,123 @@
+#pragma once
+/// \file
+/// What a model must provide to take part in speculative decoding.
+///
+/// Three small interfaces, and the two concepts the algorithms are constrained on:
+///
+/// | concept          | member functions it needs                                      |
+/// |------------------|----------------------------------------------------------------|
+/// | LanguageModel    | `vocab_size()`, `next_logits(context)`                         |
+/// | BatchVerifier    | `vocab_size()`, `score(context, draft)`                        |
+/// | BlockDrafter     | `vocab_size()`, `draft(context, gamma, sampling, uniforms, out)` |
+/// | **Drafter**      | BlockDrafter, or a plain LanguageModel                         |
+/// | **Verifier**     | BatchVerifier, or a plain LanguageModel                        |
+///
+/// A plain LanguageModel therefore works as draft and as target without further code;
+/// `model_drafter` and `model_verifier` (in adapters.hpp) are the adapters that make it so.
+
+#include <Eigen/Core>
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "random.hpp"
+#include "types.hpp"
+
+namespace specdec {
+
+/// A block of draft tokens and, optionally, the draft distributions they were sampled from.
+struct draft_block {
+    /// The proposed tokens x_1..x_n (n <= the gamma asked for; n may be 0).
+    std::vector<token_id> tokens;
+    /// Draft distributions: vocab_size() rows, tokens.size() columns; column i is q_i, the
+    /// distribution x_i was sampled from (non-negative, summing to 1). Leave it with 0
+    /// columns for point-mass drafts (a deterministic drafter such as an n-gram table or
+    /// prompt lookup): then q_i is the point mass at x_i, the acceptance probability is
+    /// p_i(x_i), and the residual is p_i with x_i removed.
+    Eigen::MatrixXf probs;
+    /// How many forward passes of a draft model this block cost (for statistics);
+    /// a drafter without a model may leave it 0.
+    std::size_t model_calls = 0;
+
+    /// True when the block carries its draft distributions.
+    [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }
+};
+
+/// A plain autoregressive language model.
+///
+/// Syntactic requirements: `m.vocab_size()` (convertible to std::ptrdiff_t) and
+/// `m.next_logits(context)` for a `std::span<const token_id>` context, returning something
+/// convertible to `Eigen::VectorXf` (an Eigen expression or a plain vector).
+///
+/// Semantic requirements (not checked by the compiler):
+///  1. `context` is the whole sequence so far (prompt first); the result holds
+///     vocab_size() logits of the token that follows it. A model with a KV cache may keep
+///     state between calls, but the result must depend on `context` alone, since the
+///     algorithm rolls back by passing a shorter context.
+///  2. Logits are finite or -Inf (an impossible token), never NaN or +Inf, and not all -Inf.
+///  3. No hidden randomness: a model is a deterministic function of its context.
+template <class M>
+concept LanguageModel = requires(M& m, std::span<const token_id> context) {
+    { m.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
+    { m.next_logits(context) } -> std::convertible_to<Eigen::VectorXf>;
+};
+
+/// A target model that scores a whole draft in one batched pass (Leviathan et al. 2023,
+/// Alg. 1, "run M_p in parallel").
+///
+/// Syntactic requirements: `v.vocab_size()` and `v.score(context, draft)` for two
+/// `std::span<const token_id>`, returning something convertible to `Eigen::MatrixXf`.
+///
+/// Semantic requirements:
+///  1. The result has vocab_size() rows and draft.size() + 1 columns; column j holds the
+///     logits of the token that follows context + draft[0..j). Columns are contiguous in
+///     a column-major Eigen::MatrixXf, which is what verification reads.
+///  2. Each column equals what next_logits would return for that prefix (the same
+///     requirements on the values as LanguageModel).
+///  3. No hidden randomness.
+template <class V>
+concept BatchVerifier = requires(V& v, std::span<const token_id> context, std::span<const token_id> draft) {
+    { v.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
+    { v.score(context, draft) } -> std::convertible_to<Eigen::MatrixXf>;
+};
+
+/// A drafter that proposes a whole block at once.
+///
+/// Syntactic requirements: `d.vocab_size()` and
+/// `d.draft(context, gamma, sampling, uniforms, out)` with a `std::span<const token_id>`
+/// context, a `std::size_t` gamma, a `const sampling_config&`, a `uniform_source&` and a
+/// `draft_block&` to fill.
+///
+/// Semantic requirements:
+///  1. It writes at most `gamma` tokens into `out.tokens`, each in [0, vocab_size()).
+///  2. Either `out.probs` has vocab_size() rows and one column per token, column i the
+///     distribution q_i that token i was actually sampled from, given context and the
+///     earlier draft tokens; or `out.probs` has 0 columns and the tokens are a
+///     deterministic function of the context (point-mass drafts).
+///  3. No hidden randomness: every random draw comes from `uniforms`, which reads the
+///     caller's generator. Output is exact whatever q is, as long as 2 holds; q only
+///     decides how many tokens are accepted.
+///  4. To make q as close to p as possible, apply `sampling` as the target does
+///     (see standardize()); a drafter may ignore it, at the cost of acceptance.
+template <class D>
+concept BlockDrafter = requires(D& d, std::span<const token_id> context, std::size_t gamma,
+                                const sampling_config& sampling, uniform_source& uniforms, draft_block& out) {
+    { d.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
+    d.draft(context, gamma, sampling, uniforms, out);
+};
+
+/// Anything speculative decoding can draft with: a BlockDrafter, or a plain LanguageModel
+/// (then γ tokens are sampled autoregressively from its standardized distributions,
+/// Leviathan et al. Alg. 1, first loop). A type that is both is used as a BlockDrafter.
+template <class D>
+concept Drafter = BlockDrafter<D> || LanguageModel<D>;
+
+/// Anything speculative decoding can verify with: a BatchVerifier, or a plain
+/// LanguageModel (then next_logits is called once per position). A type that is both is
+/// used through its batched score().
+template <class V>
+concept Verifier = BatchVerifier<V> || LanguageModel<V>;
+
+}  // namespace specdec

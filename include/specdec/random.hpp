@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// The one place where entropy enters the library: raw generator bits become doubles.
+///
+/// All randomness comes from the generator the caller passes in, through
+/// `uniform01`, the library's own conversion (not std::uniform_real_distribution,
+/// whose results differ between standard libraries). The same seed therefore
+/// gives the same output on every platform.
+
+#include <concepts>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <type_traits>
+
+namespace specdec {
+
+namespace detail {
+
+/// Number of whole random bits one call of G delivers (its range must be a power of two).
+template <class G>
+constexpr int generator_bits() noexcept {
+    constexpr auto lo = std::remove_cvref_t<G>::min();
+    constexpr auto hi = std::remove_cvref_t<G>::max();
+    constexpr std::uint64_t span = static_cast<std::uint64_t>(hi - lo);
+    int bits = 0;
+    while (bits < 64 && ((span >> bits) & 1u) != 0) ++bits;
+    return bits;
+}
+
+}  // namespace detail
+
+/// Draws a double uniformly from [0, 1) with 53 random bits, built from as many
+/// calls of `g` as needed (one for a 64-bit generator, two for a 32-bit one).
+///
+/// \pre G's range max() - min() is 2^b - 1 for some b >= 1 (true for every standard
+///      engine); a static_assert reports other generators.
+template <std::uniform_random_bit_generator G>
+[[nodiscard]] double uniform01(G& g) {
+    constexpr auto lo = G::min();
+    constexpr std::uint64_t span = static_cast<std::uint64_t>(G::max() - lo);
+    constexpr int bits = detail::generator_bits<G>();
+    static_assert(bits >= 64 || span == ((std::uint64_t{1} << bits) - 1),
+                  "specdec::uniform01: the generator's range must be a power of two (max() - min() == 2^b - 1)");
+    std::uint64_t acc = 0;
+    int have = 0;
+    while (have < 53) {
+        // Take the most significant bits of each draw until 53 are collected.
+        const std::uint64_t x = static_cast<std::uint64_t>(g() - lo);
+        const int take = bits < 53 - have ? bits : 53 - have;
+        acc = (acc << take) | (x >> (bits - take));
+        have += take;
+    }
+    return static_cast<double>(acc) * 0x1.0p-53;
+}
+
+/// A generator argument taken by forwarding reference: G may be deduced as a reference
+/// type, so the standard concept is applied to the underlying type.
+template <class G>
+concept random_generator = std::uniform_random_bit_generator<std::remove_cvref_t<G>>;
+
+/// A non-owning, type-erased reference to the caller's generator that hands out
+/// uniforms in [0, 1) through uniform01. Drafters receive one so that they sample
+/// from the caller's stream without being templates on the generator type.
+/// It must not outlive the generator it refers to.
+class uniform_source {
+public:
+    template <std::uniform_random_bit_generator G>
+        requires(!std::same_as<std::remove_cvref_t<G>, uniform_source>)
+    explicit uniform_source(G& g) noexcept
+        : gen_(static_cast<void*>(&g)), draw_([](void* p) { return uniform01(*static_cast<G*>(p)); }) {}
+
+    /// The next uniform double in [0, 1).
+    double operator()() { return draw_(gen_); }
+
+private:
+    void* gen_;
+    double (*draw_)(void*);
+};
+
+}  // namespace specdec

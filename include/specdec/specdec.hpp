@@ -1,0 +1,15 @@
+#pragma once
+/// \file
+/// Umbrella header: includes every public header of specdec.
+
+#include "adapters.hpp"
+#include "analysis.hpp"
+#include "concepts.hpp"
+#include "error.hpp"
+#include "random.hpp"
+#include "sampling.hpp"
+#include "speculative_decode.hpp"
+#include "speculative_step.hpp"
+#include "types.hpp"
+#include "verify.hpp"
+#include "version.hpp"

@@ -1,0 +1,189 @@
+#pragma once
+/// \file
+/// The decoding loops: speculative_decode (Leviathan et al. 2023, Alg. 1 repeated) and the
+/// autoregressive baseline it is measured and tested against.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cstddef>
+#include <functional>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "adapters.hpp"
+#include "concepts.hpp"
+#include "error.hpp"
+#include "random.hpp"
+#include "sampling.hpp"
+#include "speculative_step.hpp"
+#include "types.hpp"
+
+namespace specdec {
+
+/// What the per-step callback sees. Spans are valid during the call only.
+struct step_event {
+    /// The block the drafter proposed (empty for autoregressive decoding).
+    std::span<const token_id> draft;
+    /// How many of the draft tokens were accepted.
+    std::size_t accepted = 0;
+    /// The token the target added: a correction after a rejection, a bonus otherwise.
+    token_id next_token = 0;
+    /// The tokens appended to the output by this step: draft[0..accepted) then next_token,
+    /// cut after a stop token. Stream these.
+    std::span<const token_id> emitted;
+};
+
+/// Settings of a decoding run. Aggregate: use designated initializers,
+/// `{.gamma = 4, .max_new_tokens = 128, .sampling = {.temperature = 0.7f}}`.
+struct decode_options {
+    /// γ, draft tokens per step (ignored by autoregressive_decode). \pre gamma >= 1.
+    std::size_t gamma = 4;
+    /// Exactly this many tokens are generated, unless a stop token ends the run earlier.
+    std::size_t max_new_tokens = 128;
+    /// Generating any of these ends the run; the stop token is included in the output.
+    std::vector<token_id> stop_tokens{};
+    /// Standardized sampling, applied identically to target and draft.
+    sampling_config sampling{};
+    /// Lenience l in (0, 1]. **l < 1 changes the output distribution** (Leviathan et al.
+    /// App. A.5; see verify_options::lenience); 1, the default, is exact.
+    float lenience = 1.0f;
+    /// Called after every step with what it produced (for streaming); may be empty.
+    std::function<void(const step_event&)> on_step{};
+};
+
+/// Outcome of a decoding run.
+struct decode_result {
+    std::vector<token_id> tokens;                  ///< generated tokens, prompt excluded
+    decode_stats stats;                            ///< work done (counts every verified token)
+    stop_reason stop = stop_reason::max_new_tokens;  ///< why the run ended
+};
+
+namespace detail {
+
+/// Cuts `sequence` after the first stop token among its last `fresh` tokens, if any.
+/// Returns true when a stop token was found.
+inline bool cut_at_stop(std::vector<token_id>& sequence, std::size_t fresh, std::span<const token_id> stop_tokens) {
+    if (stop_tokens.empty()) return false;
+    for (std::size_t k = sequence.size() - fresh; k < sequence.size(); ++k) {
+        if (std::find(stop_tokens.begin(), stop_tokens.end(), sequence[k]) != stop_tokens.end()) {
+            sequence.resize(k + 1);
+            return true;
+        }
+    }
+    return false;
+}
+
+inline void check_stop_tokens(std::span<const token_id> stop_tokens, std::ptrdiff_t vocab, const char* where) {
+    for (std::size_t i = 0; i < stop_tokens.size(); ++i)
+        if (stop_tokens[i] < 0 || stop_tokens[i] >= vocab)
+            fail_invalid(where, ": stop_tokens[", i, "] = ", stop_tokens[i], " is out of range [0, ", vocab, ")");
+}
+
+}  // namespace detail
+
+/// Generates up to options.max_new_tokens tokens after `prompt` with speculative decoding.
+///
+/// The output has exactly the distribution of sampling from the target alone with the same
+/// sampling settings (Leviathan et al. 2023, Thm. in App. A.1), whatever the drafter,
+/// unless lenience < 1. Each step proposes min(γ, tokens still needed − 1) draft tokens,
+/// so no draft work is wasted at the end.
+///
+/// \param drafter   draft model: a BlockDrafter, or a plain LanguageModel
+/// \param verifier  target model: a BatchVerifier, or a plain LanguageModel
+/// \param prompt    the context to continue (not included in the result)
+/// \param options   γ, token budget, stop tokens, sampling, lenience, callback
+/// \param rng       the caller's generator: the same seed gives the same tokens
+/// \returns the generated tokens, statistics and stop reason.
+/// \throws std::invalid_argument for invalid options, a vocabulary mismatch between the
+///         models, or malformed model output; and whatever an adapter or the callback throws.
+///
+/// \code
+/// my_model target{...}, draft{...};   // any types with vocab_size() and next_logits(span)
+/// std::mt19937_64 rng(42);
+/// auto out = specdec::speculative_decode(draft, target, prompt, {.gamma = 4, .max_new_tokens = 64}, rng);
+/// \endcode
+template <Drafter D, Verifier V, random_generator G>
+decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_id> prompt,
+                                 const decode_options& options, G&& rng) {
+    constexpr const char* where = "specdec::speculative_decode";
+    detail::check_step_options(options.gamma, options.sampling, options.lenience, where);
+    const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
+    detail::check_stop_tokens(options.stop_tokens, vocab, where);
+
+    decode_result result;
+    std::vector<token_id> sequence(prompt.begin(), prompt.end());
+    sequence.reserve(prompt.size() + options.max_new_tokens + options.gamma + 1);
+    step_workspace ws;
+    std::size_t generated = 0;
+    while (generated < options.max_new_tokens) {
+        const std::size_t remaining = options.max_new_tokens - generated;
+        const std::size_t gamma = std::min(options.gamma, remaining - 1);
+        const step_result r = detail::step_impl(drafter, verifier, sequence, result.stats, gamma, options.sampling,
+                                                options.lenience, rng, ws, vocab, where);
+        const bool stopped = detail::cut_at_stop(sequence, r.emitted(), options.stop_tokens);
+        const std::size_t appended = sequence.size() - prompt.size() - generated;
+        generated += appended;
+        if (options.on_step)
+            options.on_step(step_event{r.draft, r.accepted, r.next_token,
+                                       std::span<const token_id>(sequence).last(appended)});
+        if (stopped) {
+            result.stop = stop_reason::stop_token;
+            break;
+        }
+    }
+    result.tokens.assign(sequence.begin() + static_cast<std::ptrdiff_t>(prompt.size()), sequence.end());
+    return result;
+}
+
+/// The baseline: plain autoregressive sampling from the target, one model call per token,
+/// with the same standardized sampling and the same uniform conversion (one uniform per
+/// token). options.gamma and options.lenience are ignored.
+///
+/// \param model  a Verifier; a plain LanguageModel is called through next_logits, a
+///               BatchVerifier without it through score(context, {}).
+/// \throws std::invalid_argument for invalid options or malformed model output.
+template <Verifier M, random_generator G>
+decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, const decode_options& options,
+                                    G&& rng) {
+    constexpr const char* where = "specdec::autoregressive_decode";
+    validate(options.sampling, where);
+    const auto vocab = static_cast<Eigen::Index>(model.vocab_size());
+    if (vocab <= 0) detail::fail_invalid(where, ": vocab_size() = ", vocab, " must be positive");
+    detail::check_stop_tokens(options.stop_tokens, vocab, where);
+
+    decode_result result;
+    std::vector<token_id> sequence(prompt.begin(), prompt.end());
+    sequence.reserve(prompt.size() + options.max_new_tokens);
+    Eigen::VectorXf logits, p(vocab);
+    Eigen::MatrixXf scores;
+    sampling_workspace sws;
+    while (result.tokens.size() < options.max_new_tokens) {
+        const std::span<const token_id> context(sequence);
+        if constexpr (LanguageModel<M>) {
+            detail::checked_next_logits(model, context, vocab, logits, where);
+        } else {
+            scores = model.score(context, std::span<const token_id>{});
+            if (scores.rows() != vocab || scores.cols() != 1)
+                detail::fail_invalid(where, ": score(context, {}) returned ", scores.rows(), " x ", scores.cols(),
+                                     "; expected ", vocab, " x 1");
+            logits = scores.col(0);
+        }
+        standardize(logits, options.sampling, p, sws, where);
+        const auto t = static_cast<token_id>(sample_from_weights(p, detail::sum_in_double(p), uniform01(rng)));
+        sequence.push_back(t);
+        result.tokens.push_back(t);
+        result.stats.steps += 1;
+        result.stats.target_calls += 1;
+        if (options.on_step)
+            options.on_step(step_event{{}, 0, t, std::span<const token_id>(sequence).last(1)});
+        if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) != options.stop_tokens.end()) {
+            result.stop = stop_reason::stop_token;
+            break;
+        }
+    }
+    return result;
+}
+
+}  // namespace specdec

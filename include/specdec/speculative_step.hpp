@@ -1,0 +1,186 @@
+#pragma once
+/// \file
+/// One iteration of speculative decoding (Leviathan et al. 2023, Alg. 1): draft γ tokens,
+/// score all γ+1 positions with the target in one pass, verify, append.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "adapters.hpp"
+#include "concepts.hpp"
+#include "error.hpp"
+#include "random.hpp"
+#include "sampling.hpp"
+#include "types.hpp"
+#include "verify.hpp"
+
+namespace specdec {
+
+/// Settings of one speculative step.
+struct step_options {
+    /// γ: how many draft tokens to propose. \pre gamma >= 1.
+    std::size_t gamma = 4;
+    /// Standardized sampling, applied identically to target and draft logits.
+    sampling_config sampling{};
+    /// Lenience l in (0, 1]; see verify_options::lenience. **l < 1 changes the output
+    /// distribution** (Leviathan et al. App. A.5); 1, the default, is exact.
+    float lenience = 1.0f;
+};
+
+/// What one step did. `draft` views the workspace and is valid until it is reused.
+struct step_result {
+    std::span<const token_id> draft;  ///< the proposed block x_1..x_n
+    std::size_t accepted = 0;         ///< how many of them were accepted
+    token_id next_token = 0;          ///< the correction (after a rejection) or bonus token
+    /// True when every draft token was accepted, so next_token is a bonus from p_{n+1}.
+    [[nodiscard]] bool all_accepted() const noexcept { return accepted == draft.size(); }
+    /// Tokens this step appended: accepted + 1.
+    [[nodiscard]] std::size_t emitted() const noexcept { return accepted + 1; }
+};
+
+/// Buffers reused across steps, so that the library allocates nothing per step after
+/// warm-up (models may still allocate in their own calls).
+struct step_workspace {
+    draft_block draft;               ///< the current block
+    Eigen::MatrixXf target_logits;   ///< V x (n+1) scores of the current block
+    verify_workspace verify;         ///< verification buffers
+    std::vector<token_id> context;   ///< scratch for plain-model adapters
+    Eigen::VectorXf logits;          ///< scratch for plain-model adapters
+    sampling_workspace sampling;     ///< scratch for plain-model drafting
+};
+
+namespace detail {
+
+inline void check_step_options(std::size_t gamma, const sampling_config& sampling, float lenience,
+                               const char* where) {
+    if (gamma == 0) fail_invalid(where, ": gamma = 0; at least one draft token per step is needed (gamma >= 1)");
+    validate(sampling, where);
+    if (!(lenience > 0.0f && lenience <= 1.0f))
+        fail_invalid(where, ": lenience = ", lenience, " must lie in (0, 1] (1 is exact)");
+}
+
+template <Drafter D, Verifier V>
+std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
+    const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
+    const auto vt = static_cast<std::ptrdiff_t>(verifier.vocab_size());
+    if (vd != vt)
+        fail_invalid(where, ": draft vocab_size() = ", vd, " differs from target vocab_size() = ", vt,
+                     "; both models must share one vocabulary");
+    if (vt <= 0) fail_invalid(where, ": vocab_size() = ", vt, " must be positive");
+    return vt;
+}
+
+/// The body of a step, for gamma >= 0 (0: no draft, one token sampled from the target).
+/// Options must have been checked. Strong guarantee: if anything throws, `sequence` and
+/// `stats` are as they were.
+template <Drafter D, Verifier V, class G>
+step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
+                      std::size_t gamma, const sampling_config& sampling, float lenience, G& rng,
+                      step_workspace& ws, std::ptrdiff_t vocab, const char* where) {
+    const std::span<const token_id> context(sequence);
+    draft_block& block = ws.draft;
+
+    // Alg. 1, first loop: sample γ guesses from M_q.
+    uniform_source uniforms(rng);
+    if (gamma == 0) {
+        block.tokens.clear();
+        block.probs.resize(vocab, 0);
+        block.model_calls = 0;
+    } else if constexpr (BlockDrafter<D>) {
+        block.model_calls = 0;
+        drafter.draft(context, gamma, sampling, uniforms, block);
+    } else {
+        draft_from_model(drafter, context, gamma, sampling, uniforms, block, ws.context, ws.logits, ws.sampling);
+    }
+    const std::size_t n = block.tokens.size();
+    if (n > gamma) fail_invalid(where, ": the drafter proposed ", n, " tokens; at most gamma = ", gamma, " were asked for");
+    if (block.has_distributions() &&
+        (block.probs.rows() != vocab || block.probs.cols() != static_cast<Eigen::Index>(n)))
+        fail_invalid(where, ": the drafter's probs is ", block.probs.rows(), " x ", block.probs.cols(),
+                     "; expected vocab_size x drafted tokens = ", vocab, " x ", n, " (or 0 columns for point-mass drafts)");
+
+    // Alg. 1: run M_p on all γ+1 prefixes in one pass.
+    const std::span<const token_id> draft_tokens(block.tokens);
+    std::size_t target_calls = 1;
+    if constexpr (BatchVerifier<V>) {
+        ws.target_logits = verifier.score(context, draft_tokens);
+    } else {
+        score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);
+        target_calls = n + 1;
+    }
+    if (ws.target_logits.rows() != vocab || ws.target_logits.cols() != static_cast<Eigen::Index>(n + 1))
+        fail_invalid(where, ": the target's score() returned ", ws.target_logits.rows(), " x ",
+                     ws.target_logits.cols(), "; expected vocab_size x (draft length + 1) = ", vocab, " x ", n + 1);
+
+    // Modified rejection sampling and residual resampling.
+    verify_options vopts;
+    vopts.lenience = lenience;
+    // Distributions made by draft_from_model come from standardize() and need no check.
+    vopts.check_draft_distributions = BlockDrafter<D>;
+    const Eigen::Index q_rows = vocab, q_cols = static_cast<Eigen::Index>(n);
+    check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
+                        sampling, vopts, where);
+    const verify_result r =
+        block.has_distributions()
+            ? verify_tokens<true>(ws.target_logits, draft_tokens, block.probs, sampling, rng, ws.verify, vopts, where)
+            : verify_tokens<false>(ws.target_logits, draft_tokens, 0, sampling, rng, ws.verify, vopts, where);
+
+    // Commit. Everything that can throw (allocation) happens before the first change.
+    sequence.reserve(sequence.size() + r.accepted + 1);
+    const std::size_t positions = std::max(stats.accepted_at_position.size(), n);
+    stats.accepted_at_position.reserve(positions);
+    stats.reached_at_position.reserve(positions);
+    stats.accepted_at_position.resize(positions, 0);
+    stats.reached_at_position.resize(positions, 0);
+    sequence.insert(sequence.end(), block.tokens.begin(), block.tokens.begin() + static_cast<std::ptrdiff_t>(r.accepted));
+    sequence.push_back(r.next_token);
+    stats.steps += 1;
+    stats.target_calls += target_calls;
+    stats.draft_calls += block.model_calls;
+    stats.drafted_tokens += n;
+    stats.accepted_tokens += r.accepted;
+    stats.rejected_tokens += (r.accepted < n) ? 1 : 0;
+    for (std::size_t i = 0; i < r.accepted; ++i) ++stats.accepted_at_position[i];
+    for (std::size_t i = 0; i < std::min(n, r.accepted + 1); ++i) ++stats.reached_at_position[i];
+    return {draft_tokens, r.accepted, r.next_token};
+}
+
+}  // namespace detail
+
+/// Runs one step of speculative decoding on `sequence` (Leviathan et al. 2023, Alg. 1):
+/// the drafter proposes up to γ tokens x_1..x_n sampled from its standardized
+/// distributions, the verifier scores all n+1 positions in one pass, verify() accepts a
+/// prefix x_1..x_k and draws one more token, and x_1..x_k plus that token are appended.
+///
+/// The appended tokens have exactly the distribution the target model gives them
+/// (App. A.1), for any drafter, unless lenience < 1.
+///
+/// \param drafter   a Drafter (a BlockDrafter, or a plain LanguageModel)
+/// \param verifier  a Verifier (a BatchVerifier, or a plain LanguageModel)
+/// \param sequence  the context (prompt and tokens so far); the step appends to it
+/// \param stats     counters the step adds to
+/// \param opts      γ, sampling, lenience
+/// \param rng       the caller's generator; all randomness comes from it
+/// \param ws        reusable buffers
+/// \returns what was drafted, accepted and emitted.
+/// \throws std::invalid_argument for γ = 0, invalid sampling settings or lenience, a
+///         vocabulary mismatch, a malformed draft block or score() result, or invalid
+///         logits; and whatever an adapter throws. In every case `sequence` and `stats`
+///         are left exactly as they were (strong guarantee).
+template <Drafter D, Verifier V, random_generator G>
+step_result speculative_step(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
+                             const step_options& opts, G&& rng, step_workspace& ws) {
+    constexpr const char* where = "specdec::speculative_step";
+    detail::check_step_options(opts.gamma, opts.sampling, opts.lenience, where);
+    const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
+    return detail::step_impl(drafter, verifier, sequence, stats, opts.gamma, opts.sampling, opts.lenience, rng, ws,
+                             vocab, where);
+}
+
+}  // namespace specdec

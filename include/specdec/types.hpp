@@ -1,0 +1,71 @@
+#pragma once
+/// \file
+/// Basic vocabulary types, sampling settings and statistics shared by every header.
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace specdec {
+
+/// A token of the shared draft/target vocabulary; valid ids lie in [0, vocab_size()).
+using token_id = std::int32_t;
+
+/// Standardized sampling (Leviathan et al. 2023, Sec. 2.2): how raw logits become the
+/// distribution that is sampled from. The same settings are applied to the target's
+/// and to the draft's logits, so every sampling method reduces to plain sampling from
+/// an adjusted distribution, and speculative decoding stays exact for all of them.
+///
+/// Filters apply in this order: temperature, top-k, top-p, min-p.
+struct sampling_config {
+    /// Softmax temperature. 0 selects argmax (greedy; ties go to the lowest id).
+    /// \pre temperature >= 0 and finite.
+    float temperature = 1.0f;
+    /// Keep only tokens whose logit is at least the k-th largest (ties at the
+    /// boundary are all kept). 0 disables the filter.
+    int top_k = 0;
+    /// Nucleus sampling: keep the smallest set of most probable tokens whose
+    /// probability sums to at least top_p (ties at the boundary are all kept).
+    /// \pre 0 < top_p <= 1; 1 disables the filter.
+    float top_p = 1.0f;
+    /// Keep only tokens with probability >= min_p * (largest probability).
+    /// \pre 0 <= min_p <= 1; 0 disables the filter.
+    float min_p = 0.0f;
+};
+
+/// Why a decoding loop ended.
+enum class stop_reason {
+    max_new_tokens,  ///< exactly max_new_tokens tokens were generated
+    stop_token,      ///< a stop token was generated (and is included in the output)
+};
+
+/// Counters of one decoding run (or of several steps, when the caller accumulates them).
+struct decode_stats {
+    std::size_t steps = 0;            ///< verification passes (iterations of Algorithm 1)
+    std::size_t target_calls = 0;     ///< calls into the target model (1 per step with a batched score())
+    std::size_t draft_calls = 0;      ///< calls into the draft model (forward passes, as the drafter reports them)
+    std::size_t drafted_tokens = 0;   ///< draft tokens proposed
+    std::size_t accepted_tokens = 0;  ///< draft tokens accepted
+    std::size_t rejected_tokens = 0;  ///< draft tokens tested and rejected (at most one per step)
+    /// accepted_at_position[i]: in how many steps the draft token at position i
+    /// (0-based) was accepted. Its size is the largest draft length seen.
+    std::vector<std::size_t> accepted_at_position;
+    /// reached_at_position[i]: in how many steps the draft token at position i was
+    /// tested, i.e. all earlier draft tokens had been accepted.
+    std::vector<std::size_t> reached_at_position;
+
+    /// Empirical acceptance rate alpha: accepted / (accepted + rejected) draft tokens,
+    /// the fraction of acceptance tests that passed (0 when none was made). Drafts that
+    /// were never tested, because an earlier one was rejected, do not count; for i.i.d.
+    /// acceptances (Leviathan et al. Sec. 3.1) this estimates alpha = E(beta).
+    [[nodiscard]] double acceptance_rate() const noexcept {
+        const std::size_t tested = accepted_tokens + rejected_tokens;
+        return tested == 0 ? 0.0 : static_cast<double>(accepted_tokens) / static_cast<double>(tested);
+    }
+    /// Mean tokens produced per verification pass: (accepted + steps) / steps.
+    [[nodiscard]] double tokens_per_step() const noexcept {
+        return steps == 0 ? 0.0 : static_cast<double>(accepted_tokens + steps) / static_cast<double>(steps);
+    }
+};
+
+}  // namespace specdec

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what specdec needs to build, test and benchmark on Debian/Ubuntu, using only
+# Debian packages: compiler, CMake, Ninja, Eigen 3.4, Catch2, Google Benchmark.
+# Installs nothing that is already present. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(g++ cmake ninja-build libeigen3-dev catch2 libbenchmark-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all packages present"
+  exit 0
+fi
+sudo_cmd=()
+[ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+echo "install_deps: installing ${missing[*]}"
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,72 @@
+// Compile-only checks of the concepts: what models them and what does not. This file is
+// compiled, never run; a failing static_assert fails the build.
+#include <specdec/specdec.hpp>
+
+#include <Eigen/Core>
+
+#include <random>
+#include <span>
+#include <vector>
+
+namespace {
+using specdec::token_id;
+
+struct plain_model {
+    std::ptrdiff_t vocab_size() const { return 4; }
+    Eigen::VectorXf next_logits(std::span<const token_id>) { return Eigen::VectorXf::Zero(4); }
+};
+struct expression_model {  // returns an Eigen expression, not a VectorXf
+    std::ptrdiff_t vocab_size() const { return 4; }
+    auto next_logits(std::span<const token_id>) const { return Eigen::VectorXf::Zero(4) * 2.0f; }
+};
+struct batched_only {
+    int vocab_size() const { return 4; }
+    Eigen::MatrixXf score(std::span<const token_id>, std::span<const token_id> d) const {
+        return Eigen::MatrixXf::Zero(4, static_cast<Eigen::Index>(d.size() + 1));
+    }
+};
+struct block_drafter {
+    std::size_t vocab_size() const { return 4; }
+    void draft(std::span<const token_id>, std::size_t, const specdec::sampling_config&, specdec::uniform_source&,
+               specdec::draft_block&) {}
+};
+struct no_vocab {
+    Eigen::VectorXf next_logits(std::span<const token_id>) { return {}; }
+};
+struct std_vector_logits {  // std::vector is not convertible to Eigen::VectorXf
+    int vocab_size() const { return 4; }
+    std::vector<float> next_logits(std::span<const token_id>) { return {}; }
+};
+struct wrong_context_type {
+    int vocab_size() const { return 4; }
+    Eigen::VectorXf next_logits(const std::vector<token_id>&) { return {}; }
+};
+struct draft_without_block {
+    int vocab_size() const { return 4; }
+    void draft(std::span<const token_id>, std::size_t) {}
+};
+
+static_assert(specdec::LanguageModel<plain_model>);
+static_assert(specdec::LanguageModel<expression_model>);
+static_assert(specdec::Drafter<plain_model> && specdec::Verifier<plain_model>);
+static_assert(specdec::Drafter<expression_model> && specdec::Verifier<expression_model>);
+static_assert(specdec::BatchVerifier<batched_only> && specdec::Verifier<batched_only>);
+static_assert(!specdec::Drafter<batched_only>);
+static_assert(specdec::BlockDrafter<block_drafter> && specdec::Drafter<block_drafter>);
+static_assert(!specdec::Verifier<block_drafter>);
+static_assert(!specdec::LanguageModel<no_vocab>);
+static_assert(!specdec::LanguageModel<std_vector_logits>);
+static_assert(!specdec::LanguageModel<wrong_context_type>);
+static_assert(!specdec::Drafter<draft_without_block>);
+static_assert(!specdec::Drafter<int> && !specdec::Verifier<int>);
+
+// The adapters turn a plain model into the block interfaces.
+static_assert(specdec::BlockDrafter<specdec::model_drafter<plain_model>>);
+static_assert(specdec::BatchVerifier<specdec::model_verifier<plain_model>>);
+static_assert(specdec::model_verifier<plain_model>::calls_per_score(4) == 5);
+
+// Generators: any std::uniform_random_bit_generator, passed as lvalue.
+static_assert(specdec::random_generator<std::mt19937_64&>);
+static_assert(specdec::random_generator<std::mt19937>);
+static_assert(!specdec::random_generator<int>);
+}  // namespace

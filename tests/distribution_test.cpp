@@ -1,0 +1,237 @@
+// Distribution equivalence, the heart of the suite: whole generated sequences from
+// speculative decoding have exactly the target's joint distribution, computed by
+// enumeration (Leviathan et al. 2023, App. A.1, applied step after step).
+//
+// Method: small random Markov models (V <= 5, logits depending on the previous two tokens)
+// as draft and target; 100,000 sequences of 4 tokens per case (several steps, every
+// rejection position exercised, which each case asserts); Pearson's chi-square test against
+// the exact target distribution of the 4-token sequences (cells with expected count < 5
+// pooled). A case fails when p < 1e-4, so a correct implementation fails a given case less
+// than once in 10^4 runs (the seeds are fixed, so a run is reproducible). The negative
+// controls run the same test on deliberately wrong algorithms and require p < 1e-4.
+
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+#include "support/reference_decode.hpp"
+#include "support/stats.hpp"
+
+#include <specdec/specdec.hpp>
+
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+
+namespace {
+
+constexpr std::size_t kSamples = 100000;
+constexpr int kLength = 4;
+constexpr double kFalseAlarm = 1e-4;
+
+std::size_t encode(const std::vector<token_id>& tokens, int vocab) {
+    std::size_t index = 0;
+    for (token_id t : tokens) index = index * static_cast<std::size_t>(vocab) + static_cast<std::size_t>(t);
+    return index;
+}
+
+/// Draws kSamples sequences with `sample` and tests them against `exact`.
+gof_result sequence_test(const std::function<std::vector<token_id>(std::mt19937_64&)>& sample,
+                         const std::vector<double>& exact, int vocab, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<std::size_t> counts(exact.size(), 0);
+    for (std::size_t s = 0; s < kSamples; ++s) {
+        const auto tokens = sample(rng);
+        REQUIRE(tokens.size() == static_cast<std::size_t>(kLength));
+        ++counts[encode(tokens, vocab)];
+    }
+    return chi_square_test(counts, exact);
+}
+
+std::string describe(const gof_result& r) {
+    std::ostringstream os;
+    os << "chi2 = " << r.statistic << ", df = " << r.degrees_of_freedom << ", p = " << r.p_value
+       << ", n = " << r.samples;
+    return os.str();
+}
+
+struct equivalence_case {
+    int vocab = 4;
+    std::size_t gamma = 3;
+    specdec::sampling_config sampling{};
+    std::uint64_t target_seed = 11;
+    std::uint64_t draft_seed = 12;
+};
+
+/// Runs speculative_decode with drafter `d` and verifier `v` and tests the result; also
+/// checks that every draft position saw a rejection (up to `rejection_positions`).
+template <class D, class V>
+void check_equivalence(D& drafter, V& verifier, const markov_model& target, const equivalence_case& c,
+                       std::size_t rejection_positions) {
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+    std::vector<std::size_t> rejected_at(c.gamma, 0);
+    specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling};
+    opts.on_step = [&](const specdec::step_event& e) {
+        if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
+    };
+    const auto r = sequence_test(
+        [&](std::mt19937_64& rng) { return specdec::speculative_decode(drafter, verifier, prompt, opts, rng).tokens; },
+        exact, c.vocab, 1000 + c.target_seed);
+    INFO(describe(r));
+    CHECK(r.p_value >= kFalseAlarm);
+    for (std::size_t i = 0; i < rejection_positions; ++i) {
+        INFO("rejections at draft position " << i << ": " << rejected_at[i]);
+        CHECK(rejected_at[i] > 0);
+    }
+}
+
+void check_model_pair(const equivalence_case& c) {
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    // Rejections can happen at every position that a 4-token run drafts (γ_eff <= 3).
+    check_equivalence(draft, target, target, c, std::min<std::size_t>(c.gamma, kLength - 1));
+}
+
+}  // namespace
+
+TEST_CASE("Speculative decoding samples whole sequences from the target distribution at temperature 1",
+          "[statistical][distribution]") {
+    check_model_pair({});
+}
+
+TEST_CASE("Speculative decoding matches the target distribution at temperature 0.6", "[statistical][distribution]") {
+    check_model_pair({.sampling = {.temperature = 0.6f}, .target_seed = 21, .draft_seed = 22});
+}
+
+TEST_CASE("Speculative decoding matches the target distribution under top-k", "[statistical][distribution]") {
+    check_model_pair({.vocab = 5, .sampling = {.top_k = 3}, .target_seed = 31, .draft_seed = 32});
+}
+
+TEST_CASE("Speculative decoding matches the target distribution under top-p", "[statistical][distribution]") {
+    check_model_pair({.vocab = 5, .sampling = {.top_p = 0.9f}, .target_seed = 43, .draft_seed = 44});
+}
+
+TEST_CASE("Speculative decoding matches the target distribution under min-p and temperature",
+          "[statistical][distribution]") {
+    check_model_pair({.vocab = 5, .sampling = {.temperature = 0.8f, .min_p = 0.1f}, .target_seed = 51, .draft_seed = 52});
+}
+
+TEST_CASE("Speculative decoding matches the target distribution for gamma 1 and for gamma beyond the length",
+          "[statistical][distribution]") {
+    SECTION("gamma = 1") { check_model_pair({.gamma = 1, .target_seed = 61, .draft_seed = 62}); }
+    SECTION("gamma = 7") { check_model_pair({.gamma = 7, .target_seed = 63, .draft_seed = 64}); }
+}
+
+TEST_CASE("Speculative decoding with a batched score() verifier matches the target distribution",
+          "[statistical][distribution]") {
+    const equivalence_case c{.target_seed = 71, .draft_seed = 72};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    batched_markov verifier{&target};
+    check_equivalence(draft, verifier, target, c, 3);
+}
+
+TEST_CASE("Point-mass drafts keep the target distribution", "[statistical][distribution]") {
+    const equivalence_case c{.target_seed = 81};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    shift_drafter drafter{c.vocab, 1};
+    check_equivalence(drafter, target, target, c, 3);
+}
+
+TEST_CASE("A draft equal to the target is always accepted and keeps the target distribution",
+          "[statistical][distribution]") {
+    const equivalence_case c{.sampling = {.temperature = 0.9f}, .target_seed = 91};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = target;
+    specdec::decode_stats total;
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+    const specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling};
+    const auto r = sequence_test(
+        [&](std::mt19937_64& rng) {
+            auto out = specdec::speculative_decode(draft, target, prompt, opts, rng);
+            total.accepted_tokens += out.stats.accepted_tokens;
+            total.rejected_tokens += out.stats.rejected_tokens;
+            return out.tokens;
+        },
+        exact, c.vocab, 1091);
+    INFO(describe(r));
+    CHECK(r.p_value >= kFalseAlarm);
+    CHECK(total.rejected_tokens == 0);
+    CHECK(total.accepted_tokens > 0);
+}
+
+TEST_CASE("A draft with support disjoint from the target's is always rejected and the output is still exact",
+          "[statistical][distribution]") {
+    const equivalence_case c{.vocab = 5, .target_seed = 101, .draft_seed = 102};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    target.forbid(0);  // the target never emits token 0 ...
+    for (token_id t = 1; t < c.vocab; ++t) draft.forbid(t);  // ... which is all the draft can emit
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+    std::size_t accepted = 0;
+    const specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling};
+    const auto r = sequence_test(
+        [&](std::mt19937_64& rng) {
+            auto out = specdec::speculative_decode(draft, target, prompt, opts, rng);
+            accepted += out.stats.accepted_tokens;
+            return out.tokens;
+        },
+        exact, c.vocab, 1101);
+    INFO(describe(r));
+    CHECK(r.p_value >= kFalseAlarm);
+    CHECK(accepted == 0);
+}
+
+// ---- Negative controls: the same test must reject wrong algorithms. ----
+
+namespace {
+gof_result reference_variant_test(variant v) {
+    auto target = markov_model::random(4, 2, 11);
+    auto draft = markov_model::random(4, 2, 12);
+    const std::vector<token_id> prompt{0};
+    const specdec::sampling_config s{};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, s);
+    return sequence_test(
+        [&](std::mt19937_64& rng) { return reference_decode(v, draft, target, prompt, kLength, 3, s, rng); }, exact,
+        4, 2024);
+}
+}  // namespace
+
+TEST_CASE("The reference transcription of Algorithm 1 passes the same test", "[statistical][negative-control]") {
+    const auto r = reference_variant_test(variant::correct);
+    INFO(describe(r));
+    CHECK(r.p_value >= kFalseAlarm);
+}
+
+TEST_CASE("Negative control: resampling from p instead of the residual is detected",
+          "[statistical][negative-control]") {
+    const auto r = reference_variant_test(variant::resample_from_p);
+    INFO(describe(r));
+    CHECK(r.p_value < kFalseAlarm);
+}
+
+TEST_CASE("Negative control: accepting drafts without the ratio test is detected", "[statistical][negative-control]") {
+    const auto r = reference_variant_test(variant::no_ratio_test);
+    INFO(describe(r));
+    CHECK(r.p_value < kFalseAlarm);
+}
+
+TEST_CASE("Negative control: lenience below 1 changes the distribution, and the test sees it",
+          "[statistical][negative-control]") {
+    auto target = markov_model::random(4, 2, 11);
+    auto draft = markov_model::random(4, 2, 12);
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
+    const specdec::decode_options opts{.gamma = 3, .max_new_tokens = kLength, .lenience = 0.3f};
+    const auto r = sequence_test(
+        [&](std::mt19937_64& rng) { return specdec::speculative_decode(draft, target, prompt, opts, rng).tokens; },
+        exact, 4, 3031);
+    INFO(describe(r));
+    CHECK(r.p_value < kFalseAlarm);
+}

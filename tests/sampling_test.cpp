@@ -1,0 +1,122 @@
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/sampling.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <stdexcept>
+
+using specdec::sampling_config;
+
+namespace {
+Eigen::VectorXf standardized(const Eigen::VectorXf& z, const sampling_config& s) {
+    Eigen::VectorXf p(z.size());
+    specdec::sampling_workspace ws;
+    specdec::standardize(z, s, p, ws);
+    return p;
+}
+
+Eigen::VectorXf random_logits(int n, std::uint64_t seed) {
+    std::mt19937_64 g(seed);
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    Eigen::VectorXf z(n);
+    for (int i = 0; i < n; ++i) z[i] = d(g);
+    return z;
+}
+}  // namespace
+
+TEST_CASE("Temperature 1 is the softmax, temperature 0 is argmax with ties to the lowest id", "[sampling]") {
+    Eigen::VectorXf z(4);
+    z << 1.0f, 3.0f, 3.0f, -2.0f;
+    const auto p = standardized(z, {});
+    const Eigen::VectorXf e = (z.array() - 3.0f).exp();
+    CHECK((p - e / e.sum()).cwiseAbs().maxCoeff() < 1e-7f);
+    const auto g = standardized(z, {.temperature = 0.0f});
+    CHECK(g[1] == 1.0f);
+    CHECK(g.sum() == 1.0f);
+}
+
+TEST_CASE("Standardization agrees with the double-precision reference for every filter", "[sampling]") {
+    const sampling_config configs[] = {{},
+                                       {.temperature = 0.5f},
+                                       {.temperature = 1.7f},
+                                       {.top_k = 1},
+                                       {.top_k = 7},
+                                       {.top_p = 0.5f},
+                                       {.top_p = 0.95f},
+                                       {.min_p = 0.05f},
+                                       {.temperature = 0.8f, .top_k = 20, .top_p = 0.9f, .min_p = 0.02f}};
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+        const auto z = random_logits(64, seed);
+        for (const auto& s : configs) {
+            const auto p = standardized(z, s);
+            const auto ref = specdec_test::ref_standardize(z, s);
+            for (int i = 0; i < z.size(); ++i) {
+                INFO("seed " << seed << " token " << i << " T=" << s.temperature << " k=" << s.top_k
+                             << " p=" << s.top_p << " min_p=" << s.min_p);
+                CHECK(std::abs(p[i] - ref[static_cast<std::size_t>(i)]) < 1e-6);
+                CHECK((p[i] == 0.0f) == (ref[static_cast<std::size_t>(i)] == 0.0));
+            }
+        }
+    }
+}
+
+TEST_CASE("top-k keeps the k largest logits, and all ties at the boundary", "[sampling]") {
+    Eigen::VectorXf z(6);
+    z << 0.0f, 5.0f, 2.0f, 2.0f, -1.0f, 4.0f;
+    auto p = standardized(z, {.top_k = 3});
+    CHECK((p.array() > 0).count() == 4);  // 5, 4 and the two tied 2s
+    CHECK(p[0] == 0.0f);
+    CHECK(p[4] == 0.0f);
+    p = standardized(z, {.top_k = 2});
+    CHECK((p.array() > 0).count() == 2);
+    CHECK(p.sum() == Approx(1.0f));
+}
+
+TEST_CASE("top-p keeps the smallest most probable set reaching p", "[sampling]") {
+    Eigen::VectorXf z(4);
+    z << std::log(0.5f), std::log(0.3f), std::log(0.15f), std::log(0.05f);
+    auto p = standardized(z, {.top_p = 0.45f});
+    CHECK((p.array() > 0).count() == 1);
+    p = standardized(z, {.top_p = 0.6f});
+    CHECK((p.array() > 0).count() == 2);
+    CHECK(p[0] == Approx(0.5f / 0.8f));
+    p = standardized(z, {.top_p = 0.96f});
+    CHECK((p.array() > 0).count() == 4);
+}
+
+TEST_CASE("Logits of -Inf are impossible tokens, while NaN, +Inf and all -Inf rows are errors", "[sampling][errors]") {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    Eigen::VectorXf z(3);
+    z << -inf, 0.0f, 1.0f;
+    CHECK(standardized(z, {})[0] == 0.0f);
+    z << 0.0f, std::nanf(""), 1.0f;
+    CHECK_THROWS_WITH(standardized(z, {}), specdec_test::contains("NaN"));
+    z << 0.0f, inf, 1.0f;
+    CHECK_THROWS_WITH(standardized(z, {}), specdec_test::contains("+Inf"));
+    z << -inf, -inf, -inf;
+    CHECK_THROWS_WITH(standardized(z, {}), specdec_test::contains("-Inf"));
+}
+
+TEST_CASE("Invalid sampling settings are rejected with the field named", "[sampling][errors]") {
+    CHECK_THROWS_WITH(specdec::validate({.temperature = -0.5f}), specdec_test::contains("temperature"));
+    CHECK_THROWS_WITH(specdec::validate({.temperature = std::nanf("")}), specdec_test::contains("temperature"));
+    CHECK_THROWS_WITH(specdec::validate({.top_k = -1}), specdec_test::contains("top_k"));
+    CHECK_THROWS_WITH(specdec::validate({.top_p = 0.0f}), specdec_test::contains("top_p"));
+    CHECK_THROWS_WITH(specdec::validate({.top_p = 1.5f}), specdec_test::contains("top_p"));
+    CHECK_THROWS_WITH(specdec::validate({.min_p = -0.1f}), specdec_test::contains("min_p"));
+    CHECK_NOTHROW(specdec::validate({.temperature = 0.0f, .top_k = 5, .top_p = 1.0f, .min_p = 0.0f}));
+}
+
+TEST_CASE("sample_from_weights inverts the running sum and never returns a zero-weight index", "[sampling]") {
+    Eigen::VectorXf w(5);
+    w << 0.0f, 1.0f, 0.0f, 3.0f, 0.0f;
+    CHECK(specdec::sample_from_weights(w, 4.0, 0.0) == 1);
+    CHECK(specdec::sample_from_weights(w, 4.0, 0.2499) == 1);
+    CHECK(specdec::sample_from_weights(w, 4.0, 0.25) == 3);
+    CHECK(specdec::sample_from_weights(w, 4.0, 0.999999) == 3);
+    // A total slightly above the true sum (rounding) falls back to the last positive weight.
+    CHECK(specdec::sample_from_weights(w, 4.0001, 0.9999999) == 3);
+}

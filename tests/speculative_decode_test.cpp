@@ -1,0 +1,236 @@
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/speculative_decode.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+
+namespace {
+
+/// A point-mass drafter that always proposes the same token.
+struct constant_drafter {
+    int vocab;
+    token_id token;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    void draft(std::span<const token_id>, std::size_t gamma, const specdec::sampling_config&, specdec::uniform_source&,
+               specdec::draft_block& out) const {
+        out.tokens.assign(gamma, token);
+        out.probs.resize(0, 0);
+    }
+};
+
+/// A drafter built so that every draft token is accepted with probability exactly alpha:
+/// the target never emits token `z`, and the draft is q = alpha p + (1 - alpha) delta_z, so
+/// min(p, q) sums to alpha in every context, tokens other than z are always accepted
+/// (q <= p there) and z is always rejected (p(z) = 0).
+struct alpha_drafter {
+    markov_model* target;
+    double alpha;
+    token_id z;
+    std::ptrdiff_t vocab_size() const { return target->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        Eigen::VectorXf p(target->vocab);
+        specdec::sampling_workspace ws;
+        specdec::standardize(target->next_logits(context), {}, p, ws);
+        Eigen::VectorXf logits = (p.array() * static_cast<float>(alpha)).log().matrix();
+        logits[z] = static_cast<float>(std::log(1.0 - alpha));
+        return logits;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("At temperature 0 speculative decoding is token-identical to greedy decoding, for any drafter and gamma",
+          "[decode][greedy]") {
+    const int vocab = 16;
+    auto target = markov_model::random(vocab, 2, 100);
+    auto other = markov_model::random(vocab, 2, 200);
+    auto close = target;  // a close draft: the target's table, perturbed
+    {
+        std::mt19937_64 g(5);
+        std::normal_distribution<float> n(0.0f, 0.3f);
+        for (auto& x : close.table) x += n(g);
+    }
+    const std::vector<token_id> prompt{1, 2, 3};
+    const specdec::decode_options greedy{.max_new_tokens = 60, .sampling = {.temperature = 0.0f}};
+    std::mt19937_64 rng0(1);
+    const auto baseline = specdec::autoregressive_decode(target, prompt, greedy, rng0).tokens;
+    REQUIRE(baseline.size() == 60);
+    shift_drafter shift{vocab, 1};
+    constant_drafter constant{vocab, 7};
+    batched_markov batched{&target};
+    for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
+        INFO("gamma = " << gamma);
+        auto opts = greedy;
+        opts.gamma = gamma;
+        std::mt19937_64 rng(gamma);
+        CHECK(specdec::speculative_decode(other, target, prompt, opts, rng).tokens == baseline);
+        CHECK(specdec::speculative_decode(close, target, prompt, opts, rng).tokens == baseline);
+        CHECK(specdec::speculative_decode(target, target, prompt, opts, rng).tokens == baseline);
+        CHECK(specdec::speculative_decode(shift, target, prompt, opts, rng).tokens == baseline);
+        CHECK(specdec::speculative_decode(constant, batched, prompt, opts, rng).tokens == baseline);
+    }
+}
+
+TEST_CASE("Eq. 1: with acceptance exactly alpha per position, mean tokens per step is (1 - a^(g+1))/(1 - a)",
+          "[decode][statistical]") {
+    // Tokens per step T = min(G, gamma) + 1 with G geometric; its exact mean and variance
+    // give the tolerance: 5 standard errors, a false alarm below 6e-7 per case (16 cases).
+    auto target = markov_model::random(6, 2, 77);
+    const token_id z = 5;
+    target.forbid(z);
+    constexpr std::size_t steps = 20000;
+    for (double alpha : {0.6, 0.7, 0.8, 0.9}) {
+        for (std::size_t gamma : {2u, 3u, 5u, 7u}) {
+            alpha_drafter drafter{&target, alpha, z};
+            std::vector<token_id> seq{0};
+            specdec::decode_stats stats;
+            specdec::step_workspace ws;
+            std::mt19937_64 rng(static_cast<std::uint64_t>(alpha * 100) * 31 + gamma);
+            for (std::size_t s = 0; s < steps; ++s) {
+                specdec::speculative_step(drafter, target, seq, stats, {.gamma = gamma}, rng, ws);
+                if (seq.size() > 64) seq.erase(seq.begin(), seq.end() - 2);  // the model reads two tokens back
+            }
+            double mean = 0.0, second = 0.0;
+            for (std::size_t k = 0; k <= gamma; ++k) {
+                const double pk = k < gamma ? std::pow(alpha, static_cast<double>(k)) * (1.0 - alpha)
+                                            : std::pow(alpha, static_cast<double>(gamma));
+                mean += pk * static_cast<double>(k + 1);
+                second += pk * static_cast<double>((k + 1) * (k + 1));
+            }
+            const double eq1 = specdec::expected_tokens_per_step(alpha, gamma);
+            REQUIRE(mean == Approx(eq1));
+            const double se = std::sqrt((second - mean * mean) / steps);
+            INFO("alpha = " << alpha << ", gamma = " << gamma << ": measured " << stats.tokens_per_step()
+                            << ", Eq. 1 " << eq1 << ", se " << se);
+            CHECK(std::abs(stats.tokens_per_step() - eq1) < 5.0 * se);
+            // The empirical acceptance rate estimates alpha (within 5 standard errors).
+            const double tested = static_cast<double>(stats.accepted_tokens + stats.rejected_tokens);
+            CHECK(std::abs(stats.acceptance_rate() - alpha) < 5.0 * std::sqrt(alpha * (1 - alpha) / tested));
+        }
+    }
+}
+
+TEST_CASE("The same seed gives the same output, different seeds give different outputs", "[decode]") {
+    auto target = markov_model::random(16, 2, 3);
+    auto draft = markov_model::random(16, 2, 4);
+    const std::vector<token_id> prompt{0};
+    const specdec::decode_options opts{.gamma = 4, .max_new_tokens = 64};
+    std::mt19937_64 a(42), b(42), c(43);
+    const auto ra = specdec::speculative_decode(draft, target, prompt, opts, a);
+    const auto rb = specdec::speculative_decode(draft, target, prompt, opts, b);
+    const auto rc = specdec::speculative_decode(draft, target, prompt, opts, c);
+    CHECK(ra.tokens == rb.tokens);
+    CHECK(ra.stats.accepted_tokens == rb.stats.accepted_tokens);
+    // 64 tokens from 16 with per-token entropy well above 1 bit: a collision has
+    // probability far below 1e-10.
+    CHECK(ra.tokens != rc.tokens);
+}
+
+TEST_CASE("Exactly max_new_tokens tokens are returned, and no draft work is wasted at the end", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = target;
+    const std::vector<token_id> prompt{0};
+    for (std::size_t n : {1u, 2u, 5u, 17u}) {
+        std::mt19937_64 rng(n);
+        const auto r = specdec::speculative_decode(draft, target, prompt, {.gamma = 4, .max_new_tokens = n}, rng);
+        CHECK(r.tokens.size() == n);
+        CHECK(r.stop == specdec::stop_reason::max_new_tokens);
+        // Draft equal to target accepts everything, so every drafted token is used.
+        CHECK(r.stats.accepted_tokens + r.stats.steps == n);
+    }
+    std::mt19937_64 rng(1);
+    CHECK(specdec::speculative_decode(draft, target, prompt, {.max_new_tokens = 0}, rng).tokens.empty());
+}
+
+TEST_CASE("A stop token ends the run and is included", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 9);
+    const std::vector<token_id> prompt{0};
+    std::size_t stopped = 0;
+    for (std::uint64_t seed = 0; seed < 50; ++seed) {
+        std::mt19937_64 a(seed), b(seed);
+        const specdec::decode_options opts{.gamma = 3, .max_new_tokens = 40, .stop_tokens = {5}};
+        const auto r = specdec::speculative_decode(draft, target, prompt, opts, a);
+        const auto full =
+            specdec::speculative_decode(draft, target, prompt, {.gamma = 3, .max_new_tokens = 40}, b).tokens;
+        const auto first = std::find(full.begin(), full.end(), 5);
+        if (first == full.end()) {
+            CHECK(r.stop == specdec::stop_reason::max_new_tokens);
+            CHECK(r.tokens == full);
+        } else {
+            ++stopped;
+            CHECK(r.stop == specdec::stop_reason::stop_token);
+            CHECK(r.tokens == std::vector<token_id>(full.begin(), first + 1));
+        }
+    }
+    CHECK(stopped > 0);
+}
+
+TEST_CASE("The per-step callback streams exactly the generated tokens", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 9);
+    const std::vector<token_id> prompt{0};
+    std::vector<token_id> streamed;
+    std::size_t steps = 0, accepted = 0;
+    specdec::decode_options opts{.gamma = 3, .max_new_tokens = 30};
+    opts.on_step = [&](const specdec::step_event& e) {
+        ++steps;
+        accepted += e.accepted;
+        CHECK(e.emitted.size() == e.accepted + 1);
+        CHECK(e.emitted.back() == e.next_token);
+        for (std::size_t i = 0; i < e.accepted; ++i) CHECK(e.emitted[i] == e.draft[i]);
+        streamed.insert(streamed.end(), e.emitted.begin(), e.emitted.end());
+    };
+    std::mt19937_64 rng(8);
+    const auto r = specdec::speculative_decode(draft, target, prompt, opts, rng);
+    CHECK(streamed == r.tokens);
+    CHECK(steps == r.stats.steps);
+    CHECK(accepted == r.stats.accepted_tokens);
+}
+
+TEST_CASE("Autoregressive decoding samples with one uniform per token from the standardized distribution",
+          "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    const std::vector<token_id> prompt{0};
+    std::mt19937_64 a(5), b(5);
+    const auto r = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 20}, a);
+    std::vector<token_id> seq = prompt;
+    for (std::size_t i = 0; i < 20; ++i) {
+        const auto p = ref_standardize(target.next_logits(seq), {});
+        double acc = 0.0;
+        const double u = specdec::uniform01(b);
+        std::size_t t = 0;
+        for (; t < p.size(); ++t) {
+            acc += p[t];
+            if (acc > u) break;
+        }
+        seq.push_back(static_cast<token_id>(std::min(t, p.size() - 1)));
+    }
+    CHECK(r.tokens == std::vector<token_id>(seq.begin() + 1, seq.end()));
+    CHECK(r.stats.target_calls == 20);
+}
+
+TEST_CASE("speculative_decode validates its options before any model call", "[decode][errors]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 4);
+    const std::vector<token_id> prompt{0};
+    std::mt19937_64 rng(1);
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.gamma = 0}, rng), contains("gamma = 0"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.sampling = {.temperature = -1.0f}}, rng),
+                      contains("temperature"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.sampling = {.top_p = 2.0f}}, rng),
+                      contains("top_p"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.lenience = 0.0f}, rng), contains("lenience"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.stop_tokens = {8}}, rng),
+                      contains("stop_tokens[0] = 8"));
+    auto small = markov_model::random(4, 2, 5);
+    CHECK_THROWS_WITH(specdec::speculative_decode(small, target, prompt, {}, rng), contains("vocab_size"));
+    CHECK(target.calls == 0);
+    CHECK(draft.calls == 0);
+}

@@ -1,0 +1,154 @@
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/speculative_step.hpp>
+
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+
+TEST_CASE("A step appends the accepted drafts and one more token, and counts its work", "[step]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    std::vector<token_id> seq{0, 3};
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    std::mt19937_64 rng(4);
+    for (int i = 0; i < 50; ++i) {
+        const auto before = seq.size();
+        const auto r = specdec::speculative_step(draft, target, seq, stats, {.gamma = 4}, rng, ws);
+        REQUIRE(r.draft.size() == 4);
+        REQUIRE(seq.size() == before + r.accepted + 1);
+        for (std::size_t k = 0; k < r.accepted; ++k) CHECK(seq[before + k] == r.draft[k]);
+        CHECK(seq.back() == r.next_token);
+    }
+    CHECK(stats.steps == 50);
+    CHECK(stats.drafted_tokens == 200);
+    CHECK(stats.draft_calls == 200);
+    CHECK(stats.target_calls == 250);  // plain model as target: gamma + 1 calls per step
+    CHECK(stats.accepted_tokens + stats.steps == seq.size() - 2);
+    CHECK(stats.accepted_at_position.size() == 4);
+    CHECK(stats.reached_at_position[0] == 50);
+    CHECK(stats.accepted_at_position[0] == stats.reached_at_position[1]);
+    CHECK(stats.rejected_tokens == 50 - stats.accepted_at_position[3]);
+}
+
+TEST_CASE("A target with score() is called once per step", "[step]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    batched_markov verifier{&target};
+    std::vector<token_id> seq{0};
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    std::mt19937_64 rng(4);
+    for (int i = 0; i < 10; ++i) specdec::speculative_step(draft, verifier, seq, stats, {.gamma = 3}, rng, ws);
+    CHECK(verifier.passes == 10);
+    CHECK(stats.target_calls == 10);
+}
+
+TEST_CASE("An adapter that throws mid-step leaves the caller's sequence and statistics unchanged", "[step][errors]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    std::mt19937_64 rng(4);
+    specdec::step_workspace ws;
+    std::vector<token_id> seq{0, 1, 2};
+    specdec::decode_stats stats;
+    // Warm up so the statistics are non-trivial.
+    specdec::speculative_step(draft, target, seq, stats, {.gamma = 3}, rng, ws);
+    const auto seq_before = seq;
+    const auto stats_before = stats;
+    auto same_stats = [&] {
+        return stats.steps == stats_before.steps && stats.target_calls == stats_before.target_calls &&
+               stats.draft_calls == stats_before.draft_calls && stats.drafted_tokens == stats_before.drafted_tokens &&
+               stats.accepted_tokens == stats_before.accepted_tokens &&
+               stats.rejected_tokens == stats_before.rejected_tokens &&
+               stats.accepted_at_position == stats_before.accepted_at_position &&
+               stats.reached_at_position == stats_before.reached_at_position;
+    };
+    SECTION("the drafter throws on its second call") {
+        throwing_model<markov_model> bad{&draft, 2};
+        CHECK_THROWS_AS(specdec::speculative_step(bad, target, seq, stats, {.gamma = 3}, rng, ws), std::runtime_error);
+    }
+    SECTION("the target throws on its third call") {
+        throwing_model<markov_model> bad{&target, 3};
+        CHECK_THROWS_AS(specdec::speculative_step(draft, bad, seq, stats, {.gamma = 3}, rng, ws), std::runtime_error);
+    }
+    CHECK(seq == seq_before);
+    CHECK(same_stats());
+}
+
+TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and malformed blocks", "[step][errors]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto small = markov_model::random(6, 2, 2);
+    std::vector<token_id> seq{0};
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    std::mt19937_64 rng(4);
+    CHECK_THROWS_WITH(specdec::speculative_step(small, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("draft vocab_size() = 6 differs from target vocab_size() = 8"));
+    CHECK_THROWS_WITH(specdec::speculative_step(target, target, seq, stats, {.gamma = 0}, rng, ws), contains("gamma = 0"));
+    CHECK_THROWS_WITH(specdec::speculative_step(target, target, seq, stats, {.gamma = 2, .lenience = 2.0f}, rng, ws),
+                      contains("lenience"));
+
+    struct long_drafter {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        void draft(std::span<const token_id>, std::size_t gamma, const specdec::sampling_config&,
+                   specdec::uniform_source&, specdec::draft_block& out) const {
+            out.tokens.assign(gamma + 1, 0);
+            out.probs.resize(0, 0);
+        }
+    } too_long;
+    CHECK_THROWS_WITH(specdec::speculative_step(too_long, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("proposed 3 tokens"));
+
+    struct out_of_range_drafter {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        void draft(std::span<const token_id>, std::size_t, const specdec::sampling_config&, specdec::uniform_source&,
+                   specdec::draft_block& out) const {
+            out.tokens.assign(1, 9);
+            out.probs.resize(0, 0);
+        }
+    } out_of_range;
+    CHECK_THROWS_WITH(specdec::speculative_step(out_of_range, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("draft_tokens[0] = 9"));
+
+    struct bad_probs_drafter {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        void draft(std::span<const token_id>, std::size_t, const specdec::sampling_config&, specdec::uniform_source&,
+                   specdec::draft_block& out) const {
+            out.tokens.assign(1, 2);
+            out.probs = Eigen::MatrixXf::Constant(8, 1, 0.5f);  // sums to 4
+        }
+    } bad_probs;
+    CHECK_THROWS_WITH(specdec::speculative_step(bad_probs, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("sums to"));
+
+    struct wrong_shape_verifier {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        Eigen::MatrixXf score(std::span<const token_id>, std::span<const token_id> draft) const {
+            return Eigen::MatrixXf::Zero(8, static_cast<Eigen::Index>(draft.size()));  // one column short
+        }
+    } wrong_shape;
+    CHECK_THROWS_WITH(specdec::speculative_step(target, wrong_shape, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("score() returned 8 x 2"));
+
+    struct nan_model {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        Eigen::VectorXf next_logits(std::span<const token_id>) const {
+            return Eigen::VectorXf::Constant(8, std::nanf(""));
+        }
+    } nan_target;
+    CHECK_THROWS_WITH(specdec::speculative_step(target, nan_target, seq, stats, {.gamma = 2}, rng, ws), contains("NaN"));
+
+    struct short_model {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        Eigen::VectorXf next_logits(std::span<const token_id>) const { return Eigen::VectorXf::Zero(7); }
+    } short_target;
+    CHECK_THROWS_WITH(specdec::speculative_step(target, short_target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("returned 7 logits"));
+    CHECK(seq == std::vector<token_id>{0});
+    CHECK(stats.steps == 0);
+}

@@ -1,0 +1,229 @@
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/verify.hpp>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+using specdec::token_id;
+using specdec_test::contains;
+
+namespace {
+
+Eigen::MatrixXf random_logits(int vocab, int cols, std::uint64_t seed) {
+    std::mt19937_64 g(seed);
+    std::normal_distribution<float> d(0.0f, 1.5f);
+    Eigen::MatrixXf z(vocab, cols);
+    for (int j = 0; j < cols; ++j)
+        for (int i = 0; i < vocab; ++i) z(i, j) = d(g);
+    return z;
+}
+
+Eigen::MatrixXf softmax_columns(const Eigen::MatrixXf& z) {
+    Eigen::MatrixXf p(z.rows(), z.cols());
+    specdec::sampling_workspace ws;
+    for (int j = 0; j < z.cols(); ++j) {
+        Eigen::VectorXf col(z.rows());
+        specdec::standardize(z.col(j), {}, col, ws);
+        p.col(j) = col;
+    }
+    return p;
+}
+
+}  // namespace
+
+TEST_CASE("When q equals p every draft token is accepted and the bonus comes from the last row", "[verify]") {
+    const int vocab = 16, gamma = 5;
+    const auto z = random_logits(vocab, gamma + 1, 1);
+    const Eigen::MatrixXf q = softmax_columns(z.leftCols(gamma));
+    std::mt19937_64 rng(3);
+    specdec::verify_workspace ws;
+    std::vector<std::size_t> bonus_counts(vocab, 0);
+    for (int trial = 0; trial < 2000; ++trial) {
+        std::vector<token_id> draft;
+        for (int i = 0; i < gamma; ++i)
+            draft.push_back(static_cast<token_id>(specdec::sample_from_weights(q.col(i), 1.0, specdec::uniform01(rng))));
+        const auto r = specdec::verify(z, draft, q, {}, rng, ws);
+        REQUIRE(r.accepted == static_cast<std::size_t>(gamma));
+        REQUIRE(r.next_token >= 0);
+        REQUIRE(r.next_token < vocab);
+        ++bonus_counts[static_cast<std::size_t>(r.next_token)];
+    }
+    // The most likely bonus token under p_{gamma+1} is the most frequent one.
+    Eigen::Index best = 0;
+    z.col(gamma).maxCoeff(&best);
+    CHECK(std::max_element(bonus_counts.begin(), bonus_counts.end()) - bonus_counts.begin() == best);
+}
+
+TEST_CASE("A drafted token with q(x) = 0 or p(x) = 0 is always rejected", "[verify]") {
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    Eigen::MatrixXf z(3, 2);
+    z << 0.0f, 0.0f, -inf, 0.0f, 0.0f, 0.0f;  // token 1 impossible under p_1
+    Eigen::MatrixXf q(3, 1);
+    q << 0.0f, 1.0f, 0.0f;
+    std::mt19937_64 rng(1);
+    specdec::verify_workspace ws;
+    const std::vector<token_id> draft1{1};
+    for (int i = 0; i < 200; ++i) {
+        const auto r = specdec::verify(z, draft1, q, {}, rng, ws);
+        CHECK(r.accepted == 0);
+        CHECK(r.next_token != 1);
+    }
+    // Token 2 drafted although the drafter said q(2) = 0.
+    const std::vector<token_id> draft2{2};
+    for (int i = 0; i < 200; ++i) CHECK(specdec::verify(z, draft2, q, {}, rng, ws).accepted == 0);
+}
+
+TEST_CASE("The token after a rejection comes from the residual max(0, p - q), never from where q >= p",
+          "[verify]") {
+    // p = (0.5, 0.5, 0), q = (1, 0, 0): x = 0 is accepted with probability 0.5; after a
+    // rejection the residual is (0, 0.5, 0), so the correction is always token 1.
+    Eigen::MatrixXf z(3, 2);
+    z.col(0) << 0.0f, 0.0f, -std::numeric_limits<float>::infinity();
+    z.col(1) << 0.0f, 0.0f, 0.0f;
+    Eigen::MatrixXf q(3, 1);
+    q << 1.0f, 0.0f, 0.0f;
+    const std::vector<token_id> draft{0};
+    std::mt19937_64 rng(5);
+    specdec::verify_workspace ws;
+    std::size_t accepted = 0;
+    constexpr int n = 20000;
+    for (int i = 0; i < n; ++i) {
+        const auto r = specdec::verify(z, draft, q, {}, rng, ws);
+        if (r.accepted == 0) {
+            CHECK(r.next_token == 1);
+        } else {
+            ++accepted;
+        }
+    }
+    // Binomial(n, 0.5): sd = 0.0035 of the rate; 6 sd (false alarm ~2e-9).
+    CHECK(std::abs(static_cast<double>(accepted) / n - 0.5) < 6.0 * 0.5 / std::sqrt(n));
+}
+
+TEST_CASE("Point-mass drafts: acceptance p(x), residual p without x", "[verify]") {
+    // p = (0.25, 0.75): drafting token 1 is accepted with probability 0.75; after a
+    // rejection the only token left is 0.
+    Eigen::MatrixXf z(2, 2);
+    z.col(0) << std::log(0.25f), std::log(0.75f);
+    z.col(1) << 0.0f, 0.0f;
+    const std::vector<token_id> draft{1};
+    std::mt19937_64 rng(9);
+    specdec::verify_workspace ws;
+    std::size_t accepted = 0;
+    constexpr int n = 20000;
+    for (int i = 0; i < n; ++i) {
+        const auto r = specdec::verify(z, draft, specdec::point_mass, {}, rng, ws);
+        if (r.accepted == 0) {
+            CHECK(r.next_token == 0);
+        } else {
+            ++accepted;
+        }
+    }
+    CHECK(std::abs(static_cast<double>(accepted) / n - 0.75) < 6.0 * std::sqrt(0.75 * 0.25 / n));
+}
+
+TEST_CASE("Temperature 0 accepts exactly the argmax tokens and corrects to the argmax", "[verify]") {
+    const int vocab = 10;
+    const auto z = random_logits(vocab, 4, 17);
+    std::vector<token_id> draft;
+    for (int i = 0; i < 3; ++i) {
+        Eigen::Index a = 0;
+        z.col(i).maxCoeff(&a);
+        draft.push_back(static_cast<token_id>(a));
+    }
+    Eigen::Index wrong = 0, right = 0;
+    z.col(1).maxCoeff(&right);
+    wrong = (right + 1) % vocab;
+    draft[1] = static_cast<token_id>(wrong);
+    std::mt19937_64 rng(1);
+    specdec::verify_workspace ws;
+    const auto r = specdec::verify(z, draft, specdec::point_mass, {.temperature = 0.0f}, rng, ws);
+    CHECK(r.accepted == 1);
+    CHECK(r.next_token == right);
+}
+
+TEST_CASE("Lenience raises acceptance and keeps every token below p(x)/l", "[verify][lenience]") {
+    // p = (0.2, 0.8), q = (0.8, 0.2): drafting token 0 is accepted with probability
+    // min(1, 0.2 / (l 0.8)); l = 0.5 gives 0.5 instead of 0.25.
+    Eigen::MatrixXf z(2, 2);
+    z.col(0) << std::log(0.2f), std::log(0.8f);
+    z.col(1) << 0.0f, 0.0f;
+    Eigen::MatrixXf q(2, 1);
+    q << 0.8f, 0.2f;
+    const std::vector<token_id> draft{0};
+    std::mt19937_64 rng(2);
+    specdec::verify_workspace ws;
+    constexpr int n = 20000;
+    for (float l : {1.0f, 0.5f}) {
+        std::size_t accepted = 0;
+        for (int i = 0; i < n; ++i) accepted += specdec::verify(z, draft, q, {}, rng, ws, {.lenience = l}).accepted;
+        const double expect = std::min(1.0, 0.2 / (l * 0.8));
+        INFO("lenience " << l);
+        CHECK(std::abs(static_cast<double>(accepted) / n - expect) < 6.0 * std::sqrt(expect * (1 - expect) / n));
+        // Output probability of token 0 = q(0) * acceptance, which must stay <= p(0)/l.
+        CHECK(0.8 * expect <= 0.2 / l + 1e-12);
+    }
+}
+
+TEST_CASE("verify rejects malformed input with messages that name the problem", "[verify][errors]") {
+    const auto z = random_logits(8, 3, 4);
+    Eigen::MatrixXf q = softmax_columns(random_logits(8, 2, 5));
+    const std::vector<token_id> draft{1, 2};
+    std::mt19937_64 rng(1);
+    specdec::verify_workspace ws;
+    CHECK_THROWS_WITH(specdec::verify(z.leftCols(2), draft, q, {}, rng, ws), contains("columns"));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q.topRows(7), {}, rng, ws), contains("draft_probs is 7 x 2"));
+    const std::vector<token_id> out_of_range{1, 8};
+    CHECK_THROWS_WITH(specdec::verify(z, out_of_range, q, {}, rng, ws), contains("draft_tokens[1] = 8"));
+    const std::vector<token_id> negative{-1, 0};
+    CHECK_THROWS_WITH(specdec::verify(z, negative, q, {}, rng, ws), contains("out of range"));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, {.temperature = -1.0f}, rng, ws), contains("temperature"));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, {.top_p = 0.0f}, rng, ws), contains("top_p"));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, {}, rng, ws, {.lenience = 0.0f}), contains("lenience"));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, {}, rng, ws, {.lenience = 1.5f}), contains("lenience"));
+    Eigen::MatrixXf neg = q;
+    neg(0, 0) = -0.1f;
+    neg(1, 0) += 0.1f;
+    CHECK_THROWS_WITH(specdec::verify(z, draft, neg, {}, rng, ws), contains("not a probability"));
+    Eigen::MatrixXf unnormalized = q * 1.5f;
+    CHECK_THROWS_WITH(specdec::verify(z, draft, unnormalized, {}, rng, ws), contains("sums to"));
+    Eigen::MatrixXf bad_logits = z;
+    bad_logits(3, 0) = std::nanf("");
+    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("NaN"));
+    bad_logits(3, 0) = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("+Inf"));
+    bad_logits.col(0).setConstant(-std::numeric_limits<float>::infinity());
+    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("-Inf"));
+}
+
+TEST_CASE("verify with no draft tokens samples one token from the first row", "[verify]") {
+    Eigen::MatrixXf z(4, 1);
+    z << -1.0f, 2.0f, 0.0f, 1.0f;
+    std::mt19937_64 rng(1);
+    specdec::verify_workspace ws;
+    const auto r = specdec::verify(z, std::span<const token_id>{}, specdec::point_mass, {.temperature = 0.0f}, rng, ws);
+    CHECK(r.accepted == 0);
+    CHECK(r.next_token == 1);
+}
+
+TEST_CASE("Emitted tokens are always inside the vocabulary, even for near-degenerate rows", "[verify]") {
+    // p and q equal up to rounding: any rejection meets a residual of (almost) zero mass,
+    // which falls back to p.
+    const int vocab = 50;
+    std::mt19937_64 rng(8);
+    specdec::verify_workspace ws;
+    for (std::uint64_t seed = 0; seed < 200; ++seed) {
+        const auto z = random_logits(vocab, 3, seed);
+        Eigen::MatrixXf q = softmax_columns(z.leftCols(2));
+        q.col(0) *= 1.0f + 1e-7f;  // q slightly above p: rejections are possible, residual tiny
+        q.col(0) /= q.col(0).sum();
+        const std::vector<token_id> draft{static_cast<token_id>(seed % vocab), static_cast<token_id>((seed * 7) % vocab)};
+        const auto r = specdec::verify(z, draft, q, {}, rng, ws);
+        CHECK(r.next_token >= 0);
+        CHECK(r.next_token < vocab);
+        CHECK(r.accepted <= 2);
+    }
+}
