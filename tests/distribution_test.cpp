@@ -9,6 +9,7 @@
 // pooled). A case fails when p < 1e-4, so a correct implementation fails a given case less
 // than once in 10^4 runs (the seeds are fixed, so a run is reproducible). The negative
 // controls run the same test on deliberately wrong algorithms and require p < 1e-4.
+// Every case runs under token verification and under block verification.
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
@@ -68,24 +69,37 @@ struct equivalence_case {
 
 /// Runs speculative_decode with drafter `d` and verifier `v` and tests the result; also
 /// checks that every draft position saw a rejection (up to `rejection_positions`).
+constexpr specdec::verification_scheme kSchemes[] = {specdec::verification_scheme::token,
+                                                      specdec::verification_scheme::block};
+
+const char* name(specdec::verification_scheme s) {
+    return s == specdec::verification_scheme::token ? "token verification" : "block verification";
+}
+
+/// Runs speculative_decode with drafter `d` and verifier `v`, under token and under block
+/// verification, and tests the result; also checks that every draft position below
+/// `rejection_positions` saw a rejection (the accepted prefix ended there).
 template <class D, class V>
 void check_equivalence(D& drafter, V& verifier, const markov_model& target, const equivalence_case& c,
                        std::size_t rejection_positions) {
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
-    std::vector<std::size_t> rejected_at(c.gamma, 0);
-    specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling};
-    opts.on_step = [&](const specdec::step_event& e) {
-        if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
-    };
-    const auto r = sequence_test(
-        [&](std::mt19937_64& rng) { return specdec::speculative_decode(drafter, verifier, prompt, opts, rng).tokens; },
-        exact, c.vocab, 1000 + c.target_seed);
-    INFO(describe(r));
-    CHECK(r.p_value >= kFalseAlarm);
-    for (std::size_t i = 0; i < rejection_positions; ++i) {
-        INFO("rejections at draft position " << i << ": " << rejected_at[i]);
-        CHECK(rejected_at[i] > 0);
+    for (const auto scheme : kSchemes) {
+        INFO(name(scheme));
+        std::vector<std::size_t> rejected_at(c.gamma, 0);
+        specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
+        opts.on_step = [&](const specdec::step_event& e) {
+            if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
+        };
+        const auto r = sequence_test(
+            [&](std::mt19937_64& rng) { return specdec::speculative_decode(drafter, verifier, prompt, opts, rng).tokens; },
+            exact, c.vocab, 1000 + c.target_seed);
+        INFO(describe(r));
+        CHECK(r.p_value >= kFalseAlarm);
+        for (std::size_t i = 0; i < rejection_positions; ++i) {
+            INFO("rejections at draft position " << i << ": " << rejected_at[i]);
+            CHECK(rejected_at[i] > 0);
+        }
     }
 }
 
@@ -147,10 +161,13 @@ TEST_CASE("A draft equal to the target is always accepted and keeps the target d
     const equivalence_case c{.sampling = {.temperature = 0.9f}, .target_seed = 91};
     auto target = markov_model::random(c.vocab, 2, c.target_seed);
     auto draft = target;
-    specdec::decode_stats total;
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
-    const specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling};
+    for (const auto scheme : kSchemes) {
+    INFO(name(scheme));
+    specdec::decode_stats total;
+    const specdec::decode_options opts{
+        .gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
     const auto r = sequence_test(
         [&](std::mt19937_64& rng) {
             auto out = specdec::speculative_decode(draft, target, prompt, opts, rng);
@@ -163,6 +180,7 @@ TEST_CASE("A draft equal to the target is always accepted and keeps the target d
     CHECK(r.p_value >= kFalseAlarm);
     CHECK(total.rejected_tokens == 0);
     CHECK(total.accepted_tokens > 0);
+    }
 }
 
 TEST_CASE("A draft with support disjoint from the target's is always rejected and the output is still exact",
@@ -174,8 +192,11 @@ TEST_CASE("A draft with support disjoint from the target's is always rejected an
     for (token_id t = 1; t < c.vocab; ++t) draft.forbid(t);  // ... which is all the draft can emit
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+    for (const auto scheme : kSchemes) {
+    INFO(name(scheme));
     std::size_t accepted = 0;
-    const specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling};
+    const specdec::decode_options opts{
+        .gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
     const auto r = sequence_test(
         [&](std::mt19937_64& rng) {
             auto out = specdec::speculative_decode(draft, target, prompt, opts, rng);
@@ -186,6 +207,7 @@ TEST_CASE("A draft with support disjoint from the target's is always rejected an
     INFO(describe(r));
     CHECK(r.p_value >= kFalseAlarm);
     CHECK(accepted == 0);
+    }
 }
 
 // ---- Negative controls: the same test must reject wrong algorithms. ----
@@ -222,13 +244,35 @@ TEST_CASE("Negative control: accepting drafts without the ratio test is detected
     CHECK(r.p_value < kFalseAlarm);
 }
 
+TEST_CASE("The reference transcription of block verification passes the same test",
+          "[statistical][negative-control][block]") {
+    const auto r = reference_variant_test(variant::block_correct);
+    INFO(describe(r));
+    CHECK(r.p_value >= kFalseAlarm);
+}
+
+TEST_CASE("Negative control: block verification with an unweighted residual is detected",
+          "[statistical][negative-control][block]") {
+    const auto r = reference_variant_test(variant::block_unweighted_residual);
+    INFO(describe(r));
+    CHECK(r.p_value < kFalseAlarm);
+}
+
+TEST_CASE("Negative control: block verification keeping the first failure instead of the last success is detected",
+          "[statistical][negative-control][block]") {
+    const auto r = reference_variant_test(variant::block_first_failure);
+    INFO(describe(r));
+    CHECK(r.p_value < kFalseAlarm);
+}
+
 TEST_CASE("Negative control: lenience below 1 changes the distribution, and the test sees it",
           "[statistical][negative-control]") {
     auto target = markov_model::random(4, 2, 11);
     auto draft = markov_model::random(4, 2, 12);
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
-    const specdec::decode_options opts{.gamma = 3, .max_new_tokens = kLength, .lenience = 0.3f};
+    const specdec::decode_options opts{
+        .gamma = 3, .max_new_tokens = kLength, .lenience = 0.3f, .scheme = specdec::verification_scheme::token};
     const auto r = sequence_test(
         [&](std::mt19937_64& rng) { return specdec::speculative_decode(draft, target, prompt, opts, rng).tokens; },
         exact, 4, 3031);

@@ -45,7 +45,7 @@ TEST_CASE("When q equals p every draft token is accepted and the bonus comes fro
     for (int trial = 0; trial < 2000; ++trial) {
         std::vector<token_id> draft;
         for (int i = 0; i < gamma; ++i)
-            draft.push_back(static_cast<token_id>(specdec::sample_from_weights(q.col(i), 1.0, specdec::uniform01(rng))));
+            draft.push_back(static_cast<token_id>(specdec::sample_from_weights(q.col(i), specdec::uniform01(rng), ws.sampling)));
         const auto r = specdec::verify(z, draft, q, {}, rng, ws);
         REQUIRE(r.accepted == static_cast<std::size_t>(gamma));
         REQUIRE(r.next_token >= 0);
@@ -159,7 +159,10 @@ TEST_CASE("Lenience raises acceptance and keeps every token below p(x)/l", "[ver
     constexpr int n = 20000;
     for (float l : {1.0f, 0.5f}) {
         std::size_t accepted = 0;
-        for (int i = 0; i < n; ++i) accepted += specdec::verify(z, draft, q, {}, rng, ws, {.lenience = l}).accepted;
+        for (int i = 0; i < n; ++i)
+            accepted +=
+                specdec::verify(z, draft, q, {}, rng, ws, {.lenience = l, .scheme = specdec::verification_scheme::token})
+                    .accepted;
         const double expect = std::min(1.0, 0.2 / (l * 0.8));
         INFO("lenience " << l);
         CHECK(std::abs(static_cast<double>(accepted) / n - expect) < 6.0 * std::sqrt(expect * (1 - expect) / n));
@@ -184,6 +187,8 @@ TEST_CASE("verify rejects malformed input with messages that name the problem", 
     CHECK_THROWS_WITH(specdec::verify(z, draft, q, {.top_p = 0.0f}, rng, ws), contains("top_p"));
     CHECK_THROWS_WITH(specdec::verify(z, draft, q, {}, rng, ws, {.lenience = 0.0f}), contains("lenience"));
     CHECK_THROWS_WITH(specdec::verify(z, draft, q, {}, rng, ws, {.lenience = 1.5f}), contains("lenience"));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, {}, rng, ws, {.lenience = 0.5f}),
+                      contains("token verification only"));
     Eigen::MatrixXf neg = q;
     neg(0, 0) = -0.1f;
     neg(1, 0) += 0.1f;

@@ -45,7 +45,7 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
         ++out.model_calls;
         auto q = out.probs.col(static_cast<Eigen::Index>(i));
         standardize(logits, sampling, q, sws, where);
-        const auto x = static_cast<token_id>(sample_from_weights(q, sum_in_double(q), uniforms()));
+        const auto x = static_cast<token_id>(sample_from_weights(q, uniforms(), sws));
         out.tokens.push_back(x);
         scratch.push_back(x);
     }

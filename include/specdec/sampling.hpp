@@ -37,44 +37,134 @@ inline void validate(const sampling_config& s, const char* where = "specdec::val
 /// Scratch buffers for the truncating filters; reuse one across calls so that
 /// sampling allocates nothing after warm-up.
 struct sampling_workspace {
-    std::vector<float> values;  ///< scratch copy for selection (top-k, top-p)
+    std::vector<float> values;        ///< scratch copy for selection (top-k, top-p)
+    std::vector<double> block_sums;   ///< per-block sums for blocked inverse-CDF sampling
 };
 
 namespace detail {
 
-/// Sum of float weights in double precision, in index order (the order
-/// sample_from_weights accumulates in, so inversion is exact for these weights).
-inline double sum_in_double(const Eigen::Ref<const Eigen::VectorXf>& w) {
-    double s = 0.0;
-    for (Eigen::Index i = 0; i < w.size(); ++i) s += w[i];
-    return s;
+/// True when the settings remove tokens (top-k, top-p or min-p), so a row must be
+/// materialized to know its distribution.
+inline bool truncates(const sampling_config& s) noexcept {
+    return s.top_k > 0 || s.top_p < 1.0f || s.min_p > 0.0f;
 }
 
-/// Index of the largest logit (lowest index on ties), with the input checks every
-/// logits row gets: \throws std::invalid_argument on NaN, +Inf or an all -Inf row.
-inline Eigen::Index checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, const char* where) {
+/// Elements per block in the two-level passes: small enough to stay in L1 between the
+/// vectorized reduction of a block and the scalar work that may follow on it.
+inline constexpr Eigen::Index block_size = 512;
+
+/// Fills `sums` with the sum of each block of `w` (vectorized per block, accumulated
+/// across blocks in double) and returns the total.
+inline double compute_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w, std::vector<double>& sums) {
+    const Eigen::Index n = w.size();
+    const auto blocks = static_cast<std::size_t>((n + block_size - 1) / block_size);
+    sums.resize(blocks);
+    double total = 0.0;
+    for (std::size_t b = 0; b < blocks; ++b) {
+        const Eigen::Index start = static_cast<Eigen::Index>(b) * block_size;
+        const double bs = w.segment(start, std::min(block_size, n - start)).sum();
+        sums[b] = bs;
+        total += bs;
+    }
+    return total;
+}
+
+/// Inverse-CDF sampling with precomputed block sums: skips whole blocks while their running
+/// sum stays at or below u * total, then scans inside one block. Returns the first index
+/// whose running sum exceeds u * total; never an index of weight 0 (on rounding overshoot,
+/// the last index with positive weight).
+inline Eigen::Index sample_with_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w,
+                                           const std::vector<double>& sums, double total, double u) {
+    const Eigen::Index n = w.size();
+    const double target = u * total;
+    double acc = 0.0;
+    std::size_t b = 0;
+    while (b + 1 < sums.size() && acc + sums[b] <= target) acc += sums[b++];
+    for (Eigen::Index i = static_cast<Eigen::Index>(b) * block_size; i < n; ++i) {
+        const float x = w[i];
+        if (x > 0.0f) {
+            acc += x;
+            if (acc > target) return i;
+        }
+    }
+    // Rounding left the target at or above the final sum: the last token with mass.
+    for (Eigen::Index i = n - 1; i >= 0; --i)
+        if (w[i] > 0.0f) return i;
+    SPECDEC_ASSERT(false, "sample_with_block_sums: all weights are zero");
+    return 0;
+}
+
+/// Throws the error that describes what is wrong with a logits row that failed a check:
+/// NaN, +Inf, or every entry -Inf.
+[[noreturn]] inline void diagnose_logits(const Eigen::Ref<const Eigen::VectorXf>& z, const char* where) {
+    for (Eigen::Index i = 0; i < z.size(); ++i) {
+        if (std::isnan(z[i])) fail_invalid(where, ": logit ", i, " is NaN");
+        if (z[i] == std::numeric_limits<float>::infinity()) fail_invalid(where, ": logit ", i, " is +Inf");
+    }
+    fail_invalid(where, ": every logit is -Inf (no token is possible)");
+}
+
+/// Maximum of a block; NaN if the block holds a NaN.
+inline float block_max(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index start, Eigen::Index len) {
+    return z.segment(start, len).maxCoeff<Eigen::PropagateNaN>();
+}
+
+/// The largest logit and its lowest index.
+struct row_argmax {
+    float value;
+    Eigen::Index index;
+};
+
+/// Largest logit (lowest index on ties) in one vectorized pass over the row, with the
+/// checks every logits row gets.
+/// \throws std::invalid_argument on an empty row, NaN, +Inf, or a row that is all -Inf.
+inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, const char* where) {
     const Eigen::Index n = z.size();
     if (n == 0) fail_invalid(where, ": logits row is empty");
-    Eigen::Index best = 0;
-    float m = z[0];
-    bool bad = false;
-    for (Eigen::Index i = 0; i < n; ++i) {
-        const float v = z[i];
-        bad |= !(v < std::numeric_limits<float>::infinity());  // NaN or +Inf
-        if (v > m) {
-            m = v;
-            best = i;
+    float m = -std::numeric_limits<float>::infinity();
+    Eigen::Index best_block = -1;
+    for (Eigen::Index start = 0; start < n; start += block_size) {
+        const float bm = block_max(z, start, std::min(block_size, n - start));
+        if (!(bm <= m)) {  // larger, or NaN
+            if (std::isnan(bm)) diagnose_logits(z, where);
+            m = bm;
+            best_block = start;
         }
     }
-    if (bad) {
-        for (Eigen::Index i = 0; i < n; ++i) {
-            if (std::isnan(z[i])) fail_invalid(where, ": logit ", i, " is NaN");
-            if (z[i] == std::numeric_limits<float>::infinity()) fail_invalid(where, ": logit ", i, " is +Inf");
+    if (best_block < 0 || m == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+    Eigen::Index i = best_block;
+    while (z[i] != m) ++i;
+    return {m, i};
+}
+
+/// Normalizer of a row at inverse temperature inv_t: the maximum logit m and
+/// S = Σ exp((z − m) inv_t), in one blockwise pass (each block: a vectorized max, then a
+/// vectorized exp-sum while the block is in L1; S is rescaled when the maximum grows).
+/// Then p(x) = exp((z_x − m) inv_t) / S.
+/// \throws std::invalid_argument on NaN, +Inf, or a row that is all -Inf.
+struct row_normalizer {
+    float max;
+    double sum;
+};
+inline row_normalizer checked_normalizer(const Eigen::Ref<const Eigen::VectorXf>& z, float inv_t, const char* where) {
+    const Eigen::Index n = z.size();
+    if (n == 0) fail_invalid(where, ": logits row is empty");
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    float m = neg_inf;
+    double sum = 0.0;
+    for (Eigen::Index start = 0; start < n; start += block_size) {
+        const Eigen::Index len = std::min(block_size, n - start);
+        const float bm = block_max(z, start, len);
+        if (!(bm <= m)) {
+            if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+            if (m != neg_inf) sum *= std::exp(static_cast<double>(m - bm) * inv_t);
+            m = bm;
         }
+        if (bm == neg_inf) continue;
+        sum += ((z.segment(start, len).array() - m) * inv_t).exp().sum();
     }
-    if (m == -std::numeric_limits<float>::infinity())
-        fail_invalid(where, ": every logit is -Inf (no token is possible)");
-    return best;
+    if (m == neg_inf) diagnose_logits(z, where);
+    return {m, sum};
 }
 
 /// Smallest threshold t among the positive values such that the values >= t sum to at
@@ -132,14 +222,14 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
                         const char* where = "specdec::standardize") {
     const Eigen::Index n = logits.size();
     SPECDEC_ASSERT(out.size() == n, "standardize: output size must match logits");
-    const Eigen::Index best = detail::checked_argmax(logits, where);
+    const detail::row_argmax best = detail::checked_argmax(logits, where);
     if (s.temperature == 0.0f) {
         // Argmax as a distribution: zero all but the max and normalize (Sec. 2.2).
         out.setZero();
-        out[best] = 1.0f;
+        out[best.index] = 1.0f;
         return;
     }
-    const float m = logits[best];
+    const float m = best.value;
     const float inv_t = 1.0f / s.temperature;
     out = ((logits.array() - m) * inv_t).exp().matrix();  // exp(-inf) == 0: impossible stays impossible
 
@@ -168,27 +258,15 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     out /= out.sum();
 }
 
-/// Draws an index from non-negative weights by inversion with one uniform u in [0, 1):
-/// the first index whose running sum exceeds u * total. Never returns an index of
-/// weight 0. The weights need not be normalized.
-/// \pre total is the sum of the weights and is > 0.
-[[nodiscard]] inline Eigen::Index sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double total,
-                                                      double u) {
-    const double target = u * total;
-    double acc = 0.0;
-    Eigen::Index last_positive = -1;
-    const Eigen::Index n = w.size();
-    for (Eigen::Index i = 0; i < n; ++i) {
-        const float x = w[i];
-        if (x > 0.0f) {
-            acc += x;
-            last_positive = i;
-            if (acc > target) return i;
-        }
-    }
-    // Rounding left target at or above the final sum: the last token with mass.
-    SPECDEC_ASSERT(last_positive >= 0, "sample_from_weights: all weights are zero");
-    return last_positive;
+/// Draws an index from non-negative weights by inversion with one uniform u in [0, 1): the
+/// first index whose running sum exceeds u * Σw. Never returns an index of weight 0. The
+/// weights need not be normalized. Blocked: one vectorized pass for block sums, then a scan
+/// of one block.
+/// \pre the weights are finite, non-negative and not all zero.
+[[nodiscard]] inline Eigen::Index sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double u,
+                                                      sampling_workspace& ws) {
+    const double total = detail::compute_block_sums(w, ws.block_sums);
+    return detail::sample_with_block_sums(w, ws.block_sums, total, u);
 }
 
 }  // namespace specdec

@@ -47,8 +47,11 @@ struct decode_options {
     /// Standardized sampling, applied identically to target and draft.
     sampling_config sampling{};
     /// Lenience l in (0, 1]. **l < 1 changes the output distribution** (Leviathan et al.
-    /// App. A.5; see verify_options::lenience); 1, the default, is exact.
+    /// App. A.5; see verify_options::lenience); 1, the default, is exact. Needs
+    /// scheme = verification_scheme::token.
     float lenience = 1.0f;
+    /// Token or block verification; block (Sun et al. 2024) is the default. Both are exact.
+    verification_scheme scheme = verification_scheme::block;
     /// Called after every step with what it produced (for streaming); may be empty.
     std::function<void(const step_event&)> on_step{};
 };
@@ -108,7 +111,7 @@ template <Drafter D, Verifier V, random_generator G>
 decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_id> prompt,
                                  const decode_options& options, G&& rng) {
     constexpr const char* where = "specdec::speculative_decode";
-    detail::check_step_options(options.gamma, options.sampling, options.lenience, where);
+    detail::check_step_options(options.gamma, options.sampling, options.lenience, options.scheme, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
     detail::check_stop_tokens(options.stop_tokens, vocab, where);
 
@@ -121,7 +124,7 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
         const std::size_t remaining = options.max_new_tokens - generated;
         const std::size_t gamma = std::min(options.gamma, remaining - 1);
         const step_result r = detail::step_impl(drafter, verifier, sequence, result.stats, gamma, options.sampling,
-                                                options.lenience, rng, ws, vocab, where);
+                                                options.lenience, options.scheme, rng, ws, vocab, where);
         const bool stopped = detail::cut_at_stop(sequence, r.emitted(), options.stop_tokens);
         const std::size_t appended = sequence.size() - prompt.size() - generated;
         generated += appended;
@@ -171,7 +174,7 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
             logits = scores.col(0);
         }
         standardize(logits, options.sampling, p, sws, where);
-        const auto t = static_cast<token_id>(sample_from_weights(p, detail::sum_in_double(p), uniform01(rng)));
+        const auto t = static_cast<token_id>(sample_from_weights(p, uniform01(rng), sws));
         sequence.push_back(t);
         result.tokens.push_back(t);
         result.stats.steps += 1;

@@ -29,8 +29,11 @@ struct step_options {
     /// Standardized sampling, applied identically to target and draft logits.
     sampling_config sampling{};
     /// Lenience l in (0, 1]; see verify_options::lenience. **l < 1 changes the output
-    /// distribution** (Leviathan et al. App. A.5); 1, the default, is exact.
+    /// distribution** (Leviathan et al. App. A.5); 1, the default, is exact. Needs
+    /// scheme = verification_scheme::token.
     float lenience = 1.0f;
+    /// Token or block verification; block (Sun et al. 2024) is the default. Both are exact.
+    verification_scheme scheme = verification_scheme::block;
 };
 
 /// What one step did. `draft` views the workspace and is valid until it is reused.
@@ -58,11 +61,14 @@ struct step_workspace {
 namespace detail {
 
 inline void check_step_options(std::size_t gamma, const sampling_config& sampling, float lenience,
-                               const char* where) {
+                               verification_scheme scheme, const char* where) {
     if (gamma == 0) fail_invalid(where, ": gamma = 0; at least one draft token per step is needed (gamma >= 1)");
     validate(sampling, where);
     if (!(lenience > 0.0f && lenience <= 1.0f))
         fail_invalid(where, ": lenience = ", lenience, " must lie in (0, 1] (1 is exact)");
+    if (lenience != 1.0f && scheme == verification_scheme::block)
+        fail_invalid(where, ": lenience = ", lenience,
+                     " is defined for token verification only; set scheme = verification_scheme::token");
 }
 
 template <Drafter D, Verifier V>
@@ -81,7 +87,8 @@ std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
 /// `stats` are as they were.
 template <Drafter D, Verifier V, class G>
 step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
-                      std::size_t gamma, const sampling_config& sampling, float lenience, G& rng,
+                      std::size_t gamma, const sampling_config& sampling, float lenience,
+                      verification_scheme scheme, G& rng,
                       step_workspace& ws, std::ptrdiff_t vocab, const char* where) {
     const std::span<const token_id> context(sequence);
     draft_block& block = ws.draft;
@@ -121,15 +128,15 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     // Modified rejection sampling and residual resampling.
     verify_options vopts;
     vopts.lenience = lenience;
+    vopts.scheme = scheme;
     // Distributions made by draft_from_model come from standardize() and need no check.
     vopts.check_draft_distributions = BlockDrafter<D>;
     const Eigen::Index q_rows = vocab, q_cols = static_cast<Eigen::Index>(n);
     check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
                         sampling, vopts, where);
-    const verify_result r =
-        block.has_distributions()
-            ? verify_tokens<true>(ws.target_logits, draft_tokens, block.probs, sampling, rng, ws.verify, vopts, where)
-            : verify_tokens<false>(ws.target_logits, draft_tokens, 0, sampling, rng, ws.verify, vopts, where);
+    const Eigen::Ref<const Eigen::MatrixXf> probs(block.probs);
+    const verify_result r = dispatch_verify(ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
+                                            sampling, rng, ws.verify, vopts, where);
 
     // Commit. Everything that can throw (allocation) happens before the first change.
     sequence.reserve(sequence.size() + r.accepted + 1);
@@ -177,10 +184,10 @@ template <Drafter D, Verifier V, random_generator G>
 step_result speculative_step(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
                              const step_options& opts, G&& rng, step_workspace& ws) {
     constexpr const char* where = "specdec::speculative_step";
-    detail::check_step_options(opts.gamma, opts.sampling, opts.lenience, where);
+    detail::check_step_options(opts.gamma, opts.sampling, opts.lenience, opts.scheme, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
-    return detail::step_impl(drafter, verifier, sequence, stats, opts.gamma, opts.sampling, opts.lenience, rng, ws,
-                             vocab, where);
+    return detail::step_impl(drafter, verifier, sequence, stats, opts.gamma, opts.sampling, opts.lenience,
+                             opts.scheme, rng, ws, vocab, where);
 }
 
 }  // namespace specdec

@@ -15,7 +15,14 @@ enum class variant {
     correct,           // Alg. 1 as published
     resample_from_p,   // WRONG: after a rejection, sample from p instead of norm(max(0, p - q))
     no_ratio_test,     // WRONG: accept every draft token without the min(1, p/q) test
+    block_correct,                // Sun et al. 2024 block verification as published
+    block_unweighted_residual,    // WRONG: block acceptance, but residual max(0, p - q) without w_tau
+    block_first_failure,          // WRONG: tau = last i before the first eta_i >= h_i, not the last success
 };
+
+inline bool is_block(variant v) {
+    return v == variant::block_correct || v == variant::block_unweighted_residual || v == variant::block_first_failure;
+}
 
 inline std::size_t sample_ref(const std::vector<double>& w, double u) {
     double total = 0.0;
@@ -47,28 +54,53 @@ inline std::vector<token_id> reference_decode(variant v, markov_model& draft, ma
             x.push_back(static_cast<token_id>(sample_ref(q.back(), specdec::uniform01(rng))));
             ctx.push_back(x.back());
         }
-        std::size_t n = 0;
-        std::vector<double> p;
+        // Target distributions p_1..p_{g+1} along the draft.
+        std::vector<std::vector<double>> ps;
         ctx = seq;
-        bool rejected = false;
-        for (; n < g; ++n) {
-            p = ref_standardize(target.next_logits(ctx), s);
-            const auto xi = static_cast<std::size_t>(x[n]);
-            const double r = specdec::uniform01(rng);
-            const bool accept = v == variant::no_ratio_test || r * q[n][xi] < p[xi];
-            if (!accept) {
-                rejected = true;
-                break;
-            }
-            ctx.push_back(x[n]);
+        for (std::size_t i = 0; i <= g; ++i) {
+            ps.push_back(ref_standardize(target.next_logits(ctx), s));
+            if (i < g) ctx.push_back(x[i]);
         }
+        std::size_t n = 0;
+        double weight = 1.0;  // scale of p in the residual
+        if (is_block(v)) {
+            std::vector<double> eta(g);
+            for (auto& e : eta) e = specdec::uniform01(rng);
+            double w = 1.0;
+            for (std::size_t i = 0; i < g; ++i) {
+                const auto xi = static_cast<std::size_t>(x[i]);
+                const double w_prev = w;
+                w = std::min(1.0, w * ps[i][xi] / q[i][xi]);
+                double h;
+                if (i + 1 < g) {
+                    double big_r = 0.0;
+                    for (std::size_t k = 0; k < ps[i + 1].size(); ++k) big_r += std::max(0.0, w * ps[i + 1][k] - q[i + 1][k]);
+                    h = big_r > 0.0 ? big_r / (big_r + 1.0 - w) : 0.0;
+                } else {
+                    h = std::min(1.0, w_prev * ps[i][xi] / q[i][xi]);
+                }
+                if (eta[i] < h) {
+                    n = i + 1;
+                    weight = v == variant::block_unweighted_residual ? 1.0 : w;
+                } else if (v == variant::block_first_failure) {
+                    break;
+                }
+            }
+        } else {
+            for (; n < g; ++n) {
+                const auto xi = static_cast<std::size_t>(x[n]);
+                const double r = specdec::uniform01(rng);
+                if (!(v == variant::no_ratio_test || r * q[n][xi] < ps[n][xi])) break;
+            }
+        }
+        const bool rejected = n < g;
         seq.insert(seq.end(), x.begin(), x.begin() + static_cast<std::ptrdiff_t>(n));
-        if (!rejected) p = ref_standardize(target.next_logits(seq), s);
+        const std::vector<double>& p = ps[n];
         std::vector<double> w = p;
         if (rejected && v != variant::resample_from_p) {
             double mass = 0.0;
             for (std::size_t k = 0; k < w.size(); ++k) {
-                w[k] = std::max(0.0, p[k] - q[n][k]);
+                w[k] = std::max(0.0, weight * p[k] - q[n][k]);
                 mass += w[k];
             }
             if (mass <= 1e-12) w = p;

@@ -1,0 +1,224 @@
+// Block verification (Sun et al. 2024): expected accepted tokens by exact enumeration, the
+// comparison with token verification, and gamma = 1 equivalence. Exactness of the output
+// distribution is tested in distribution_test.cpp for both schemes.
+
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/specdec.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+using specdec::verification_scheme;
+
+namespace {
+
+/// Exact E[accepted draft tokens] of one step from `context`, by enumerating every draft
+/// block x_1..x_gamma (probability prod q_i(x_i)) and, for it, the law of the number accepted:
+///  token: P(n >= k) = prod_{i<=k} min(1, p_i/q_i);
+///  block: tau = the last i with eta_i < h_i, so P(tau = i) = h_i prod_{j>i} (1 - h_j).
+double exact_expected_accepted(markov_model draft, markov_model target, std::vector<token_id> context,
+                               std::size_t gamma, const specdec::sampling_config& s, verification_scheme scheme) {
+    const int vocab = target.vocab;
+    double expected = 0.0;
+    std::vector<token_id> x(gamma, 0);
+    std::size_t blocks = 1;
+    for (std::size_t i = 0; i < gamma; ++i) blocks *= static_cast<std::size_t>(vocab);
+    for (std::size_t b = 0; b < blocks; ++b) {
+        std::size_t code = b;
+        for (std::size_t i = 0; i < gamma; ++i) {
+            x[gamma - 1 - i] = static_cast<token_id>(code % static_cast<std::size_t>(vocab));
+            code /= static_cast<std::size_t>(vocab);
+        }
+        std::vector<std::vector<double>> p, q;
+        std::vector<token_id> ctx = context;
+        double prob = 1.0;
+        for (std::size_t i = 0; i <= gamma; ++i) {
+            p.push_back(ref_standardize(target.next_logits(ctx), s));
+            if (i < gamma) {
+                q.push_back(ref_standardize(draft.next_logits(ctx), s));
+                prob *= q[i][static_cast<std::size_t>(x[i])];
+                ctx.push_back(x[i]);
+            }
+        }
+        if (prob == 0.0) continue;
+        double mean = 0.0;
+        if (scheme == verification_scheme::token) {
+            double reach = 1.0;
+            for (std::size_t i = 0; i < gamma; ++i) {
+                const auto xi = static_cast<std::size_t>(x[i]);
+                reach *= std::min(1.0, p[i][xi] / q[i][xi]);
+                mean += reach;
+            }
+        } else {
+            std::vector<double> h(gamma);
+            double w = 1.0;
+            for (std::size_t i = 0; i < gamma; ++i) {
+                const auto xi = static_cast<std::size_t>(x[i]);
+                w = std::min(1.0, w * p[i][xi] / q[i][xi]);
+                if (i + 1 < gamma) {
+                    double big_r = 0.0;
+                    for (int k = 0; k < vocab; ++k)
+                        big_r += std::max(0.0, w * p[i + 1][static_cast<std::size_t>(k)] - q[i + 1][static_cast<std::size_t>(k)]);
+                    h[i] = big_r > 0.0 ? big_r / (big_r + 1.0 - w) : 0.0;
+                } else {
+                    h[i] = w;
+                }
+            }
+            for (std::size_t i = 0; i < gamma; ++i) {
+                double pi = h[i];
+                for (std::size_t j = i + 1; j < gamma; ++j) pi *= 1.0 - h[j];
+                mean += static_cast<double>(i + 1) * pi;
+            }
+        }
+        expected += prob * mean;
+    }
+    return expected;
+}
+
+struct step_sample {
+    double mean = 0.0;
+    double se = 0.0;
+};
+
+/// Mean accepted tokens of `trials` steps from a fixed context; trial t uses seed t.
+step_sample measure(markov_model& draft, markov_model& target, const std::vector<token_id>& context,
+                    std::size_t gamma, const specdec::sampling_config& s, verification_scheme scheme,
+                    std::size_t trials, std::vector<double>* per_trial = nullptr) {
+    specdec::step_workspace ws;
+    double sum = 0.0, sum2 = 0.0;
+    for (std::size_t t = 0; t < trials; ++t) {
+        std::vector<token_id> seq = context;
+        specdec::decode_stats stats;
+        std::mt19937_64 rng(t);
+        const auto r = specdec::speculative_step(draft, target, seq, stats,
+                                                 {.gamma = gamma, .sampling = s, .scheme = scheme}, rng, ws);
+        const auto a = static_cast<double>(r.accepted);
+        sum += a;
+        sum2 += a * a;
+        if (per_trial) per_trial->push_back(a);
+    }
+    const double n = static_cast<double>(trials);
+    const double mean = sum / n;
+    return {mean, std::sqrt(std::max(0.0, sum2 / n - mean * mean) / n)};
+}
+
+}  // namespace
+
+TEST_CASE("Mean accepted tokens per step equals the exact expectation by enumeration, for both schemes",
+          "[block][statistical]") {
+    // 5 standard errors: a false alarm below 6e-7 per comparison.
+    const std::vector<token_id> context{0, 2};
+    for (std::uint64_t seed : {1u, 2u, 3u}) {
+        auto target = markov_model::random(4, 2, 500 + seed);
+        auto draft = markov_model::random(4, 2, 600 + seed);
+        for (const specdec::sampling_config s : {specdec::sampling_config{}, specdec::sampling_config{.temperature = 0.7f}}) {
+            for (std::size_t gamma : {2u, 3u}) {
+                for (const auto scheme : {verification_scheme::token, verification_scheme::block}) {
+                    const double exact = exact_expected_accepted(draft, target, context, gamma, s, scheme);
+                    const auto m = measure(draft, target, context, gamma, s, scheme, 40000);
+                    INFO("seed " << seed << " T " << s.temperature << " gamma " << gamma << " scheme "
+                                 << (scheme == verification_scheme::token ? "token" : "block") << ": exact " << exact
+                                 << ", measured " << m.mean << " +- " << m.se);
+                    CHECK(std::abs(m.mean - exact) < 5.0 * m.se + 1e-12);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("Block verification never expects fewer accepted tokens than token verification", "[block]") {
+    // Exact, by enumeration, over 48 random model pairs and settings.
+    const std::vector<token_id> context{1, 3};
+    int cases = 0, strictly_better = 0;
+    for (std::uint64_t seed = 0; seed < 12; ++seed) {
+        auto target = markov_model::random(4, 2, 700 + seed, 1.0f + 0.25f * static_cast<float>(seed % 4));
+        auto draft = markov_model::random(4, 2, 800 + seed);
+        for (const specdec::sampling_config s : {specdec::sampling_config{}, specdec::sampling_config{.temperature = 0.6f}}) {
+            for (std::size_t gamma : {2u, 3u}) {
+                const double token = exact_expected_accepted(draft, target, context, gamma, s, verification_scheme::token);
+                const double block = exact_expected_accepted(draft, target, context, gamma, s, verification_scheme::block);
+                INFO("seed " << seed << " gamma " << gamma << ": token " << token << ", block " << block);
+                CHECK(block >= token - 1e-12);
+                ++cases;
+                strictly_better += block > token + 1e-9 ? 1 : 0;
+            }
+        }
+    }
+    CHECK(cases == 48);
+    CHECK(strictly_better > 0);
+}
+
+TEST_CASE("On the same drafts and seeds, block verification accepts at least as many tokens as token verification",
+          "[block][statistical]") {
+    auto target = markov_model::random(5, 2, 901);
+    auto draft = markov_model::random(5, 2, 902);
+    const std::vector<token_id> context{0, 1};
+    const std::size_t gamma = 4, trials = 40000;
+    std::vector<double> token_trials, block_trials;
+    measure(draft, target, context, gamma, {}, verification_scheme::token, trials, &token_trials);
+    measure(draft, target, context, gamma, {}, verification_scheme::block, trials, &block_trials);
+    // Paired differences: trial t drafts the same block under both schemes (same seed).
+    double sum = 0.0, sum2 = 0.0;
+    for (std::size_t t = 0; t < trials; ++t) {
+        const double d = block_trials[t] - token_trials[t];
+        sum += d;
+        sum2 += d * d;
+    }
+    const double mean = sum / trials;
+    const double se = std::sqrt((sum2 / trials - mean * mean) / trials);
+    const double exact_gain = exact_expected_accepted(draft, target, context, gamma, {}, verification_scheme::block) -
+                              exact_expected_accepted(draft, target, context, gamma, {}, verification_scheme::token);
+    INFO("mean gain " << mean << " +- " << se << ", exact gain " << exact_gain);
+    CHECK(exact_gain > 0.0);
+    // One-sided, 4 standard errors below zero would be needed to fail (false alarm ~3e-5).
+    CHECK(mean > -4.0 * se);
+    CHECK(std::abs(mean - exact_gain) < 5.0 * se);
+}
+
+TEST_CASE("With gamma = 1 block verification is token verification, draw for draw", "[block]") {
+    auto target = markov_model::random(8, 2, 31);
+    auto draft = markov_model::random(8, 2, 32);
+    const std::vector<token_id> prompt{0};
+    for (const specdec::sampling_config s : {specdec::sampling_config{}, specdec::sampling_config{.temperature = 0.5f},
+                                             specdec::sampling_config{.top_p = 0.8f}}) {
+        for (std::uint64_t seed = 0; seed < 20; ++seed) {
+            std::mt19937_64 a(seed), b(seed);
+            const auto token = specdec::speculative_decode(
+                draft, target, prompt, {.gamma = 1, .max_new_tokens = 40, .sampling = s, .scheme = verification_scheme::token}, a);
+            const auto block = specdec::speculative_decode(
+                draft, target, prompt, {.gamma = 1, .max_new_tokens = 40, .sampling = s, .scheme = verification_scheme::block}, b);
+            CHECK(token.tokens == block.tokens);
+            CHECK(token.stats.accepted_tokens == block.stats.accepted_tokens);
+            CHECK(a() == b());  // the generators advanced identically
+        }
+    }
+}
+
+TEST_CASE("Block verification with point-mass drafts and at temperature 0 matches greedy decoding", "[block]") {
+    auto target = markov_model::random(12, 2, 41);
+    auto draft = markov_model::random(12, 2, 42);
+    shift_drafter shift{12, 1};
+    const std::vector<token_id> prompt{0, 5};
+    std::mt19937_64 g(1);
+    const auto greedy = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 50, .sampling = {.temperature = 0.0f}}, g);
+    for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
+        const specdec::decode_options opts{.gamma = gamma, .max_new_tokens = 50, .sampling = {.temperature = 0.0f}};
+        CHECK(specdec::speculative_decode(draft, target, prompt, opts, g).tokens == greedy.tokens);
+        CHECK(specdec::speculative_decode(shift, target, prompt, opts, g).tokens == greedy.tokens);
+    }
+}
+
+TEST_CASE("Lenience with block verification is rejected with a clear error", "[block][errors]") {
+    auto target = markov_model::random(4, 2, 1);
+    const std::vector<token_id> prompt{0};
+    std::mt19937_64 rng(1);
+    CHECK_THROWS_WITH(specdec::speculative_decode(target, target, prompt, {.lenience = 0.5f}, rng),
+                      contains("token verification only"));
+    CHECK_NOTHROW(specdec::speculative_decode(target, target, prompt,
+                                              {.lenience = 0.5f, .scheme = verification_scheme::token}, rng));
+}
