@@ -83,6 +83,14 @@ concept BatchVerifier = requires(V& v, std::span<const token_id> context, std::s
     { v.score(context, draft) } -> std::convertible_to<Eigen::MatrixXf>;
 };
 
+/// A BatchVerifier that can also write its scores into a caller's matrix,
+/// `v.score_into(context, draft, out)` (same contents as score()). When a verifier has it,
+/// speculative decoding uses it, so a step needs no allocation for the scores.
+template <class V>
+concept InPlaceBatchVerifier =
+    BatchVerifier<V> && requires(V& v, std::span<const token_id> context, std::span<const token_id> draft,
+                                 Eigen::MatrixXf& out) { v.score_into(context, draft, out); };
+
 /// A drafter that proposes a whole block at once.
 ///
 /// Syntactic requirements: `d.vocab_size()` and

@@ -115,7 +115,9 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     // Alg. 1: run M_p on all γ+1 prefixes in one pass.
     const std::span<const token_id> draft_tokens(block.tokens);
     std::size_t target_calls = 1;
-    if constexpr (BatchVerifier<V>) {
+    if constexpr (InPlaceBatchVerifier<V>) {
+        verifier.score_into(context, draft_tokens, ws.target_logits);
+    } else if constexpr (BatchVerifier<V>) {
         ws.target_logits = verifier.score(context, draft_tokens);
     } else {
         score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);

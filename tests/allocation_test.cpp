@@ -1,0 +1,159 @@
+// Zero heap allocations per step after warm-up, shown with a counting global operator new.
+// This file replaces the global allocation functions, so it is its own test executable.
+
+// GCC sees malloc/free behind replaced new/delete and warns; that pairing is the point here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/specdec.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <random>
+#include <vector>
+
+namespace {
+std::atomic<std::size_t> g_allocations{0};
+std::atomic<bool> g_counting{false};
+}  // namespace
+
+void* operator new(std::size_t size) {
+    if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+    throw std::bad_alloc();
+}
+void* operator new[](std::size_t size) { return ::operator new(size); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+
+namespace {
+
+using specdec::token_id;
+
+/// Counts allocations made while `f` runs.
+template <class F>
+std::size_t allocations_during(F&& f) {
+    g_allocations = 0;
+    g_counting = true;
+    f();
+    g_counting = false;
+    return g_allocations.load();
+}
+
+/// A target that writes its scores in place (Eigen::MatrixXf storage reused).
+struct in_place_target {
+    specdec_test::markov_model* model;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::MatrixXf score(std::span<const token_id> c, std::span<const token_id> d) {
+        Eigen::MatrixXf out;
+        score_into(c, d, out);
+        return out;
+    }
+    void score_into(std::span<const token_id> context, std::span<const token_id> draft, Eigen::MatrixXf& out) {
+        out.resize(model->vocab, static_cast<Eigen::Index>(draft.size() + 1));
+        for (std::size_t j = 0; j <= draft.size(); ++j) {
+            // The Markov model reads the last two tokens of context + draft[0..j).
+            token_id prev2[2];
+            for (int k = 0; k < 2; ++k) {
+                const std::ptrdiff_t pos = static_cast<std::ptrdiff_t>(j) - 1 - k;
+                prev2[1 - k] = pos >= 0 ? draft[static_cast<std::size_t>(pos)]
+                                        : (static_cast<std::ptrdiff_t>(context.size()) + pos >= 0
+                                               ? context[context.size() + static_cast<std::size_t>(pos)]
+                                               : 0);
+            }
+            const std::size_t row = model->row_of(std::span<const token_id>(prev2, 2)) * static_cast<std::size_t>(model->vocab);
+            out.col(static_cast<Eigen::Index>(j)) = Eigen::Map<const Eigen::VectorXf>(model->table.data() + row, model->vocab);
+        }
+    }
+};
+
+/// A block drafter with distributions that reuses the block's storage.
+struct in_place_drafter {
+    specdec_test::markov_model* model;
+    specdec::sampling_workspace ws;
+    std::vector<token_id> ctx;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        out.tokens.clear();
+        out.probs.resize(model->vocab, static_cast<Eigen::Index>(gamma));
+        ctx.assign(context.end() - 2, context.end());
+        for (std::size_t i = 0; i < gamma; ++i) {
+            const std::size_t row = model->row_of(std::span<const token_id>(ctx.data() + ctx.size() - 2, 2)) *
+                                    static_cast<std::size_t>(model->vocab);
+            auto q = out.probs.col(static_cast<Eigen::Index>(i));
+            specdec::standardize(Eigen::Map<const Eigen::VectorXf>(model->table.data() + row, model->vocab), s, q, ws);
+            const auto x = static_cast<token_id>(specdec::sample_from_weights(q, u(), ws));
+            out.tokens.push_back(x);
+            ctx.push_back(x);
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("verify allocates nothing after warm-up, for every scheme and sampling mode", "[allocation]") {
+    const int vocab = 32000, gamma = 4;
+    std::mt19937_64 rng(1);
+    Eigen::MatrixXf z = Eigen::MatrixXf::Random(vocab, gamma + 1) * 4.0f;
+    Eigen::MatrixXf q = (Eigen::MatrixXf::Random(vocab, gamma).array() + 1.0f).matrix();
+    for (int j = 0; j < gamma; ++j) q.col(j) /= q.col(j).sum();
+    const std::vector<token_id> draft{1, 2, 3, 4};
+    specdec::verify_workspace ws;
+    const specdec::sampling_config settings[] = {{}, {.temperature = 0.0f}, {.top_k = 40}, {.top_p = 0.9f}};
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        for (const auto& s : settings) {
+            const specdec::verify_options o{.scheme = scheme};
+            for (int i = 0; i < 3; ++i) {  // warm-up
+                (void)specdec::verify(z, draft, q, s, rng, ws, o);
+                (void)specdec::verify(z, draft, specdec::point_mass, s, rng, ws, o);
+            }
+            const auto n = allocations_during([&] {
+                for (int i = 0; i < 20; ++i) {
+                    (void)specdec::verify(z, draft, q, s, rng, ws, o);
+                    (void)specdec::verify(z, draft, specdec::point_mass, s, rng, ws, o);
+                }
+            });
+            INFO("temperature " << s.temperature << " top_k " << s.top_k << " top_p " << s.top_p);
+            CHECK(n == 0);
+        }
+    }
+}
+
+TEST_CASE("A speculative step allocates nothing after warm-up when the adapters reuse their buffers",
+          "[allocation]") {
+    auto target = specdec_test::markov_model::random(512, 2, 1);
+    auto draft_model = specdec_test::markov_model::random(512, 2, 2);
+    in_place_target verifier{&target};
+    in_place_drafter drafter{&draft_model, {}, {}};
+    std::vector<token_id> seq{0, 1};
+    seq.reserve(100000);
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    std::mt19937_64 rng(3);
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        const specdec::step_options opts{.gamma = 5, .sampling = {.temperature = 0.8f, .top_p = 0.95f}, .scheme = scheme};
+        for (int i = 0; i < 10; ++i) specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws);
+        const auto before = seq.size();
+        const auto n = allocations_during([&] {
+            for (int i = 0; i < 200; ++i) specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws);
+        });
+        CHECK(seq.size() > before);
+        CHECK(n == 0);
+    }
+}
+
+TEST_CASE("The counting allocator sees allocations (negative control)", "[allocation]") {
+    const auto n = allocations_during([] {
+        std::vector<int> v(100);
+        (void)v;
+    });
+    CHECK(n == 1);
+}
