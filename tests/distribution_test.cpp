@@ -156,6 +156,17 @@ TEST_CASE("Point-mass drafts keep the target distribution", "[statistical][distr
     check_equivalence(drafter, target, target, c, 3);
 }
 
+TEST_CASE("Prompt-lookup, n-gram and fallback drafters keep the target distribution", "[statistical][distribution]") {
+    const equivalence_case c{.target_seed = 111};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    specdec::prompt_lookup_drafter lookup(c.vocab, 2, 1);
+    check_equivalence(lookup, target, target, c, 0);
+    specdec::ngram_model bigram(c.vocab, 2);
+    check_equivalence(bigram, target, target, c, 3);
+    specdec::fallback_drafter chain(lookup, bigram);
+    check_equivalence(chain, target, target, c, 3);
+}
+
 TEST_CASE("A draft equal to the target is always accepted and keeps the target distribution",
           "[statistical][distribution]") {
     const equivalence_case c{.sampling = {.temperature = 0.9f}, .target_seed = 91};

@@ -1,0 +1,93 @@
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/specdec.hpp>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+
+namespace {
+std::vector<token_id> draft_once(auto& drafter, const std::vector<token_id>& context, std::size_t gamma,
+                                 specdec::draft_block& block) {
+    std::mt19937_64 rng(1);
+    specdec::uniform_source u(rng);
+    drafter.draft(context, gamma, {}, u, block);
+    return block.tokens;
+}
+}  // namespace
+
+TEST_CASE("The unigram model's probabilities are the smoothed token frequencies", "[drafters]") {
+    specdec::ngram_model m(4, 1, false, 0.5f);
+    const std::vector<token_id> corpus{0, 1, 1, 2, 1, 1};
+    m.fit(corpus);
+    const std::vector<token_id> ctx{3};
+    const Eigen::VectorXf z = m.next_logits(ctx);
+    const Eigen::VectorXf p = z.array().exp() / z.array().exp().sum();
+    // counts (1, 4, 1, 0) + 0.5, total 8
+    CHECK(p[1] == Approx(4.5 / 8.0));
+    CHECK(p[3] == Approx(0.5 / 8.0));
+}
+
+TEST_CASE("The bigram model conditions on the last token and learns from the context, undoing rolled-back drafts",
+          "[drafters]") {
+    specdec::ngram_model learned(5, 2, true);
+    specdec::ngram_model fresh(5, 2, false);
+    const std::vector<token_id> a{1, 2, 1, 2, 1, 3, 1};
+    const std::vector<token_id> b{1, 2, 1, 2, 4, 4, 1};  // diverges from a after 4 tokens
+    (void)learned.next_logits(a);
+    const Eigen::VectorXf after_rollback = learned.next_logits(b);
+    fresh.fit(b);
+    CHECK((after_rollback - fresh.next_logits(b)).cwiseAbs().maxCoeff() < 1e-5f);
+    // After "1" the counted successors are 2 (twice) and 1... the most likely is 2.
+    Eigen::Index best = 0;
+    after_rollback.maxCoeff(&best);
+    CHECK(best == 2);
+    CHECK_THROWS_AS(specdec::ngram_model(5, 3), std::invalid_argument);
+    CHECK_THROWS_WITH(fresh.fit(std::vector<token_id>{7}), contains("token 7 is out of range"));
+}
+
+TEST_CASE("Prompt lookup continues the most recent earlier occurrence of the last n-gram", "[drafters]") {
+    specdec::prompt_lookup_drafter d(10, 3, 1);
+    specdec::draft_block block;
+    // ... 5 6 7 8 9 ... 5 6 7 | -> propose 8 9 (and what followed)
+    CHECK(draft_once(d, {5, 6, 7, 8, 9, 1, 5, 6, 7}, 3, block) == std::vector<token_id>{8, 9, 1});
+    CHECK(block.probs.cols() == 0);  // point masses
+    // The most recent occurrence wins.
+    CHECK(draft_once(d, {4, 2, 4, 3, 4}, 1, block) == std::vector<token_id>{3});
+    // Falls back to shorter n-grams, and proposes nothing when nothing recurs.
+    CHECK(draft_once(d, {1, 2, 3, 9, 2, 3}, 2, block) == std::vector<token_id>{9, 2});
+    CHECK(draft_once(d, {1, 2, 3}, 2, block).empty());
+    CHECK_THROWS_AS(specdec::prompt_lookup_drafter(10, 1, 2), std::invalid_argument);
+}
+
+TEST_CASE("A fallback chain uses the first drafter that proposes something", "[drafters]") {
+    auto model = markov_model::random(10, 2, 4);
+    specdec::prompt_lookup_drafter lookup(10, 2, 2);
+    specdec::fallback_drafter chain(lookup, model);
+    specdec::draft_block block;
+    CHECK(draft_once(chain, {1, 2, 7, 1, 2}, 2, block) == std::vector<token_id>{7, 1});
+    CHECK(chain.last_used() == 0);
+    CHECK(block.model_calls == 0);
+    CHECK(draft_once(chain, {1, 2, 3}, 2, block).size() == 2);
+    CHECK(chain.last_used() == 1);
+    CHECK(block.probs.cols() == 2);
+    CHECK(block.model_calls == 2);
+    auto other = markov_model::random(11, 2, 4);
+    CHECK_THROWS_WITH((specdec::fallback_drafter(lookup, other)), contains("different vocab_size"));
+}
+
+TEST_CASE("Speculative decoding with an empty draft block still produces one token per step", "[drafters]") {
+    auto target = markov_model::random(6, 2, 9);
+    specdec::prompt_lookup_drafter lookup(6, 3, 3);  // a 3-gram rarely recurs in a short context
+    const std::vector<token_id> prompt{0};
+    std::mt19937_64 a(2), b(2);
+    const auto r = specdec::speculative_decode(lookup, target, prompt, {.gamma = 4, .max_new_tokens = 30,
+                                                                        .sampling = {.temperature = 0.0f}}, a);
+    const auto g = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 30, .sampling = {.temperature = 0.0f}}, b);
+    CHECK(r.tokens == g.tokens);
+    CHECK(r.stats.steps <= 30);
+}
