@@ -4,6 +4,7 @@
 
 #include "adapters.hpp"
 #include "analysis.hpp"
+#include "batch.hpp"
 #include "concepts.hpp"
 #include "drafters/fallback.hpp"
 #include "drafters/ngram.hpp"

@@ -1,0 +1,88 @@
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/batch.hpp>
+
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+
+namespace {
+/// A shared model behind a per-sequence handle (what a real engine with per-sequence KV
+/// caches and shared weights looks like).
+struct handle {
+    markov_model* model;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> c) const {
+        const std::size_t row = model->row_of(c) * static_cast<std::size_t>(model->vocab);
+        return Eigen::Map<const Eigen::VectorXf>(model->table.data() + row, model->vocab);
+    }
+};
+}  // namespace
+
+TEST_CASE("A batch step gives each sequence what separate runs with the same seeds give", "[batch]") {
+    auto target = markov_model::random(16, 2, 1);
+    auto draft = markov_model::random(16, 2, 2);
+    constexpr std::size_t batch = 7, steps = 30;
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        const specdec::step_options opts{.gamma = 4, .sampling = {.temperature = 0.9f}, .scheme = scheme};
+        // Separate runs.
+        std::vector<std::vector<token_id>> expected(batch);
+        std::vector<specdec::decode_stats> expected_stats(batch);
+        for (std::size_t b = 0; b < batch; ++b) {
+            handle d{&draft}, t{&target};
+            std::mt19937_64 rng(100 + b);
+            specdec::step_workspace ws;
+            expected[b] = {static_cast<token_id>(b % 16)};
+            for (std::size_t s = 0; s < steps; ++s)
+                specdec::speculative_step(d, t, expected[b], expected_stats[b], opts, rng, ws);
+        }
+        for (std::size_t threads : {1u, 2u, 3u}) {
+            std::vector<handle> drafters(batch, handle{&draft}), verifiers(batch, handle{&target});
+            std::vector<specdec::batch_sequence<std::mt19937_64>> seqs;
+            for (std::size_t b = 0; b < batch; ++b)
+                seqs.push_back({{static_cast<token_id>(b % 16)}, {}, std::mt19937_64(100 + b)});
+            specdec::batch_workspace ws(threads);
+            for (std::size_t s = 0; s < steps; ++s)
+                specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs), opts, ws);
+            std::size_t ragged = 0;
+            for (std::size_t b = 0; b < batch; ++b) {
+                INFO("threads " << threads << " sequence " << b);
+                CHECK(seqs[b].tokens == expected[b]);
+                CHECK(seqs[b].stats.accepted_tokens == expected_stats[b].accepted_tokens);
+                if (seqs[b].tokens.size() != seqs[0].tokens.size()) ++ragged;
+            }
+            CHECK(ragged > 0);  // acceptance really was ragged
+        }
+    }
+}
+
+TEST_CASE("A failing sequence in a batch is reported and left unchanged, the others step", "[batch][errors]") {
+    auto target = markov_model::random(8, 2, 1);
+    struct failing {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        Eigen::VectorXf next_logits(std::span<const token_id>) const { throw std::runtime_error("engine failure"); }
+    };
+    // Sequence 1 has a draft model of another vocabulary: an invalid_argument from its step.
+    auto small = markov_model::random(6, 2, 3);
+    std::vector<markov_model> drafters{target, small, target};
+    std::vector<markov_model> verifiers{target, target, target};
+    std::vector<specdec::batch_sequence<std::mt19937_64>> seqs(3, {{0}, {}, std::mt19937_64(1)});
+    specdec::batch_workspace ws(2);
+    CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs),
+                                                      {.gamma = 2}, ws),
+                      contains("vocab_size"));
+    CHECK(seqs[1].tokens.size() == 1);
+    CHECK(seqs[0].tokens.size() > 1);
+    CHECK(seqs[2].tokens.size() > 1);
+    std::vector<failing> bad(3);
+    CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(drafters), std::span(bad), std::span(seqs), {.gamma = 2}, ws),
+                      contains("engine failure"));
+    std::vector<markov_model> two{target, target};
+    CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(two), std::span(verifiers), std::span(seqs), {.gamma = 2}, ws),
+                      contains("one of each per sequence"));
+    CHECK_THROWS_AS(specdec::batch_workspace(0), std::invalid_argument);
+}
