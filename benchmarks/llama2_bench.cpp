@@ -1,0 +1,301 @@
+// Benchmarks of the llama2.c example engine (examples/llama2/transformer.hpp): the cost of one
+// decoding step, of one batched verification pass over gamma+1 positions, of the same positions
+// done as separate steps, and of the matrix kernel against Eigen's products -- set against the
+// measured memory-streaming bandwidth of this machine.
+//
+// Model: the checkpoint named by the environment variable SPECDEC_BENCH_CHECKPOINT, or else
+// random weights at the shapes of llama2.c's stories15M and stories110M, written to a temporary
+// file and read back (the file is removed right after loading).
+//
+// Counters:
+//   weight_GBps   weight bytes a pass streams (transformer::streamed_weight_bytes) / time per pass
+//   bw_fraction   weight_GBps / the streaming bandwidth measured by llama2/bandwidth
+//   cost_vs_step  time of the benchmarked operation / time of one single-token step (same model,
+//                 as llama2/step measured it just before; ~1 for llama2/step itself)
+//   positions_per_s  positions run through the model per second
+//
+// Targets (single thread, 110M shape): one score() pass over 5 positions costs <= 1.5x one
+// single-token step; a single-token step streams weights at >= 70% of the measured bandwidth.
+//
+// Build with -O3 -march=native (the kernels use Eigen's SIMD packets for the target ISA).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+// Eigen 3.4's AVX-512 GEMM packing (used by the Eigen comparison in bm_matmul) trips GCC 12's
+// -Wmaybe-uninitialized inside <immintrin.h>; it is a false positive in third-party code.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <Eigen/Core>
+
+#include "llama2/checkpoint.hpp"
+#include "llama2/transformer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using tokens = std::vector<std::int32_t>;
+
+constexpr std::size_t context_length = 64;
+
+/// Sums a buffer much larger than the last-level cache with independent SIMD accumulators and
+/// the same software prefetch as the kernels: the single-thread streaming read bandwidth
+/// (bytes / s), best of `runs`. The buffer is allocated like the weights (llama2::tensor).
+double measure_bandwidth(std::size_t bytes, int runs) {
+    using namespace Eigen::internal;
+    using packet = llama2::detail::packet;
+    constexpr std::ptrdiff_t P = llama2::detail::packet_size;
+    constexpr std::ptrdiff_t ahead = llama2::detail::prefetch_distance;
+    static llama2::tensor buffer;
+    const auto n = std::ptrdiff_t(bytes / sizeof(float)) / (4 * P) * (4 * P);
+    if (std::ptrdiff_t(buffer.size()) != n + ahead) {
+        buffer.assign(std::size_t(n + ahead), 0.0f);
+        for (std::size_t i = 0; i < buffer.size(); i += 1024) buffer[i] = float(i % 7);
+    }
+    double best = 0.0;
+    for (int r = 0; r < runs; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        packet a0 = pset1<packet>(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        const float* p = buffer.data();
+        for (std::ptrdiff_t i = 0; i < n; i += 4 * P) {
+            prefetch(p + i + ahead);
+            a0 = padd(a0, pload<packet>(p + i));
+            a1 = padd(a1, pload<packet>(p + i + P));
+            a2 = padd(a2, pload<packet>(p + i + 2 * P));
+            a3 = padd(a3, pload<packet>(p + i + 3 * P));
+        }
+        const float s = predux(padd(padd(a0, a1), padd(a2, a3)));
+        benchmark::DoNotOptimize(s);
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        best = std::max(best, double(n) * sizeof(float) / secs);
+    }
+    return best;
+}
+
+/// The machine's streaming bandwidth, measured once (512 MiB buffer, best of 10 runs: the best
+/// run is the one least disturbed by other processes).
+double bandwidth() {
+    static const double bw = measure_bandwidth(std::size_t{512} << 20, 10);
+    return bw;
+}
+
+struct bench_model {
+    std::string label;
+    std::shared_ptr<const llama2::checkpoint> ck;
+};
+
+/// The models to benchmark: SPECDEC_BENCH_CHECKPOINT, or random stories15M / stories110M.
+std::vector<std::string> model_labels() {
+    if (const char* env = std::getenv("SPECDEC_BENCH_CHECKPOINT"); env != nullptr && *env != '\0')
+        return {fs::path(env).filename().string()};
+    return {"random_stories15M", "random_stories110M"};
+}
+
+const bench_model& get_model(const std::string& label) {
+    static std::map<std::string, bench_model> cache;
+    auto& m = cache[label];
+    if (m.ck) return m;
+    m.label = label;
+    if (const char* env = std::getenv("SPECDEC_BENCH_CHECKPOINT"); env != nullptr && *env != '\0') {
+        m.ck = std::make_shared<const llama2::checkpoint>(llama2::read_checkpoint(env));
+        return m;
+    }
+    const std::string preset = label.substr(std::string("random_").size());
+    const llama2::config c = *llama2::preset_config(preset);
+    const fs::path file = fs::temp_directory_path() /
+                          ("specdec_llama2_bench_" + preset + "_" + std::to_string(std::random_device{}()) + ".bin");
+    llama2::write_checkpoint(file, c, llama2::random_weights(c, 1234));
+    try {
+        m.ck = std::make_shared<const llama2::checkpoint>(llama2::read_checkpoint(file));
+    } catch (...) {
+        fs::remove(file);
+        throw;
+    }
+    fs::remove(file);
+    return m;
+}
+
+tokens random_tokens(std::size_t n, std::int32_t vocab, std::uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<std::int32_t> d(3, vocab - 1);
+    tokens t(n);
+    for (auto& x : t) x = d(rng);
+    t[0] = 1;  // BOS
+    return t;
+}
+
+/// Time of one single-token step per model (seconds): what llama2/step measured last, or, when
+/// that benchmark did not run (filtered out), the median of 15 steps measured here.
+std::map<std::string, double>& step_seconds_cache() {
+    static std::map<std::string, double> cache;
+    return cache;
+}
+
+double single_step_seconds(const bench_model& m) {
+    auto& cache = step_seconds_cache();
+    if (auto it = cache.find(m.label); it != cache.end()) return it->second;
+    llama2::transformer model(m.ck);
+    tokens ctx = random_tokens(context_length + 1, std::int32_t(model.vocab_size()), 7);
+    benchmark::DoNotOptimize(model.next_logits(std::span(ctx).first(context_length)));
+    std::vector<double> times;
+    for (int i = 0; i < 15; ++i) {
+        ctx.back() = 3 + i;
+        const auto t0 = std::chrono::steady_clock::now();
+        benchmark::DoNotOptimize(model.next_logits(ctx));
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::nth_element(times.begin(), times.begin() + 7, times.end());
+    return cache[m.label] = times[7];
+}
+
+void set_weight_counters(benchmark::State& state, const llama2::transformer& model, double passes_per_iter) {
+    const double bytes = double(model.streamed_weight_bytes()) * passes_per_iter * double(state.iterations());
+    state.counters["weight_GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+    state.counters["bw_fraction"] = benchmark::Counter(bytes / bandwidth(), benchmark::Counter::kIsRate);
+}
+
+void set_cost_vs_step(benchmark::State& state, const bench_model& m) {
+    // elapsed / (iterations * t_step): an inverted rate.
+    state.counters["cost_vs_step"] =
+        benchmark::Counter(double(state.iterations()) * single_step_seconds(m),
+                           benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+/// The memory-streaming probe itself.
+void bm_bandwidth(benchmark::State& state) {
+    const std::size_t bytes = std::size_t{512} << 20;
+    double last = 0.0;
+    for (auto _ : state) benchmark::DoNotOptimize(last = measure_bandwidth(bytes, 1));
+    state.SetBytesProcessed(std::int64_t(bytes) * state.iterations());
+    state.counters["GBps"] = benchmark::Counter(double(bytes) * double(state.iterations()) / 1e9,
+                                                benchmark::Counter::kIsRate);
+    state.counters["best_GBps"] = bandwidth() / 1e9;
+}
+
+/// One decoding step: next_logits on a 64-token cached context extended by one token.
+void bm_step(benchmark::State& state, const std::string& label) {
+    const bench_model& m = get_model(label);
+    llama2::transformer model(m.ck);
+    tokens ctx = random_tokens(context_length + 1, std::int32_t(model.vocab_size()), 7);
+    benchmark::DoNotOptimize(model.next_logits(std::span(ctx).first(context_length)));
+    std::int32_t t = 3;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (auto _ : state) {
+        ctx.back() = t;  // a different last token each time: exactly one new position
+        t = t + 1 < model.vocab_size() ? t + 1 : 3;
+        benchmark::DoNotOptimize(model.next_logits(ctx));
+    }
+    step_seconds_cache()[label] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() /
+                                  double(state.iterations());
+    set_weight_counters(state, model, 1.0);
+    state.counters["positions_per_s"] = benchmark::Counter(double(state.iterations()), benchmark::Counter::kIsRate);
+    set_cost_vs_step(state, m);
+}
+
+/// One verification pass: score(context, draft) over state.range(0) = gamma + 1 new positions
+/// (the last context token, not yet cached, plus gamma draft tokens), as in speculative decoding.
+void bm_score(benchmark::State& state, const std::string& label) {
+    const bench_model& m = get_model(label);
+    llama2::transformer model(m.ck);
+    const auto positions = std::size_t(state.range(0));
+    const tokens all = random_tokens(context_length + positions, std::int32_t(model.vocab_size()), 7);
+    const auto ctx = std::span(all).first(context_length);
+    const auto draft = std::span(all).subspan(context_length, positions - 1);
+    benchmark::DoNotOptimize(model.next_logits(ctx.first(context_length - 1)));
+    for (auto _ : state) benchmark::DoNotOptimize(model.score(ctx, draft));  // reruns positions 63 .. 63+gamma
+    set_weight_counters(state, model, 1.0);
+    state.counters["positions_per_s"] =
+        benchmark::Counter(double(positions) * double(state.iterations()), benchmark::Counter::kIsRate);
+    set_cost_vs_step(state, m);
+}
+
+/// The baseline: the same gamma + 1 positions as separate single-token steps.
+void bm_steps(benchmark::State& state, const std::string& label) {
+    const bench_model& m = get_model(label);
+    llama2::transformer model(m.ck);
+    const auto positions = std::size_t(state.range(0));
+    const tokens all = random_tokens(context_length + positions, std::int32_t(model.vocab_size()), 7);
+    benchmark::DoNotOptimize(model.next_logits(std::span(all).first(context_length - 1)));
+    for (auto _ : state)
+        for (std::size_t j = 0; j < positions; ++j)
+            benchmark::DoNotOptimize(model.next_logits(std::span(all).first(context_length + j)));
+    set_weight_counters(state, model, double(positions));
+    state.counters["positions_per_s"] =
+        benchmark::Counter(double(positions) * double(state.iterations()), benchmark::Counter::kIsRate);
+    set_cost_vs_step(state, m);
+}
+
+/// The layer-matrix product alone, Y = W X for the few columns of a verification pass, over a
+/// stack of 12 matrices 2048 x 768 (the w1 matrices of stories110M, 75 MB: more than the
+/// last-level cache), with: 0 = this library's streaming kernel (llama2::detail::matmul),
+/// 1 = Eigen GEMM `Y.noalias() = W * X`, 2 = Eigen `W.lazyProduct(X)` (coefficient-wise).
+void bm_matmul(benchmark::State& state) {
+    const int impl = int(state.range(0));
+    const auto cols = Eigen::Index(state.range(1));
+    constexpr Eigen::Index rows = 2048, inner = 768, count = 12;
+    using row_major = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    static std::vector<row_major> ws;
+    if (ws.empty())
+        for (Eigen::Index i = 0; i < count; ++i) ws.push_back(row_major::Random(rows, inner));
+    const Eigen::MatrixXf x = Eigen::MatrixXf::Random(inner, cols);
+    Eigen::MatrixXf y(rows, cols);
+    for (auto _ : state) {
+        for (const auto& w : ws) {
+            if (impl == 0)
+                llama2::detail::matmul(w.data(), rows, inner, x.data(), inner, cols, y.data(), rows);
+            else if (impl == 1)
+                y.noalias() = w * x;
+            else
+                y.noalias() = w.lazyProduct(x);
+            benchmark::DoNotOptimize(y.data());
+            benchmark::ClobberMemory();
+        }
+    }
+    const double bytes = double(count * rows * inner) * sizeof(float) * double(state.iterations());
+    state.counters["weight_GBps"] = benchmark::Counter(bytes / 1e9, benchmark::Counter::kIsRate);
+    state.counters["bw_fraction"] = benchmark::Counter(bytes / bandwidth(), benchmark::Counter::kIsRate);
+    state.SetLabel(impl == 0 ? "llama2::detail::matmul" : impl == 1 ? "Eigen noalias GEMM" : "Eigen lazyProduct");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+
+    benchmark::RegisterBenchmark("llama2/bandwidth", bm_bandwidth)->Unit(benchmark::kMillisecond);
+    for (const std::string& label : model_labels()) {
+        benchmark::RegisterBenchmark(("llama2/step/" + label).c_str(), bm_step, label)
+            ->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(("llama2/score/" + label).c_str(), bm_score, label)
+            ->ArgNames({"positions"})
+            ->DenseRange(2, 9)
+            ->Unit(benchmark::kMillisecond);
+        benchmark::RegisterBenchmark(("llama2/steps/" + label).c_str(), bm_steps, label)
+            ->ArgNames({"positions"})
+            ->DenseRange(2, 9)
+            ->Unit(benchmark::kMillisecond);
+    }
+    benchmark::RegisterBenchmark("llama2/matmul", bm_matmul)
+        ->ArgNames({"impl", "cols"})
+        ->ArgsProduct({{0, 1, 2}, {1, 2, 5, 9}})
+        ->Unit(benchmark::kMillisecond);
+
+    benchmark::AddCustomContext("bandwidth_GBps", std::to_string(bandwidth() / 1e9));
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

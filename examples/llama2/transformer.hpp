@@ -1,0 +1,462 @@
+#pragma once
+/// \file
+/// A llama2.c-compatible transformer forward pass in Eigen (float), with a KV cache that
+/// follows the caller's token sequence, a batched verification pass (`score`) for
+/// speculative decoding, and early-exit variants that share the weights.
+///
+/// Example code: copy it (with checkpoint.hpp) into your project. Single-threaded.
+///
+/// The architecture is the one of llama2.c's run.c (Karpathy, MIT):
+///   x = token_embedding[token]
+///   per layer l:  xb = rmsnorm(x) * rms_att[l];  q = wq xb, k = wk xb, v = wv xb;
+///                 RoPE on q and k;  causal multi-head attention with n_kv_heads
+///                 key/value heads shared by groups of n_heads / n_kv_heads query heads;
+///                 x += wo att;  xb = rmsnorm(x) * rms_ffn[l];  x += w2 (silu(w1 xb) * (w3 xb))
+///   logits = wcls (rmsnorm(x) * rms_final)
+/// RMSNorm: x / sqrt(mean(x^2) + 1e-5). RoPE (run.c, "rotate consecutive pairs"): for each even
+/// index i of a q or k vector, at position pos, the pair (v[i], v[i+1]) is rotated by the angle
+/// pos * 10000^(-(i mod head_size) / head_size).
+///
+/// Determinism: every dot product (weights, attention, norms) is accumulated in one fixed order
+/// that depends only on its length, never on how many positions a pass holds or on memory
+/// alignment. So, within one build (without -ffast-math), column j of score(context, draft) is
+/// bit-for-bit equal to next_logits(context + draft[0..j)), and a greedy speculative decoder
+/// reproduces plain greedy decoding exactly.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "checkpoint.hpp"
+
+namespace llama2 {
+
+namespace detail {
+
+/// Eigen's SIMD packet of floats for the instruction set this translation unit is compiled
+/// for (4 floats with SSE, 8 with AVX, 16 with AVX-512; 1 when vectorization is disabled).
+using packet = Eigen::internal::packet_traits<float>::type;
+inline constexpr int packet_size = Eigen::internal::packet_traits<float>::size;
+
+/// Vector registers available: bounds how many accumulators a kernel may keep live.
+#if defined(EIGEN_VECTORIZE_AVX512) || defined(EIGEN_VECTORIZE_NEON) || defined(__aarch64__)
+inline constexpr int vector_registers = 32;
+#else
+inline constexpr int vector_registers = 16;
+#endif
+
+/// Calls f(std::integral_constant<std::size_t, 0>{}) ... f(std::integral_constant<std::size_t, N-1>{}):
+/// a guaranteed unroll, so accumulator arrays stay in registers.
+template <int N, class F>
+EIGEN_STRONG_INLINE void unroll(F&& f) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (f(std::integral_constant<std::size_t, I>{}), ...);
+    }(std::make_index_sequence<std::size_t(N)>{});
+}
+
+/// A compile-time index as a signed offset.
+template <std::size_t I>
+constexpr std::ptrdiff_t off(std::integral_constant<std::size_t, I>) noexcept {
+    return std::ptrdiff_t(I);
+}
+
+/// The last, partial packet of a vector of length n starting at a (n % packet_size elements,
+/// zero-padded). Padding with zeros lets the remainder go through the same packet arithmetic
+/// as the body: adding 0 * 0 leaves every lane unchanged, so results do not depend on where
+/// the remainder falls, and no scalar code path exists (see "Determinism").
+EIGEN_STRONG_INLINE packet load_tail(const float* a, std::ptrdiff_t n) {
+    alignas(64) float buf[packet_size];
+    const std::ptrdiff_t body = n / packet_size * packet_size, rest = n - body;
+    for (std::ptrdiff_t i = 0; i < packet_size; ++i) buf[i] = i < rest ? a[body + i] : 0.0f;
+    return Eigen::internal::pload<packet>(buf);
+}
+
+/// sum_i a[i] * b[i], accumulated lane-wise in one packet (fixed order), then reduced.
+inline float dot(const float* a, const float* b, std::ptrdiff_t n) {
+    using namespace Eigen::internal;
+    packet acc = pset1<packet>(0.0f);
+    const std::ptrdiff_t body = n / packet_size * packet_size;
+    for (std::ptrdiff_t j = 0; j < body; j += packet_size)
+        acc = pmadd(ploadu<packet>(a + j), ploadu<packet>(b + j), acc);
+    if (body < n) acc = pmadd(load_tail(a, n), load_tail(b, n), acc);
+    return predux(acc);
+}
+
+/// y[i] += alpha * x[i] for i < n.
+inline void axpy(float alpha, const float* x, float* y, std::ptrdiff_t n) {
+    using namespace Eigen::internal;
+    const packet a = pset1<packet>(alpha);
+    std::ptrdiff_t j = 0;
+    for (; j + packet_size <= n; j += packet_size)
+        pstoreu(y + j, pmadd(a, ploadu<packet>(x + j), ploadu<packet>(y + j)));
+    for (; j < n; ++j) y[j] += alpha * x[j];
+}
+
+/// Largest number of activation columns one sweep over a weight matrix handles.
+inline constexpr int max_columns = 9;
+
+/// Rows the K-column kernel computes together (R * K accumulators + R weight packets + one
+/// activation packet must fit the register file). Measured on AVX-512 (Zen 5) with weights
+/// streamed from DRAM: up to 5 columns, one row at a time (a single memory stream, which the
+/// prefetcher serves best); from 6 columns on, two rows (fewer activation loads per FMA).
+template <int K>
+inline constexpr int rows_per_block = K <= 5 ? 1 : (2 * K + 3 <= vector_registers ? 2 : 1);
+
+/// Software prefetch distance along a weight row, in floats (8 KiB): lets a sweep over a
+/// weight matrix that is slowed down by arithmetic (several columns) keep memory busy.
+inline constexpr std::ptrdiff_t prefetch_distance = 2048;
+
+/// Y(:, 0..K) = W X(:, 0..K) for all rows of W: a sweep over W in blocks of R rows; each
+/// weight packet is loaded once and multiplied against the K activation columns (which stay
+/// in L1), so W is streamed from memory exactly once whatever K is. Each (row, column) pair
+/// has its own accumulator, fed the packets of the row in order, with the zero-padded
+/// remainder last; the result is therefore independent of K and R (see "Determinism").
+template <int K, int R = rows_per_block<K>>
+EIGEN_DONT_INLINE void gemm_columns(const float* w, std::ptrdiff_t rows, std::ptrdiff_t cols, const float* x,
+                                    std::ptrdiff_t ldx, float* y, std::ptrdiff_t ldy) {
+    using namespace Eigen::internal;
+    const std::ptrdiff_t body = cols / packet_size * packet_size;
+    const bool has_tail = body < cols;
+    packet x_tail[std::size_t(K)];
+    unroll<K>([&](auto c) { x_tail[c] = has_tail ? load_tail(x + off(c) * ldx, cols) : pset1<packet>(0.0f); });
+
+    // Prefetch < B, Prefetch > (row block wb, output yb); prefetching stays inside the matrix.
+    auto block = [&]<int B, bool Prefetch>(std::integral_constant<int, B>, std::bool_constant<Prefetch>,
+                                           const float* wb, float* yb) {
+        packet acc[std::size_t(B)][std::size_t(K)];
+        unroll<B>([&](auto r) { unroll<K>([&](auto c) { acc[r][c] = pset1<packet>(0.0f); }); });
+        for (std::ptrdiff_t j = 0; j < body; j += packet_size) {
+            packet wr[std::size_t(B)];
+            unroll<B>([&](auto r) {
+                if constexpr (Prefetch) prefetch(wb + off(r) * cols + j + prefetch_distance);
+                wr[r] = ploadu<packet>(wb + off(r) * cols + j);
+            });
+            unroll<K>([&](auto c) {
+                const packet xc = ploadu<packet>(x + off(c) * ldx + j);
+                unroll<B>([&](auto r) { acc[r][c] = pmadd(wr[r], xc, acc[r][c]); });
+            });
+        }
+        if (has_tail)
+            unroll<B>([&](auto r) {
+                const packet wt = load_tail(wb + off(r) * cols, cols);
+                unroll<K>([&](auto c) { acc[r][c] = pmadd(wt, x_tail[c], acc[r][c]); });
+            });
+        unroll<B>([&](auto r) { unroll<K>([&](auto c) { yb[off(c) * ldy + off(r)] = predux(acc[r][c]); }); });
+    };
+    const std::ptrdiff_t blocked = rows / R * R;
+    std::ptrdiff_t i = 0;
+    for (; i < blocked && (i + R) * cols + prefetch_distance <= rows * cols; i += R)
+        block(std::integral_constant<int, R>{}, std::true_type{}, w + i * cols, y + i);
+    for (; i < blocked; i += R) block(std::integral_constant<int, R>{}, std::false_type{}, w + i * cols, y + i);
+    for (; i < rows; ++i) block(std::integral_constant<int, 1>{}, std::false_type{}, w + i * cols, y + i);
+}
+
+/// Y = W X: W row-major [rows, cols] (a PyTorch Linear weight, as stored in the checkpoint),
+/// X column-major [cols, k] with leading dimension ldx, Y column-major [rows, k] with leading
+/// dimension ldy. Reads W once per group of up to max_columns columns.
+///
+/// Why not `Y.noalias() = W * X` with Eigen: for the few columns of a verification pass
+/// (k = 2..9), Eigen's GEMM packs blocks of W before multiplying and `lazyProduct` walks W
+/// once per column; this kernel streams W exactly once. Measured single-threaded on 75 MB of
+/// 2048 x 768 matrices (AVX-512 Zen 5, benchmarks/llama2_bench.cpp, llama2/matmul), weight
+/// GB/s for k = 1 / 2 / 5 / 9: this kernel 37 / 38 / 32 / 23, Eigen GEMM 32 / 9 / 12 / 11,
+/// Eigen lazyProduct 29 / 22 / 14 / 9.
+inline void matmul(const float* w, std::ptrdiff_t rows, std::ptrdiff_t cols, const float* x, std::ptrdiff_t ldx,
+                   std::ptrdiff_t k, float* y, std::ptrdiff_t ldy) {
+    while (k > 0) {
+        const std::ptrdiff_t groups = (k + max_columns - 1) / max_columns;
+        const std::ptrdiff_t kb = (k + groups - 1) / groups;  // balanced groups: 10 -> 5 + 5
+        switch (kb) {
+            case 1: gemm_columns<1>(w, rows, cols, x, ldx, y, ldy); break;
+            case 2: gemm_columns<2>(w, rows, cols, x, ldx, y, ldy); break;
+            case 3: gemm_columns<3>(w, rows, cols, x, ldx, y, ldy); break;
+            case 4: gemm_columns<4>(w, rows, cols, x, ldx, y, ldy); break;
+            case 5: gemm_columns<5>(w, rows, cols, x, ldx, y, ldy); break;
+            case 6: gemm_columns<6>(w, rows, cols, x, ldx, y, ldy); break;
+            case 7: gemm_columns<7>(w, rows, cols, x, ldx, y, ldy); break;
+            case 8: gemm_columns<8>(w, rows, cols, x, ldx, y, ldy); break;
+            default: gemm_columns<9>(w, rows, cols, x, ldx, y, ldy); break;
+        }
+        x += kb * ldx;
+        y += kb * ldy;
+        k -= kb;
+    }
+}
+
+/// out = rmsnorm(x) * gain over n elements (run.c's rmsnorm: eps 1e-5 inside the root).
+inline void rmsnorm(float* out, const float* x, const float* gain, std::ptrdiff_t n) {
+    const float ms = dot(x, x, n) / float(n) + 1e-5f;
+    const float inv = 1.0f / std::sqrt(ms);
+    for (std::ptrdiff_t i = 0; i < n; ++i) out[i] = gain[i] * (inv * x[i]);
+}
+
+}  // namespace detail
+
+/// A llama2.c model with a KV cache keyed by the token sequence it has processed.
+///
+/// Context-length policy: the model's seq_len (max_context()) is a hard limit. A call whose
+/// context (plus draft, for score()) holds more than max_context() tokens throws
+/// std::length_error naming the model and both lengths; the cache is left unchanged. Callers
+/// that need longer generations must stop (or restart with a shorter context) themselves.
+///
+/// Not thread-safe (the cache is mutable state); copies share the weights and copy the cache.
+class transformer {
+public:
+    /// A model over `model`'s weights (shared, never copied). `use_layers` = k in
+    /// [1, n_layers] runs only the first k blocks before the final norm and classifier (an
+    /// early-exit drafter built from the target itself); 0 means all layers.
+    /// \throws std::invalid_argument for a null model, invalid weights or use_layers out of range.
+    explicit transformer(std::shared_ptr<const checkpoint> model, int use_layers = 0) : model_(std::move(model)) {
+        if (!model_) throw std::invalid_argument("llama2::transformer: null checkpoint");
+        const config& c = model_->cfg;
+        check_weights(c, model_->w, "llama2::transformer '" + model_->name + "'");
+        if (use_layers < 0 || use_layers > c.n_layers)
+            throw std::invalid_argument("llama2::transformer '" + model_->name + "': use_layers = " +
+                                        std::to_string(use_layers) + " is outside [1, " +
+                                        std::to_string(c.n_layers) + "] (0 = all layers)");
+        layers_ = use_layers == 0 ? c.n_layers : use_layers;
+        name_ = model_->name;
+        if (layers_ != c.n_layers)
+            name_ += " (first " + std::to_string(layers_) + " of " + std::to_string(c.n_layers) + " layers)";
+        // RoPE table in double precision: angle(pos, i) = pos * 10000^(-2i / head_size).
+        const std::ptrdiff_t half = c.head_size() / 2;
+        rope_cos_.resize(std::size_t(c.seq_len * half));
+        rope_sin_.resize(rope_cos_.size());
+        for (std::ptrdiff_t pos = 0; pos < c.seq_len; ++pos)
+            for (std::ptrdiff_t i = 0; i < half; ++i) {
+                const double angle = double(pos) * std::pow(10000.0, -2.0 * double(i) / double(c.head_size()));
+                rope_cos_[std::size_t(pos * half + i)] = float(std::cos(angle));
+                rope_sin_[std::size_t(pos * half + i)] = float(std::sin(angle));
+            }
+        const std::size_t cache = std::size_t(layers_) * std::size_t(c.seq_len) * std::size_t(c.kv_dim());
+        key_cache_.assign(cache, 0.0f);
+        value_cache_.assign(cache, 0.0f);
+        att_.resize(std::size_t(c.seq_len));
+    }
+
+    /// Reads the checkpoint at `path` (see read_checkpoint) and wraps it.
+    explicit transformer(const std::filesystem::path& path, int use_layers = 0)
+        : transformer(std::make_shared<const checkpoint>(read_checkpoint(path)), use_layers) {}
+
+    /// An early-exit variant: the first k layers of this model, sharing its weights, with an
+    /// empty cache of its own. k = n_layers of the checkpoint gives the full model.
+    [[nodiscard]] transformer early_exit(int k) const {
+        if (k < 1) throw std::invalid_argument("llama2::transformer::early_exit: k must be >= 1");
+        return transformer(model_, k);
+    }
+
+    /// Vocabulary size: the number of logits per position.
+    [[nodiscard]] std::ptrdiff_t vocab_size() const noexcept { return model_->cfg.vocab_size; }
+    /// Most tokens a context (plus draft) may hold: the model's seq_len.
+    [[nodiscard]] std::ptrdiff_t max_context() const noexcept { return model_->cfg.seq_len; }
+    /// Layers this instance runs (the early-exit depth, or all).
+    [[nodiscard]] int n_layers() const noexcept { return layers_; }
+    /// The checkpoint's shapes (n_layers there is the checkpoint's, not n_layers()).
+    [[nodiscard]] const config& model_config() const noexcept { return model_->cfg; }
+    /// Shared weights.
+    [[nodiscard]] const std::shared_ptr<const checkpoint>& model() const noexcept { return model_; }
+    /// The checkpoint name, with the early-exit depth when not all layers are used.
+    [[nodiscard]] const std::string& name() const noexcept { return name_; }
+
+    /// Tokens whose keys/values are cached (positions 0 .. size-1).
+    [[nodiscard]] std::span<const std::int32_t> cached_tokens() const noexcept { return cached_; }
+    /// Forgets the cache (the next call recomputes from position 0).
+    void clear_cache() noexcept { cached_.clear(); }
+    /// Positions run through the layers since construction (cache reuse makes this smaller
+    /// than the sum of the context lengths).
+    [[nodiscard]] std::uint64_t positions_computed() const noexcept { return positions_computed_; }
+    /// Forward passes (calls of next_logits / score) since construction.
+    [[nodiscard]] std::uint64_t forward_passes() const noexcept { return passes_; }
+
+    /// Bytes of weights one forward pass of up to detail::max_columns positions reads: every
+    /// layer matrix and the classifier once, plus one embedding row and the norm gains per
+    /// position (counted for one position). The memory-bandwidth floor of a decoding step.
+    [[nodiscard]] std::uint64_t streamed_weight_bytes() const noexcept {
+        const config& c = model_->cfg;
+        const std::uint64_t D = std::uint64_t(c.dim), H = std::uint64_t(c.hidden_dim), KV = std::uint64_t(c.kv_dim()),
+                            V = std::uint64_t(c.vocab_size);
+        const std::uint64_t per_layer = 2 * D * D + 2 * KV * D + 3 * H * D + 2 * D;
+        return sizeof(float) * (std::uint64_t(layers_) * per_layer + V * D + 2 * D);
+    }
+
+    /// Logits of the token that follows `context` (the whole sequence so far, BOS first).
+    /// Reuses the cached positions shared with `context` (the longest common prefix), drops the
+    /// rest of the cache, and runs only the new positions. Afterwards the cache holds `context`.
+    /// \throws std::invalid_argument empty context; std::out_of_range token outside the vocabulary;
+    ///         std::length_error context longer than max_context().
+    [[nodiscard]] Eigen::VectorXf next_logits(std::span<const std::int32_t> context) {
+        check("next_logits", context, {});
+        Eigen::VectorXf out(vocab_size());
+        forward(context, {}, 1, out.data());
+        return out;
+    }
+
+    /// The batched verification pass: a vocab_size() x (draft.size() + 1) matrix whose column j
+    /// holds the logits of the token following context + draft[0..j). One forward over the
+    /// un-cached suffix of context plus the draft, streaming each weight matrix once per group
+    /// of up to 9 positions. Afterwards the cache holds context + draft; a later call with a
+    /// shorter or different sequence rolls it back.
+    /// \throws as next_logits, with the limit applying to context.size() + draft.size().
+    [[nodiscard]] Eigen::MatrixXf score(std::span<const std::int32_t> context, std::span<const std::int32_t> draft) {
+        check("score", context, draft);
+        Eigen::MatrixXf out(vocab_size(), std::ptrdiff_t(draft.size()) + 1);
+        forward(context, draft, std::ptrdiff_t(draft.size()) + 1, out.data());
+        return out;
+    }
+
+    /// score() writing into a caller's matrix: `out` is resized to vocab_size() x
+    /// (draft.size() + 1) (no allocation when it already has that shape) and filled as score()
+    /// would. Lets a decoding loop run without allocating per step (specdec's
+    /// InPlaceBatchVerifier). \throws as score(); on a throw `out` is unchanged.
+    void score_into(std::span<const std::int32_t> context, std::span<const std::int32_t> draft, Eigen::MatrixXf& out) {
+        check("score_into", context, draft);
+        out.resize(vocab_size(), std::ptrdiff_t(draft.size()) + 1);
+        forward(context, draft, std::ptrdiff_t(draft.size()) + 1, out.data());
+    }
+
+private:
+    void check(const char* fn, std::span<const std::int32_t> context, std::span<const std::int32_t> draft) const {
+        if (context.empty())
+            throw std::invalid_argument("llama2::transformer '" + name_ + "'::" + fn +
+                                        ": empty context (it must start with BOS = 1)");
+        const std::size_t total = context.size() + draft.size();
+        if (total > std::size_t(max_context()))
+            throw std::length_error("llama2::transformer '" + name_ + "'::" + fn + ": context of " +
+                                    std::to_string(context.size()) + " tokens" +
+                                    (draft.empty() ? std::string() : " + draft of " + std::to_string(draft.size())) +
+                                    " exceeds the model's seq_len of " + std::to_string(max_context()) + " tokens");
+        auto check_tokens = [&](std::span<const std::int32_t> s, const char* what) {
+            for (std::size_t i = 0; i < s.size(); ++i)
+                if (s[i] < 0 || s[i] >= vocab_size())
+                    throw std::out_of_range("llama2::transformer '" + name_ + "'::" + fn + ": " + what + "[" +
+                                            std::to_string(i) + "] = " + std::to_string(s[i]) +
+                                            " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+        };
+        check_tokens(context, "context");
+        check_tokens(draft, "draft");
+    }
+
+    /// Runs the positions of context ++ draft not covered by the cache and writes the logits of
+    /// the last n_out positions to out (column-major, vocab x n_out).
+    void forward(std::span<const std::int32_t> context, std::span<const std::int32_t> draft, std::ptrdiff_t n_out,
+                 float* out) {
+        const auto nc = std::ptrdiff_t(context.size());
+        const std::ptrdiff_t n = nc + std::ptrdiff_t(draft.size());
+        auto token = [&](std::ptrdiff_t i) { return i < nc ? context[std::size_t(i)] : draft[std::size_t(i - nc)]; };
+        // Longest common prefix with the cache; the positions whose logits are requested
+        // (nc-1 .. n-1) are always recomputed since logits are not cached.
+        std::ptrdiff_t p = 0;
+        const auto cached = std::ptrdiff_t(cached_.size());
+        while (p < cached && p < n && cached_[std::size_t(p)] == token(p)) ++p;
+        p = std::min(p, nc - 1);
+        cached_.resize(std::size_t(p));  // roll back: the keys/values beyond p are simply stale
+        run_positions(token, p, n, n_out, out);
+        for (std::ptrdiff_t i = p; i < n; ++i) cached_.push_back(token(i));
+        ++passes_;
+        positions_computed_ += std::uint64_t(n - p);
+    }
+
+    template <class Token>
+    void run_positions(const Token& token, std::ptrdiff_t p, std::ptrdiff_t n, std::ptrdiff_t n_out, float* out) {
+        const config& c = model_->cfg;
+        const weights& w = model_->w;
+        const std::ptrdiff_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), hs = c.head_size(), S = c.seq_len,
+                             V = c.vocab_size, T = n - p, group = c.n_heads / c.n_kv_heads, half = hs / 2;
+        x_.resize(D, T);
+        xb_.resize(D, T);
+        q_.resize(D, T);
+        y_.resize(D, T);
+        h1_.resize(H, T);
+        h3_.resize(H, T);
+        for (std::ptrdiff_t t = 0; t < T; ++t)
+            std::copy_n(w.token_embedding.data() + std::ptrdiff_t(token(p + t)) * D, D, x_.col(t).data());
+
+        const float sqrt_hs = std::sqrt(float(hs));  // run.c: score /= sqrtf(head_size)
+        for (std::ptrdiff_t l = 0; l < layers_; ++l) {
+            float* kc = key_cache_.data() + l * S * KV;  // [seq_len, kv_dim]: position-major
+            float* vc = value_cache_.data() + l * S * KV;
+            for (std::ptrdiff_t t = 0; t < T; ++t)
+                detail::rmsnorm(xb_.col(t).data(), x_.col(t).data(), w.rms_att.data() + l * D, D);
+            // q, and k, v straight into the cache rows p .. n-1 (a kv_dim x T column-major block).
+            detail::matmul(w.wq.data() + l * D * D, D, D, xb_.data(), D, T, q_.data(), D);
+            detail::matmul(w.wk.data() + l * KV * D, KV, D, xb_.data(), D, T, kc + p * KV, KV);
+            detail::matmul(w.wv.data() + l * KV * D, KV, D, xb_.data(), D, T, vc + p * KV, KV);
+            // RoPE (run.c): rotate pairs (i, i+1) of q (all heads) and k (kv heads).
+            for (std::ptrdiff_t t = 0; t < T; ++t) {
+                const float* cs = rope_cos_.data() + (p + t) * half;
+                const float* sn = rope_sin_.data() + (p + t) * half;
+                auto rotate = [&](float* v, std::ptrdiff_t len) {
+                    for (std::ptrdiff_t i = 0; i < len; i += 2) {
+                        const std::ptrdiff_t f = (i % hs) / 2;
+                        const float v0 = v[i], v1 = v[i + 1];
+                        v[i] = v0 * cs[f] - v1 * sn[f];
+                        v[i + 1] = v0 * sn[f] + v1 * cs[f];
+                    }
+                };
+                rotate(q_.col(t).data(), D);
+                rotate(kc + (p + t) * KV, KV);
+            }
+            // Causal attention; xb receives the concatenated head outputs.
+            for (std::ptrdiff_t t = 0; t < T; ++t) {
+                const std::ptrdiff_t pos = p + t;
+                for (std::ptrdiff_t h = 0; h < c.n_heads; ++h) {
+                    const float* qh = q_.col(t).data() + h * hs;
+                    const std::ptrdiff_t off = (h / group) * hs;
+                    float* att = att_.data();
+                    float mx = -std::numeric_limits<float>::infinity();
+                    for (std::ptrdiff_t s = 0; s <= pos; ++s) {
+                        att[s] = detail::dot(qh, kc + s * KV + off, hs) / sqrt_hs;
+                        mx = std::max(mx, att[s]);
+                    }
+                    float sum = 0.0f;
+                    for (std::ptrdiff_t s = 0; s <= pos; ++s) {
+                        att[s] = std::exp(att[s] - mx);
+                        sum += att[s];
+                    }
+                    float* o = xb_.col(t).data() + h * hs;
+                    std::fill_n(o, hs, 0.0f);
+                    for (std::ptrdiff_t s = 0; s <= pos; ++s) detail::axpy(att[s] / sum, vc + s * KV + off, o, hs);
+                }
+            }
+            detail::matmul(w.wo.data() + l * D * D, D, D, xb_.data(), D, T, y_.data(), D);
+            x_ += y_;
+            // SwiGLU feed-forward: x += w2 (silu(w1 xb) * w3 xb).
+            for (std::ptrdiff_t t = 0; t < T; ++t)
+                detail::rmsnorm(xb_.col(t).data(), x_.col(t).data(), w.rms_ffn.data() + l * D, D);
+            detail::matmul(w.w1.data() + l * H * D, H, D, xb_.data(), D, T, h1_.data(), H);
+            detail::matmul(w.w3.data() + l * H * D, H, D, xb_.data(), D, T, h3_.data(), H);
+            float* a = h1_.data();
+            const float* b = h3_.data();
+            for (std::ptrdiff_t i = 0; i < H * T; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+            detail::matmul(w.w2.data() + l * D * H, D, H, h1_.data(), H, T, y_.data(), D);
+            x_ += y_;
+        }
+        // Final norm and classifier, only for the positions whose logits are requested.
+        for (std::ptrdiff_t j = 0; j < n_out; ++j)
+            detail::rmsnorm(xb_.col(j).data(), x_.col(T - n_out + j).data(), w.rms_final.data(), D);
+        detail::matmul(w.classifier(), V, D, xb_.data(), D, n_out, out, V);
+    }
+
+    std::shared_ptr<const checkpoint> model_;
+    int layers_ = 0;
+    std::string name_;
+    std::vector<float> rope_cos_, rope_sin_;  // [seq_len, head_size / 2]
+    tensor key_cache_, value_cache_;  // [layers, seq_len, kv_dim], 64-byte aligned
+    std::vector<std::int32_t> cached_;  // tokens at cached positions
+    std::vector<float> att_;            // attention scores of one head
+    Eigen::MatrixXf x_, xb_, q_, y_, h1_, h3_;  // activations, one column per position
+    std::uint64_t positions_computed_ = 0, passes_ = 0;
+};
+
+}  // namespace llama2

@@ -1,0 +1,633 @@
+// Tests of the llama2.c example engine (examples/llama2): checkpoint I/O, the Eigen
+// transformer (golden logits, greedy decoding, batched score vs. single steps, KV-cache
+// rollback, context limit, early exit) and the tokenizer.
+//
+// Tests on real models read them from the folder named by the environment variable
+// SPECDEC_MODELS_DIR (stories260K.bin, llama2xs_tok512_279K.bin, tok512.bin, golden/); they
+// print "skipped: ..." and pass when it is unset or incomplete. Tests on random checkpoints
+// always run.
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "support/catch.hpp"
+#include "llama2/context_limit.hpp"
+#include "support/json_lite.hpp"
+
+#include "llama2/checkpoint.hpp"
+#include "llama2/tokenizer.hpp"
+#include "llama2/transformer.hpp"
+
+#if __has_include(<specdec/concepts.hpp>)
+#include <specdec/concepts.hpp>
+// The engine plugs into specdec as a target (batched, in place) and as a draft model.
+static_assert(specdec::LanguageModel<llama2::transformer>);
+static_assert(specdec::BatchVerifier<llama2::transformer>);
+static_assert(specdec::InPlaceBatchVerifier<llama2::transformer>);
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using tokens = std::vector<std::int32_t>;
+
+const char* const target_file = "stories260K.bin";
+const char* const draft_file = "llama2xs_tok512_279K.bin";
+const char* const tokenizer_file = "tok512.bin";
+
+/// The models folder, or nullopt after printing "skipped: ..." (env unset or a file missing).
+std::optional<fs::path> models_dir(std::initializer_list<const char*> needed) {
+    const char* env = std::getenv("SPECDEC_MODELS_DIR");
+    if (env == nullptr || *env == '\0') {
+        WARN("skipped: SPECDEC_MODELS_DIR is not set (it must name the folder with stories260K.bin, "
+             "llama2xs_tok512_279K.bin, tok512.bin and golden/)");
+        return std::nullopt;
+    }
+    const fs::path dir(env);
+    for (const char* f : needed)
+        if (!fs::exists(dir / f)) {
+            WARN("skipped: " << (dir / f).string() << " not found (SPECDEC_MODELS_DIR=" << env << ")");
+            return std::nullopt;
+        }
+    return dir;
+}
+
+/// Checkpoints are loaded once per test run.
+std::shared_ptr<const llama2::checkpoint> load(const fs::path& file) {
+    static std::map<fs::path, std::shared_ptr<const llama2::checkpoint>> cache;
+    auto& slot = cache[file];
+    if (!slot) slot = std::make_shared<const llama2::checkpoint>(llama2::read_checkpoint(file));
+    return slot;
+}
+
+/// A temporary file removed at scope exit.
+struct temp_file {
+    fs::path path;
+    explicit temp_file(const std::string& stem) {
+        std::random_device rd;
+        path = fs::temp_directory_path() / (stem + "_" + std::to_string(rd()) + ".bin");
+    }
+    ~temp_file() {
+        std::error_code ec;
+        fs::remove(path, ec);
+    }
+    temp_file(const temp_file&) = delete;
+    temp_file& operator=(const temp_file&) = delete;
+};
+
+/// A small random model that exercises every code path: grouped-query attention (6 heads,
+/// 2 kv heads), a separate classifier, widths that are not multiples of the SIMD width.
+llama2::config small_config(bool shared_classifier = false) {
+    llama2::config c;
+    c.dim = 60;
+    c.hidden_dim = 100;
+    c.n_layers = 3;
+    c.n_heads = 6;
+    c.n_kv_heads = 2;
+    c.vocab_size = 300;
+    c.seq_len = 48;
+    c.shared_classifier = shared_classifier;
+    return c;
+}
+
+std::shared_ptr<const llama2::checkpoint> small_model(bool shared_classifier = false) {
+    auto ck = std::make_shared<llama2::checkpoint>();
+    ck->name = "random-small";
+    ck->cfg = small_config(shared_classifier);
+    ck->w = llama2::random_weights(ck->cfg, 42);
+    return ck;
+}
+
+tokens random_tokens(std::mt19937& rng, std::size_t n, std::int32_t vocab) {
+    std::uniform_int_distribution<std::int32_t> d(3, vocab - 1);
+    tokens t(n);
+    for (auto& x : t) x = d(rng);
+    return t;
+}
+
+std::int32_t argmax(const Eigen::VectorXf& v) {
+    Eigen::Index best = 0;
+    for (Eigen::Index i = 1; i < v.size(); ++i)
+        if (v[i] > v[best]) best = i;
+    return std::int32_t(best);
+}
+
+std::span<const std::int32_t> prefix(const tokens& t, std::size_t n) { return std::span(t).first(n); }
+
+tokens concat(std::span<const std::int32_t> a, std::span<const std::int32_t> b) {
+    tokens r(a.begin(), a.end());
+    r.insert(r.end(), b.begin(), b.end());
+    return r;
+}
+
+float max_abs_diff(const Eigen::Ref<const Eigen::VectorXf>& a, const Eigen::Ref<const Eigen::VectorXf>& b) {
+    return (a - b).cwiseAbs().maxCoeff();
+}
+
+/// Speculative-decoding-like traffic: random contexts that grow, diverge and shrink, with
+/// drafts of 1..8 tokens. Every column of score() must equal (bit for bit) next_logits on the
+/// extended context computed by a second instance, and a cold instance for some of them.
+void check_score_matches_steps(const std::shared_ptr<const llama2::checkpoint>& model, int rounds,
+                               std::uint32_t seed) {
+    llama2::transformer scorer(model), stepper(model);
+    std::mt19937 rng(seed);
+    const auto vocab = std::int32_t(scorer.vocab_size());
+    const auto limit = std::size_t(scorer.max_context());
+    tokens ctx{1};
+    int rollbacks = 0;
+    for (int round = 0; round < rounds; ++round) {
+        const int gamma = 1 + int(rng() % 8);
+        const int mode = int(rng() % 4);
+        if (mode == 0 && ctx.size() > 2) {  // roll back to a shorter context
+            ctx.resize(1 + rng() % (ctx.size() - 1));
+            ++rollbacks;
+        } else if (mode == 1 && ctx.size() > 2) {  // diverge: replace the tail
+            const std::size_t keep = 1 + rng() % (ctx.size() - 1);
+            ctx.resize(keep);
+            const auto extra = random_tokens(rng, 1 + rng() % 4, vocab);
+            ctx.insert(ctx.end(), extra.begin(), extra.end());
+        } else {  // extend, as after accepting some tokens
+            const auto extra = random_tokens(rng, 1 + rng() % 5, vocab);
+            ctx.insert(ctx.end(), extra.begin(), extra.end());
+        }
+        if (ctx.size() + std::size_t(gamma) > limit) ctx.resize(1 + rng() % (limit / 2));
+        const tokens draft = random_tokens(rng, std::size_t(gamma), vocab);
+        Eigen::MatrixXf m;
+        if (round % 2 == 0)
+            m = scorer.score(ctx, draft);
+        else
+            scorer.score_into(ctx, draft, m);  // the in-place variant, same contents
+        REQUIRE(m.rows() == scorer.vocab_size());
+        REQUIRE(m.cols() == gamma + 1);
+        const tokens all = concat(ctx, draft);
+        REQUIRE(tokens(scorer.cached_tokens().begin(), scorer.cached_tokens().end()) == all);
+        for (int j = 0; j <= gamma; ++j) {
+            const Eigen::VectorXf ref = stepper.next_logits(prefix(all, ctx.size() + std::size_t(j)));
+            INFO("round " << round << ", context " << ctx.size() << ", gamma " << gamma << ", column " << j);
+            REQUIRE(max_abs_diff(m.col(j), ref) == 0.0f);
+        }
+        if (round % 10 == 0) {  // against a cold instance (no cache reuse)
+            llama2::transformer cold(model);
+            REQUIRE(max_abs_diff(m.col(gamma), cold.next_logits(all)) == 0.0f);
+        }
+    }
+    CHECK(rollbacks > 0);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Checkpoint I/O
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("llama2: checkpoint round trip through write_checkpoint (random weights)", "[llama2][checkpoint]") {
+    for (const bool shared : {false, true}) {
+        const llama2::config c = small_config(shared);
+        const llama2::weights w = llama2::random_weights(c, 7);
+        temp_file f("llama2_roundtrip");
+        llama2::write_checkpoint(f.path, c, w);
+        CHECK(fs::file_size(f.path) == llama2::checkpoint_file_size(c));
+        const llama2::checkpoint back = llama2::read_checkpoint(f.path);
+        CHECK(back.cfg == c);
+        CHECK(back.name == f.path.filename().string());
+        CHECK(back.w.token_embedding == w.token_embedding);
+        CHECK(back.w.wq == w.wq);
+        CHECK(back.w.wk == w.wk);
+        CHECK(back.w.wv == w.wv);
+        CHECK(back.w.wo == w.wo);
+        CHECK(back.w.w1 == w.w1);
+        CHECK(back.w.w2 == w.w2);
+        CHECK(back.w.w3 == w.w3);
+        CHECK(back.w.rms_att == w.rms_att);
+        CHECK(back.w.rms_ffn == w.rms_ffn);
+        CHECK(back.w.rms_final == w.rms_final);
+        CHECK(back.w.wcls == w.wcls);
+        CHECK(back.w.wcls.empty() == shared);
+    }
+}
+
+TEST_CASE("llama2: checkpoint errors name the file and the problem", "[llama2][checkpoint]") {
+    const llama2::config c = small_config();
+    const llama2::weights w = llama2::random_weights(c, 1);
+
+    SECTION("missing file") {
+        const fs::path missing = fs::temp_directory_path() / "llama2_no_such_checkpoint.bin";
+        REQUIRE_THROWS_AS(llama2::read_checkpoint(missing), std::runtime_error);
+        REQUIRE_THROWS_WITH(llama2::read_checkpoint(missing),
+                            specdec_test::contains("llama2_no_such_checkpoint.bin") && specdec_test::contains("cannot open"));
+    }
+    SECTION("truncated file") {
+        temp_file f("llama2_truncated");
+        llama2::write_checkpoint(f.path, c, w);
+        fs::resize_file(f.path, fs::file_size(f.path) - 4);
+        REQUIRE_THROWS_AS(llama2::read_checkpoint(f.path), std::invalid_argument);
+        REQUIRE_THROWS_WITH(llama2::read_checkpoint(f.path),
+                            specdec_test::contains(f.path.filename().string()) && specdec_test::contains("truncated"));
+    }
+    SECTION("trailing data") {
+        temp_file f("llama2_trailing");
+        llama2::write_checkpoint(f.path, c, w);
+        { std::ofstream(f.path, std::ios::binary | std::ios::app).write("\0\0\0\0", 4); }
+        REQUIRE_THROWS_AS(llama2::read_checkpoint(f.path), std::invalid_argument);
+    }
+    SECTION("invalid header") {
+        temp_file f("llama2_badheader");
+        {
+            const std::int32_t h[7] = {64, 172, 5, 7, 7, 512, 512};  // 7 heads do not divide dim 64
+            std::ofstream(f.path, std::ios::binary).write(reinterpret_cast<const char*>(h), sizeof h);
+        }
+        REQUIRE_THROWS_AS(llama2::read_checkpoint(f.path), std::invalid_argument);
+        REQUIRE_THROWS_WITH(llama2::read_checkpoint(f.path), specdec_test::contains("n_heads"));
+    }
+    SECTION("tiny file") {
+        temp_file f("llama2_tiny");
+        { std::ofstream(f.path, std::ios::binary).write("abc", 3); }
+        REQUIRE_THROWS_WITH(llama2::read_checkpoint(f.path), specdec_test::contains("too small"));
+    }
+    SECTION("weights that do not match the config") {
+        llama2::weights bad = w;
+        bad.w2.pop_back();
+        temp_file f("llama2_badweights");
+        REQUIRE_THROWS_AS(llama2::write_checkpoint(f.path, c, bad), std::invalid_argument);
+        REQUIRE_THROWS_AS(llama2::transformer(std::make_shared<const llama2::checkpoint>(
+                              llama2::checkpoint{"bad", c, bad})),
+                          std::invalid_argument);
+    }
+}
+
+TEST_CASE("llama2: real checkpoints load and survive a round trip", "[llama2][checkpoint]") {
+    const auto dir = models_dir({target_file, draft_file});
+    if (!dir) return;
+    const auto target = load(*dir / target_file);
+    const auto draft = load(*dir / draft_file);
+    CHECK(target->cfg.dim == 64);
+    CHECK(target->cfg.hidden_dim == 172);
+    CHECK(target->cfg.n_layers == 5);
+    CHECK(target->cfg.n_heads == 8);
+    CHECK(target->cfg.n_kv_heads == 4);
+    CHECK(target->cfg.vocab_size == 512);
+    CHECK(target->cfg.seq_len == 512);
+    CHECK(llama2::parameter_count(target->cfg) == 260032);
+    CHECK(draft->cfg.hidden_dim == 192);
+    CHECK(draft->cfg.seq_len == 256);
+    CHECK(llama2::parameter_count(draft->cfg) == 279232);
+
+    temp_file f("llama2_real_roundtrip");
+    llama2::write_checkpoint(f.path, target->cfg, target->w);
+    CHECK(fs::file_size(f.path) == fs::file_size(*dir / target_file));
+    const llama2::checkpoint back = llama2::read_checkpoint(f.path);
+    CHECK(back.cfg == target->cfg);
+    CHECK(back.w.wq == target->w.wq);
+    CHECK(back.w.w2 == target->w.w2);
+    CHECK(back.w.token_embedding == target->w.token_embedding);
+    llama2::transformer a(target), b(std::make_shared<const llama2::checkpoint>(back));
+    const tokens seq{1, 403, 407, 261, 378};
+    CHECK(max_abs_diff(a.next_logits(seq), b.next_logits(seq)) == 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Transformer on real models: golden logits and greedy decoding
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("llama2: logits match the float64 reference (token by token and one score pass)",
+          "[llama2][golden]") {
+    const auto dir = models_dir({target_file, draft_file, "golden/reference.json"});
+    if (!dir) return;
+    const json_lite::value ref = json_lite::parse_file(*dir / "golden/reference.json");
+    const tokens seq = ref["logits_sequence"].as_int32_vector();
+    REQUIRE(seq.size() == 64);
+    for (const char* model_file : {target_file, draft_file}) {
+        const std::string stem = fs::path(model_file).stem().string();
+        const fs::path golden_file = *dir / "golden" / (stem + ".logits.f32");
+        REQUIRE(fs::exists(golden_file));
+        REQUIRE(fs::file_size(golden_file) == seq.size() * 512 * sizeof(float));
+        Eigen::MatrixXf golden(512, Eigen::Index(seq.size()));  // column t = row t of the file
+        std::ifstream(golden_file, std::ios::binary)
+            .read(reinterpret_cast<char*>(golden.data()), std::streamsize(golden.size()) * std::streamsize(sizeof(float)));
+
+        const auto model = load(*dir / model_file);
+        llama2::transformer stepper(model), scorer(model);
+        REQUIRE(stepper.vocab_size() == 512);
+        float err_steps = 0.0f, err_score = 0.0f;
+        for (std::size_t t = 0; t < seq.size(); ++t)
+            err_steps = std::max(err_steps, max_abs_diff(stepper.next_logits(prefix(seq, t + 1)), golden.col(Eigen::Index(t))));
+        CHECK(stepper.positions_computed() == seq.size());  // each step ran exactly one new position
+        const Eigen::MatrixXf all = scorer.score(prefix(seq, 1), std::span(seq).subspan(1));
+        REQUIRE(all.cols() == Eigen::Index(seq.size()));
+        err_score = (all - golden).cwiseAbs().maxCoeff();
+        std::printf("[llama2] %s: max |logit - golden| over 64x512: token by token %.3g, one score pass %.3g\n",
+                    model_file, double(err_steps), double(err_score));
+        CHECK(err_steps < 1e-4f);
+        CHECK(err_score < 1e-4f);
+        // Batched and single-step results are bit-identical (see transformer.hpp, "Determinism").
+        const Eigen::VectorXf last = stepper.next_logits(seq);
+        CHECK(max_abs_diff(all.col(all.cols() - 1), last) == 0.0f);
+    }
+}
+
+TEST_CASE("llama2: greedy decoding reproduces the reference stories", "[llama2][golden]") {
+    const auto dir = models_dir({target_file, draft_file, tokenizer_file, "golden/reference.json"});
+    if (!dir) return;
+    const json_lite::value ref = json_lite::parse_file(*dir / "golden/reference.json");
+    const llama2::tokenizer tok(*dir / tokenizer_file, 512);
+    for (const char* model_file : {target_file, draft_file}) {
+        const std::string stem = fs::path(model_file).stem().string();
+        llama2::transformer model(load(*dir / model_file));
+        for (const char* prompt : {"Once upon a time", "<empty>"}) {
+            INFO(model_file << ", prompt \"" << prompt << "\"");
+            const json_lite::value& entry = ref[stem][prompt];
+            const std::string text = std::string(prompt) == "<empty>" ? std::string() : std::string(prompt);
+            tokens seq = tok.encode(text, true, false);
+            REQUIRE(seq == entry["prompt_tokens"].as_int32_vector());
+            const tokens expected = entry["greedy_tokens"].as_int32_vector();
+            while (seq.size() < 200) {
+                const std::int32_t next = argmax(model.next_logits(seq));
+                seq.push_back(next);
+                if (next == llama2::tokenizer::bos_id || next == llama2::tokenizer::eos_id) break;
+            }
+            const std::size_t n = std::min(seq.size(), expected.size());
+            CHECK(tokens(seq.begin(), seq.begin() + std::ptrdiff_t(n)) ==
+                  tokens(expected.begin(), expected.begin() + std::ptrdiff_t(n)));
+            CHECK(tok.decode(expected) == entry["text"].as_string());
+            CHECK(tok.decode(seq) == entry["text"].as_string());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batched scoring, KV cache, context limit, early exit
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("llama2: score() columns equal next_logits() on the extended contexts (random model)",
+          "[llama2][score]") {
+    check_score_matches_steps(small_model(false), 120, 11);
+    check_score_matches_steps(small_model(true), 60, 12);
+}
+
+TEST_CASE("llama2: score() columns equal next_logits() on the extended contexts (real models)",
+          "[llama2][score]") {
+    const auto dir = models_dir({target_file, draft_file});
+    if (!dir) return;
+    check_score_matches_steps(load(*dir / target_file), 80, 21);
+    check_score_matches_steps(load(*dir / draft_file), 80, 22);
+}
+
+TEST_CASE("llama2: the KV cache reuses the common prefix and rolls back", "[llama2][cache]") {
+    const auto model = small_model();
+    llama2::transformer m(model);
+    std::mt19937 rng(5);
+    tokens seq{1};
+    const tokens rest = random_tokens(rng, 39, 300);
+    seq.insert(seq.end(), rest.begin(), rest.end());
+
+    auto fresh = [&](std::span<const std::int32_t> ctx) { return llama2::transformer(model).next_logits(ctx); };
+
+    const Eigen::VectorXf a = m.next_logits(prefix(seq, 30));
+    CHECK(m.positions_computed() == 30);
+    CHECK(m.cached_tokens().size() == 30);
+    CHECK(max_abs_diff(a, fresh(prefix(seq, 30))) == 0.0f);
+
+    // Extending by 10 runs only the 10 new positions.
+    const Eigen::VectorXf b = m.next_logits(prefix(seq, 40));
+    CHECK(m.positions_computed() == 40);
+    CHECK(max_abs_diff(b, fresh(seq)) == 0.0f);
+
+    // The same context again: only the last position (whose logits are needed) is rerun.
+    CHECK(max_abs_diff(m.next_logits(seq), b) == 0.0f);
+    CHECK(m.positions_computed() == 41);
+
+    // Shorter context: the cache is truncated, one position rerun.
+    const Eigen::VectorXf c = m.next_logits(prefix(seq, 20));
+    CHECK(m.positions_computed() == 42);
+    CHECK(m.cached_tokens().size() == 20);
+    CHECK(max_abs_diff(c, fresh(prefix(seq, 20))) == 0.0f);
+
+    // Divergent context: recomputed from the first differing position.
+    tokens other = tokens(seq.begin(), seq.begin() + 25);
+    other[15] = (other[15] + 1) % 300;
+    const Eigen::VectorXf d = m.next_logits(other);
+    CHECK(m.positions_computed() == 42 + 10);
+    CHECK(max_abs_diff(d, fresh(other)) == 0.0f);
+
+    // score() leaves context + draft cached; a following shorter call rolls back.
+    const tokens draft(seq.begin() + 25, seq.begin() + 30);
+    const Eigen::MatrixXf s = m.score(prefix(seq, 25), draft);
+    CHECK(m.cached_tokens().size() == 30);
+    CHECK(max_abs_diff(s.col(5), a) == 0.0f);
+    CHECK(max_abs_diff(m.next_logits(prefix(seq, 27)), fresh(prefix(seq, 27))) == 0.0f);
+    CHECK(m.cached_tokens().size() == 27);
+
+    m.clear_cache();
+    CHECK(m.cached_tokens().empty());
+    CHECK(max_abs_diff(m.next_logits(seq), b) == 0.0f);
+}
+
+TEST_CASE("llama2: contexts beyond seq_len throw std::length_error naming the model", "[llama2][limits]") {
+    const auto model = small_model();  // seq_len 48
+    llama2::transformer m(model);
+    REQUIRE(m.max_context() == 48);
+    std::mt19937 rng(3);
+    tokens seq{1};
+    const tokens rest = random_tokens(rng, 48, 300);
+    seq.insert(seq.end(), rest.begin(), rest.end());  // 49 tokens
+
+    CHECK_NOTHROW((void)m.next_logits(prefix(seq, 48)));
+    const tokens cached(m.cached_tokens().begin(), m.cached_tokens().end());
+    CHECK_THROWS_AS((void)m.next_logits(seq), std::length_error);
+    CHECK_THROWS_WITH((void)m.next_logits(seq), specdec_test::contains("random-small") && specdec_test::contains("49") &&
+                                                    specdec_test::contains("48"));
+    CHECK_THROWS_AS((void)m.score(prefix(seq, 44), std::span(seq).subspan(44, 5)), std::length_error);
+    CHECK(tokens(m.cached_tokens().begin(), m.cached_tokens().end()) == cached);  // unchanged
+    CHECK_NOTHROW((void)m.score(prefix(seq, 44), std::span(seq).subspan(44, 4)));
+
+    CHECK_THROWS_AS((void)m.next_logits({}), std::invalid_argument);
+    const tokens bad{1, 5, 300};
+    CHECK_THROWS_AS((void)m.next_logits(bad), std::out_of_range);
+    const tokens neg{1, -1};
+    CHECK_THROWS_AS((void)m.score(prefix(seq, 3), neg), std::out_of_range);
+}
+
+TEST_CASE("llama2: the draft model's 256-token limit", "[llama2][limits]") {
+    const auto dir = models_dir({draft_file});
+    if (!dir) return;
+    llama2::transformer m(load(*dir / draft_file));
+    REQUIRE(m.max_context() == 256);
+    const tokens seq(257, 300);
+    CHECK_NOTHROW((void)m.next_logits(prefix(seq, 256)));
+    CHECK_THROWS_WITH((void)m.next_logits(seq), specdec_test::contains(draft_file) && specdec_test::contains("256"));
+    CHECK_THROWS_AS((void)m.score(prefix(seq, 250), std::span(seq).subspan(0, 7)), std::length_error);
+}
+
+TEST_CASE("llama2: early-exit variants share the weights", "[llama2][early_exit]") {
+    const auto model = small_model();
+    llama2::transformer full(model);
+    std::mt19937 rng(9);
+    tokens seq{1};
+    const tokens rest = random_tokens(rng, 20, 300);
+    seq.insert(seq.end(), rest.begin(), rest.end());
+
+    // k = n_layers is the full model.
+    llama2::transformer same = full.early_exit(3);
+    CHECK(same.model() == full.model());
+    CHECK(same.n_layers() == 3);
+    CHECK(max_abs_diff(same.next_logits(seq), full.next_logits(seq)) == 0.0f);
+
+    // k = 2 equals a checkpoint that holds only the first 2 layers.
+    llama2::transformer two = full.early_exit(2);
+    CHECK(two.n_layers() == 2);
+    CHECK(two.name().find("first 2 of 3") != std::string::npos);
+    auto cut = std::make_shared<llama2::checkpoint>(*model);
+    cut->cfg.n_layers = 2;
+    const auto keep = [](llama2::tensor& v, std::size_t n) { v.resize(v.size() / 3 * n); };
+    for (auto* v : {&cut->w.rms_att, &cut->w.wq, &cut->w.wk, &cut->w.wv, &cut->w.wo, &cut->w.rms_ffn, &cut->w.w1,
+                    &cut->w.w2, &cut->w.w3})
+        keep(*v, 2);
+    llama2::transformer truncated(cut);
+    const Eigen::VectorXf e2 = two.next_logits(seq);
+    CHECK(max_abs_diff(e2, truncated.next_logits(seq)) == 0.0f);
+    CHECK(max_abs_diff(e2, full.next_logits(seq)) > 0.0f);
+
+    // Separate caches: interleaved use does not interfere.
+    const tokens draft(seq.begin() + 10, seq.begin() + 14);
+    const Eigen::MatrixXf s2 = two.score(prefix(seq, 10), draft);
+    (void)full.next_logits(prefix(seq, 5));
+    CHECK(max_abs_diff(two.next_logits(prefix(seq, 14)), s2.col(4)) == 0.0f);
+    CHECK(max_abs_diff(truncated.next_logits(prefix(seq, 14)), s2.col(4)) == 0.0f);
+
+    CHECK_THROWS_AS(full.early_exit(0), std::invalid_argument);
+    CHECK_THROWS_AS(full.early_exit(4), std::invalid_argument);
+}
+
+TEST_CASE("llama2: early exit on the real target (k = n_layers equals the full model)", "[llama2][early_exit]") {
+    const auto dir = models_dir({target_file, "golden/reference.json"});
+    if (!dir) return;
+    const tokens seq = json_lite::parse_file(*dir / "golden/reference.json")["logits_sequence"].as_int32_vector();
+    llama2::transformer full(load(*dir / target_file));
+    llama2::transformer all = full.early_exit(full.n_layers());
+    CHECK(max_abs_diff(all.next_logits(seq), full.next_logits(seq)) == 0.0f);
+    llama2::transformer two = full.early_exit(2);
+    const Eigen::MatrixXf s = two.score(prefix(seq, 20), std::span(seq).subspan(20, 5));
+    CHECK(s.allFinite());
+    CHECK(max_abs_diff(s.col(5), two.next_logits(prefix(seq, 25))) == 0.0f);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("llama2: tokenizer encodes and decodes like llama2.c", "[llama2][tokenizer]") {
+    const auto dir = models_dir({tokenizer_file, "golden/reference.json"});
+    if (!dir) return;
+    const llama2::tokenizer tok(*dir / tokenizer_file);
+    REQUIRE(tok.vocab_size() == 512);
+    CHECK(tok.max_token_length() == 7);
+
+    CHECK(tok.encode("Once upon a time", true, false) == tokens{1, 403, 407, 261, 378});
+    CHECK(tok.encode("Once upon a time", false, true) == tokens{403, 407, 261, 378, 2});
+    CHECK(tok.encode("", true, false) == tokens{1});
+    CHECK(tok.encode("", false, false).empty());
+    CHECK(tok.decode(1, 403) == "Once");   // leading space stripped after BOS
+    CHECK(tok.decode(378, 403) == " Once");
+    CHECK(tok.decode(432, 13) == "\n");     // byte fallback <0x0A>
+    CHECK(tok.piece(13) == "<0x0A>");
+
+    // Bytes missing from the vocabulary fall back to byte ids (byte + 3); decoding inverts it.
+    const std::string unicode = "Zo\xC3\xAB saw a \xE2\x98\x83 and \xF0\x9F\x99\x82!\n\tThe end.";
+    const tokens enc = tok.encode(unicode, true, true);
+    CHECK(std::any_of(enc.begin(), enc.end(), [](std::int32_t t) { return t >= 3 && t < 259; }));
+    CHECK(tok.decode(enc) == unicode);
+    for (const char* s : {"Lily and Ben went to the park.", "  two spaces", "a", "\"Hi!\" she said."})
+        CHECK(tok.decode(tok.encode(s, true, false)) == s);
+
+    const json_lite::value ref = json_lite::parse_file(*dir / "golden/reference.json");
+    for (const char* model : {"stories260K", "llama2xs_tok512_279K"})
+        for (const char* prompt : {"Once upon a time", "<empty>"}) {
+            const json_lite::value& e = ref[model][prompt];
+            CHECK(tok.decode(e["greedy_tokens"].as_int32_vector()) == e["text"].as_string());
+        }
+
+    CHECK_THROWS_AS(tok.decode(1, 512), std::out_of_range);
+    CHECK_THROWS_AS(llama2::tokenizer(*dir / tokenizer_file, 1000), std::invalid_argument);
+}
+
+TEST_CASE("llama2: tokenizer file errors", "[llama2][tokenizer]") {
+    CHECK_THROWS_AS(llama2::tokenizer(fs::temp_directory_path() / "llama2_no_such_tokenizer.bin"), std::runtime_error);
+    temp_file f("llama2_bad_tokenizer");
+    {
+        std::ofstream out(f.path, std::ios::binary);
+        const std::int32_t max_len = 4, len = 9;
+        const float score = 0.0f;
+        out.write(reinterpret_cast<const char*>(&max_len), 4);
+        out.write(reinterpret_cast<const char*>(&score), 4);
+        out.write(reinterpret_cast<const char*>(&len), 4);
+    }
+    CHECK_THROWS_WITH(llama2::tokenizer(f.path),
+                      specdec_test::contains(f.path.filename().string()) && specdec_test::contains("length 9"));
+}
+
+TEST_CASE("llama2: json_lite reads what the tests need", "[llama2][json]") {
+    const auto v = json_lite::parse(R"({"a": [1, -2, 3], "s": "x\"y\\z\n\u00e9\ud83d\ude42", "o": {"t": true, "n": null}})");
+    CHECK(v["a"].as_int32_vector() == tokens{1, -2, 3});
+    CHECK(v["s"].as_string() == "x\"y\\z\n\xC3\xA9\xF0\x9F\x99\x82");
+    CHECK(v["o"]["t"].boolean);
+    CHECK(v["o"].contains("n"));
+    CHECK_THROWS(json_lite::parse("{\"a\": [1, 2}"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Speculative decoding on the real pair
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("llama2: speculative decoding at temperature 0 is token-identical to greedy decoding, gamma 1..8",
+          "[llama2][speculative]") {
+    const auto dir = models_dir({target_file, draft_file, tokenizer_file});
+    if (!dir) return;
+    const llama2::tokenizer tok(*dir / tokenizer_file, 512);
+    llama2::transformer target(load(*dir / target_file)), draft(load(*dir / draft_file));
+    const tokens prompt = tok.encode("Once upon a time", true, false);
+    const specdec::decode_options greedy{.max_new_tokens = 150, .sampling = {.temperature = 0.0f}};
+    std::mt19937_64 rng(1);
+    const auto baseline = specdec::autoregressive_decode(target, prompt, greedy, rng);
+    REQUIRE(baseline.tokens.size() == 150);
+    for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
+        for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+            auto opts = greedy;
+            opts.gamma = gamma;
+            opts.scheme = scheme;
+            const auto r = specdec::speculative_decode(draft, target, prompt, opts, rng);
+            INFO("gamma " << gamma);
+            CHECK(r.tokens == baseline.tokens);
+            CHECK(r.stats.target_calls < baseline.stats.target_calls);
+        }
+    }
+}
+
+TEST_CASE("llama2: drafting stops at the draft's 256-token window and generation goes on to the target's",
+          "[llama2][speculative][limits]") {
+    const auto dir = models_dir({target_file, draft_file});
+    if (!dir) return;
+    llama2::transformer target(load(*dir / target_file)), draft(load(*dir / draft_file));
+    llama2::context_limited_drafter<llama2::transformer> limited(draft);
+    const tokens prompt{llama2::tokenizer::bos_id};
+    // No stop tokens: exactly 400 tokens, well past the draft's 256.
+    const specdec::decode_options opts{.gamma = 4, .max_new_tokens = 400, .sampling = {.temperature = 0.0f}};
+    std::mt19937_64 rng(1);
+    const auto r = specdec::speculative_decode(limited, target, prompt, opts, rng);
+    const auto g = specdec::autoregressive_decode(target, prompt, opts, rng);
+    CHECK(r.tokens.size() == 400);
+    CHECK(r.tokens == g.tokens);
+    // Without the limit, the draft model itself refuses a context beyond its window.
+    CHECK_THROWS_AS(specdec::speculative_decode(draft, target, prompt, opts, rng), std::length_error);
+}
