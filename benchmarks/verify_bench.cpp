@@ -1,0 +1,695 @@
+// Benchmarks of the hot core: specdec::verify against two reference points on identical inputs,
+// and drafter-side sampling (standardize + one draw) against a naive version.
+//
+//   BM_verify/<case>          specdec::verify, default verify_options (draft columns checked)
+//   BM_verify_nocheck/<case>  the same with check_draft_distributions = false, as speculative_step
+//                             runs it for drafts that come from standardize() (subset of cases)
+//   BM_naive/<case>           specdec_bench::naive_verify (baselines.hpp): full softmax of all γ+1
+//                             rows into fresh vectors, std::sort for top-k / top-p, explicit
+//                             residual normalization, std::discrete_distribution
+//   BM_bound/<case>           one vectorized log-sum-exp (temperature 0: max) pass over exactly the
+//                             rows the algorithm must normalize: rows 0..n for an outcome with n
+//                             accepted drafts (n + 1 rows; γ + 1 when all are accepted)
+//
+//   <case> = <draft>/<filter>/<regime>/V:<vocab>/gamma:<γ>/T:<temperature>
+//     draft   dist (V x γ draft distributions) | point (specdec::point_mass)
+//     filter  plain | topk40 | topp0.9 (top-k / top-p at temperature 1)
+//     regime  all_accepted | first_reject | mix (token acceptance ≈ 0.7)
+//
+// Every case is a fixed batch of K = 16 calls ("slots"), each with its own draft tokens and its
+// own rng seed (splitmix64, restarted for every call), whose outcome (number of accepted drafts)
+// was fixed once, at setup, by running specdec::verify:
+//   all_accepted  every slot accepts all γ drafts. Draft distributions: q_i = p_i except that
+//                 1e-3 of q_i(x_i) moves to another token, so q_i(x_i) < p_i(x_i) and the test
+//                 passes for every r (robust to rounding differences between implementations);
+//                 at T = 0, x_i is the argmax. Point mass at T = 1: the target gives x_i
+//                 probability 0.7 and only seeds whose tests all pass are kept.
+//   first_reject  the target logit of x_1 is -inf (p_1(x_1) = 0) while q_1(x_1) > 0.
+//   mix           slots are drawn (tokens from q, fresh seeds; point mass: p(x_i) = 0.7; T = 0:
+//                 the draft agrees with the target's argmax or picks its second choice) and kept
+//                 so that the batch holds the outcomes n = 0..γ in the proportions of i.i.d.
+//                 acceptance with α = 0.7 (P(n) = 0.3·0.7^n, P(γ) = 0.7^γ), rounded to K.
+//                 Draft distributions at T > 0 are standardize(target logits + σ·noise) with σ
+//                 tuned so that Σ min(p, q) ≈ 0.7.
+// BM_bound replays the same outcomes; BM_naive runs its own decisions from the same seeds and
+// reports how many differ from specdec's (counter outcome_diff: 0 for token verification; the
+// block scheme decides differently from the same uniforms).
+//
+// Timing: one iteration = the whole batch of K calls, so Time and CPU are per K calls; the
+// counter per_call is CPU time / K (and scripts/bench_verify_report.py divides by the counter
+// calls = K). One verify_workspace per benchmark; a first untimed batch warms it up.
+//
+// Counters: per_call   seconds of CPU time per call (mean over the batch)
+//           tok/s      emitted tokens (n + 1 per call) per CPU second = rows normalized per second
+//           bytes_per_second  target-logit bytes of those rows (4·V·(n + 1) per call) per second
+//           accept     acceptance rate of the batch: accepted / tested drafts
+//           outcome_diff (naive) fraction of slots where naive's outcome differs from verify's
+//
+// Logits: i.i.d. N(0, 3^2) per entry (a few hundred effective tokens at V = 32000).
+//
+// Drafter side:  BM_sample/<filter>/V:<vocab>/T:1        standardize + sample_from_weights
+//                BM_sample_naive/...                      naive softmax + std::discrete_distribution
+//                BM_sample_bound/...                      log-sum-exp of the row
+//
+// Run:   build/bench/benchmarks/verify_bench --benchmark_min_time=0.05
+//          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+//          --benchmark_out=verify.json --benchmark_out_format=json
+//        python3 scripts/bench_verify_report.py verify.json
+
+#include <benchmark/benchmark.h>
+
+#include <Eigen/Core>
+
+#include <specdec/sampling.hpp>
+#include <specdec/verify.hpp>
+
+#include "baselines.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace {
+
+using specdec::token_id;
+using specdec_bench::splitmix64;
+using Index = Eigen::Index;
+
+constexpr int calls_per_batch = 16;             // K: calls per iteration (slots per case)
+constexpr double mix_alpha = 0.7;               // acceptance rate of the mix regime
+constexpr float logit_sigma = 3.0f;             // target logits ~ N(0, sigma^2)
+constexpr float point_mass_probability = 0.7f;  // p(x_i) of point-mass drafts at T > 0
+constexpr int max_candidates = 20000;           // slots tried before a case gives up
+constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+
+enum class draft_kind { dist, point };
+enum class filter_kind { plain, topk40, topp09 };
+enum class regime { all_accepted, first_reject, mix };
+
+struct case_spec {
+    Index vocab;
+    int gamma;
+    int temperature;  // 0 or 1
+    filter_kind filter;
+    draft_kind draft;
+    regime reg;
+
+    bool operator==(const case_spec&) const = default;
+
+    specdec::sampling_config sampling() const {
+        specdec::sampling_config s;
+        s.temperature = static_cast<float>(temperature);
+        if (filter == filter_kind::topk40) s.top_k = 40;
+        if (filter == filter_kind::topp09) s.top_p = 0.9f;
+        return s;
+    }
+    std::string path() const {
+        const char* d = draft == draft_kind::dist ? "dist" : "point";
+        const char* f = filter == filter_kind::plain ? "plain" : filter == filter_kind::topk40 ? "topk40" : "topp0.9";
+        const char* r = reg == regime::all_accepted ? "all_accepted" : reg == regime::first_reject ? "first_reject" : "mix";
+        return std::string(d) + "/" + f + "/" + r;
+    }
+};
+
+struct slot {
+    std::vector<token_id> tokens;
+    std::size_t q_index = 0;  // which draft matrix (T = 0 mix patterns); unused for point mass
+    std::uint64_t seed = 0;
+    std::size_t accepted = 0;  // outcome under specdec::verify
+};
+
+struct built_case {
+    case_spec spec{};
+    specdec::sampling_config sampling;
+    Eigen::MatrixXf z;               // V x (γ+1) target logits
+    std::vector<Eigen::MatrixXf> q;  // V x γ draft distributions (empty for point mass)
+    std::vector<slot> slots;         // the batch
+    double acceptance = 0.0;         // accepted / tested over the batch
+    double tokens_per_call = 0.0;    // mean n + 1
+    double bytes_per_call = 0.0;     // mean 4·V·(n + 1)
+    double naive_outcome_diff = 0.0;
+    double naive_acceptance = 0.0;
+    std::string error;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Input construction.
+// ---------------------------------------------------------------------------------------------
+
+std::uint64_t mix_seed(std::uint64_t a, std::uint64_t b) {
+    splitmix64 g{a * 0x9e3779b97f4a7c15ull ^ (b + 0x632be59bd9b4e019ull)};
+    g();
+    return g();
+}
+
+double standard_normal(splitmix64& g) {  // Box-Muller; platform-independent
+    const double u1 = 1.0 - specdec::uniform01(g), u2 = specdec::uniform01(g);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+void fill_normal(Eigen::MatrixXf& m, float sigma, splitmix64& g) {
+    for (Index j = 0; j < m.cols(); ++j)
+        for (Index i = 0; i < m.rows(); ++i) m(i, j) = static_cast<float>(sigma * standard_normal(g));
+}
+
+Eigen::VectorXf standardized(const Eigen::Ref<const Eigen::VectorXf>& z, const specdec::sampling_config& s) {
+    Eigen::VectorXf out(z.size());
+    specdec::sampling_workspace ws;
+    specdec::standardize(z, s, out, ws);
+    return out;
+}
+
+Index argmax(const Eigen::Ref<const Eigen::VectorXf>& v) {
+    Index best = 0;
+    v.maxCoeff(&best);
+    return best;
+}
+
+Index second_largest(const Eigen::Ref<const Eigen::VectorXf>& v) {
+    const Index best = argmax(v);
+    Index second = best == 0 ? 1 : 0;
+    for (Index i = 0; i < v.size(); ++i)
+        if (i != best && v[i] > v[second]) second = i;
+    return second;
+}
+
+/// Index drawn from weights w by inversion on their prefix sums (double).
+Index draw(const std::vector<double>& cdf, splitmix64& g) {
+    const double target = specdec::uniform01(g) * cdf.back();
+    const auto it = std::upper_bound(cdf.begin(), cdf.end(), target);
+    return std::min<Index>(static_cast<Index>(it - cdf.begin()), static_cast<Index>(cdf.size()) - 1);
+}
+
+std::vector<double> prefix_sums(const Eigen::Ref<const Eigen::VectorXf>& w) {
+    std::vector<double> c(static_cast<std::size_t>(w.size()));
+    double acc = 0.0;
+    for (Index i = 0; i < w.size(); ++i) c[static_cast<std::size_t>(i)] = acc += w[i];
+    return c;
+}
+
+Eigen::MatrixXf one_hot_columns(Index vocab, const std::vector<token_id>& tokens) {
+    Eigen::MatrixXf q = Eigen::MatrixXf::Zero(vocab, static_cast<Index>(tokens.size()));
+    for (std::size_t i = 0; i < tokens.size(); ++i) q(tokens[i], static_cast<Index>(i)) = 1.0f;
+    return q;
+}
+
+/// Outcome counts n = 0..γ of the batch: all_accepted / first_reject put all K at γ / 0; mix
+/// rounds K·P(n) for i.i.d. acceptance with probability α (largest remainders).
+std::vector<int> target_counts(const case_spec& c) {
+    const auto g = static_cast<std::size_t>(c.gamma);
+    const int k = calls_per_batch;
+    std::vector<int> counts(g + 1, 0);
+    if (c.reg == regime::all_accepted) {
+        counts[g] = k;
+        return counts;
+    }
+    if (c.reg == regime::first_reject) {
+        counts[0] = k;
+        return counts;
+    }
+    std::vector<double> want(g + 1);
+    for (std::size_t n = 0; n < g; ++n) want[n] = k * (1.0 - mix_alpha) * std::pow(mix_alpha, static_cast<double>(n));
+    want[g] = k * std::pow(mix_alpha, static_cast<double>(g));
+    int used = 0;
+    for (std::size_t n = 0; n <= g; ++n) used += counts[n] = static_cast<int>(std::floor(want[n]));
+    std::vector<std::size_t> order(g + 1);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return want[a] - std::floor(want[a]) > want[b] - std::floor(want[b]);
+    });
+    for (std::size_t j = 0; used < k; ++j, ++used) ++counts[order[j % order.size()]];
+    return counts;
+}
+
+template <class G>
+specdec::verify_result run_verify(const built_case& bc, const slot& s, G& rng, specdec::verify_workspace& ws,
+                                  const specdec::verify_options& opts) {
+    const std::span<const token_id> tokens(s.tokens);
+    if (bc.spec.draft == draft_kind::dist) return specdec::verify(bc.z, tokens, bc.q[s.q_index], bc.sampling, rng, ws, opts);
+    return specdec::verify(bc.z, tokens, specdec::point_mass, bc.sampling, rng, ws, opts);
+}
+
+specdec_bench::naive_result run_naive(const built_case& bc, const slot& s, splitmix64& rng) {
+    const Eigen::MatrixXf* q = bc.spec.draft == draft_kind::dist ? &bc.q[s.q_index] : nullptr;
+    return specdec_bench::naive_verify(bc.z, std::span<const token_id>(s.tokens), q, bc.sampling, rng);
+}
+
+/// Draft distributions for the T > 0 mix: standardize(z + σ·noise) with σ chosen by bisection so
+/// that the mean over positions of Σ min(p, q) is ≈ α.
+std::vector<Eigen::VectorXf> tuned_draft(const built_case& bc, splitmix64& g) {
+    const Index vocab = bc.z.rows();
+    const int gamma = bc.spec.gamma;
+    Eigen::MatrixXf noise(vocab, gamma);
+    fill_normal(noise, 1.0f, g);
+    std::vector<Eigen::VectorXf> p;
+    for (int i = 0; i < gamma; ++i) p.push_back(standardized(bc.z.col(i), bc.sampling));
+    auto draft_at = [&](double sigma, std::vector<Eigen::VectorXf>& q) {
+        q.clear();
+        double beta = 0.0;
+        for (int i = 0; i < gamma; ++i) {
+            const Eigen::VectorXf d = bc.z.col(i) + static_cast<float>(sigma) * noise.col(i);
+            q.push_back(standardized(d, bc.sampling));
+            beta += p[static_cast<std::size_t>(i)].cwiseMin(q.back()).cast<double>().sum();
+        }
+        return beta / gamma;
+    };
+    std::vector<Eigen::VectorXf> q;
+    double lo = 0.0, hi = 8.0;
+    for (int it = 0; it < 16; ++it) {
+        const double mid = 0.5 * (lo + hi);
+        (draft_at(mid, q) > mix_alpha ? lo : hi) = mid;
+    }
+    draft_at(0.5 * (lo + hi), q);
+    return q;
+}
+
+built_case build(const case_spec& c) {
+    built_case bc;
+    bc.spec = c;
+    bc.sampling = c.sampling();
+    const Index vocab = c.vocab;
+    const int gamma = c.gamma;
+    const auto ug = static_cast<std::size_t>(gamma);
+    const bool greedy = c.temperature == 0;
+    splitmix64 data{mix_seed(static_cast<std::uint64_t>(vocab), static_cast<std::uint64_t>(gamma) * 131 +
+                                                                    static_cast<std::uint64_t>(c.filter) * 7 +
+                                                                    static_cast<std::uint64_t>(c.draft))};
+    bc.z.resize(vocab, gamma + 1);
+    fill_normal(bc.z, logit_sigma, data);
+
+    // Candidate generator: slot number k -> tokens, draft matrix, seed. Outcomes come from verify.
+    std::vector<token_id> fixed_tokens(ug);
+    std::function<slot(int)> candidate;
+    auto fixed = [&](int k) {
+        slot s;
+        s.tokens = fixed_tokens;
+        s.seed = mix_seed(0x5eed, static_cast<std::uint64_t>(k));
+        return s;
+    };
+
+    if (c.draft == draft_kind::point && !greedy) {
+        // The target gives the drafted token probability 0.7 (before top-k / top-p).
+        for (int i = 0; i < gamma; ++i) {
+            const auto x = static_cast<Index>(mix_seed(data(), 1) % static_cast<std::uint64_t>(vocab));
+            auto col = bc.z.col(i);
+            double m = neg_inf;
+            for (Index k = 0; k < vocab; ++k)
+                if (k != x) m = std::max<double>(m, col[k]);
+            double s = 0.0;
+            for (Index k = 0; k < vocab; ++k)
+                if (k != x) s += std::exp(col[k] - m);
+            col[x] = static_cast<float>(m + std::log(s) + std::log(point_mass_probability / (1.0 - point_mass_probability)));
+            fixed_tokens[static_cast<std::size_t>(i)] = static_cast<token_id>(x);
+        }
+        if (c.reg == regime::first_reject) bc.z(fixed_tokens[0], 0) = neg_inf;
+        candidate = fixed;
+    } else if (greedy) {
+        // T = 0: the draft (point mass, or one-hot q = standardize at T = 0) agrees with the
+        // target's argmax, or picks its second choice; first_reject removes x_1 from the target.
+        std::vector<token_id> best(ug), second(ug);
+        for (std::size_t i = 0; i < ug; ++i) {
+            best[i] = static_cast<token_id>(argmax(bc.z.col(static_cast<Index>(i))));
+            second[i] = static_cast<token_id>(second_largest(bc.z.col(static_cast<Index>(i))));
+        }
+        if (c.reg != regime::mix) {
+            fixed_tokens = best;
+            if (c.draft == draft_kind::dist) bc.q.push_back(one_hot_columns(vocab, fixed_tokens));
+            if (c.reg == regime::first_reject) bc.z(fixed_tokens[0], 0) = neg_inf;
+            candidate = fixed;
+        } else {
+            // One pattern per outcome n < γ needed: argmax everywhere except the second choice at n.
+            const std::vector<int> counts = target_counts(c);
+            std::vector<std::vector<token_id>> patterns;
+            for (std::size_t n = 0; n <= ug; ++n) {
+                if (counts[n] == 0) continue;
+                std::vector<token_id> t = best;
+                if (n < ug) t[n] = second[n];
+                patterns.push_back(t);
+                if (c.draft == draft_kind::dist) bc.q.push_back(one_hot_columns(vocab, t));
+            }
+            candidate = [patterns, is_dist = c.draft == draft_kind::dist](int k) {
+                const auto which = static_cast<std::size_t>(k) % patterns.size();
+                slot s;
+                s.tokens = patterns[which];
+                s.q_index = is_dist ? which : 0;
+                s.seed = mix_seed(0x5eed, static_cast<std::uint64_t>(k));
+                return s;
+            };
+        }
+    } else {
+        // Draft distributions at T > 0.
+        if (c.reg == regime::mix) {
+            const std::vector<Eigen::VectorXf> qs = tuned_draft(bc, data);
+            Eigen::MatrixXf q(vocab, gamma);
+            std::vector<std::vector<double>> cdf;
+            for (int i = 0; i < gamma; ++i) {
+                q.col(i) = qs[static_cast<std::size_t>(i)];
+                cdf.push_back(prefix_sums(q.col(i)));
+            }
+            bc.q.push_back(std::move(q));
+            candidate = [cdf](int k) {
+                splitmix64 g{mix_seed(0x70c3, static_cast<std::uint64_t>(k))};
+                slot s;
+                for (const auto& col : cdf) s.tokens.push_back(static_cast<token_id>(draw(col, g)));
+                s.seed = mix_seed(0x5eed, static_cast<std::uint64_t>(k));
+                return s;
+            };
+        } else {
+            Eigen::MatrixXf q(vocab, gamma);
+            for (int i = 0; i < gamma; ++i) {
+                q.col(i) = standardized(bc.z.col(i), bc.sampling);
+                const std::vector<double> cdf = prefix_sums(q.col(i));
+                Index x = draw(cdf, data);
+                if (c.reg == regime::first_reject && i == 0) x = argmax(q.col(0));
+                fixed_tokens[static_cast<std::size_t>(i)] = static_cast<token_id>(x);
+                if (c.reg == regime::all_accepted) {
+                    // Move 1e-3 of q(x) to the most probable other token in the support, so that
+                    // q(x) < p(x) and every acceptance test passes whatever r is.
+                    Index y = -1;
+                    for (Index k = 0; k < vocab; ++k)
+                        if (k != x && q(k, i) > 0.0f && (y < 0 || q(k, i) > q(y, i))) y = k;
+                    if (y >= 0) {
+                        const float moved = 1e-3f * q(x, i);
+                        q(x, i) -= moved;
+                        q(y, i) += moved;
+                    }
+                }
+            }
+            if (c.reg == regime::first_reject) bc.z(fixed_tokens[0], 0) = neg_inf;  // p_1(x_1) = 0 < q_1(x_1)
+            bc.q.push_back(std::move(q));
+            candidate = fixed;
+        }
+    }
+
+    // Fill the batch: keep candidates whose outcome under specdec::verify is still wanted.
+    std::vector<int> need = target_counts(c);
+    const int batch = calls_per_batch;
+    int missing = batch;
+    specdec::verify_workspace ws;
+    try {
+        for (int k = 0; missing > 0 && k < max_candidates; ++k) {
+            slot s = candidate(k);
+            splitmix64 rng{s.seed};
+            const specdec::verify_result r = run_verify(bc, s, rng, ws, {});
+            if (need[r.accepted] > 0) {
+                --need[r.accepted];
+                --missing;
+                s.accepted = r.accepted;
+                bc.slots.push_back(std::move(s));
+            }
+        }
+    } catch (const std::exception& e) {
+        bc.error = std::string("specdec::verify threw at setup: ") + e.what();
+        return bc;
+    }
+    if (missing > 0) {
+        bc.error = "could not realize the regime: " + std::to_string(missing) + " of " + std::to_string(batch) +
+                   " slots missing after " + std::to_string(max_candidates) + " candidates (outcomes differ from the construction)";
+        return bc;
+    }
+    std::stable_sort(bc.slots.begin(), bc.slots.end(), [](const slot& a, const slot& b) { return a.accepted < b.accepted; });
+
+    std::size_t accepted = 0, tested = 0, tokens = 0, naive_diff = 0, naive_accepted = 0, naive_tested = 0;
+    for (const slot& s : bc.slots) {
+        accepted += s.accepted;
+        tested += std::min<std::size_t>(s.accepted + 1, ug);
+        tokens += s.accepted + 1;
+        splitmix64 rng{s.seed};
+        const auto nr = run_naive(bc, s, rng);
+        naive_diff += nr.accepted != s.accepted;
+        naive_accepted += nr.accepted;
+        naive_tested += std::min<std::size_t>(nr.accepted + 1, ug);
+    }
+    bc.acceptance = static_cast<double>(accepted) / static_cast<double>(tested);
+    bc.tokens_per_call = static_cast<double>(tokens) / batch;
+    bc.bytes_per_call = bc.tokens_per_call * 4.0 * static_cast<double>(vocab);
+    bc.naive_outcome_diff = static_cast<double>(naive_diff) / batch;
+    bc.naive_acceptance = static_cast<double>(naive_accepted) / static_cast<double>(naive_tested);
+    if (naive_diff > 0)
+        std::fprintf(stderr, "note: %s V=%td gamma=%d T=%d: naive and specdec::verify differ in %zu of %d outcomes\n",
+                     c.path().c_str(), vocab, gamma, c.temperature, naive_diff, batch);
+    return bc;
+}
+
+/// The case of the benchmark that runs now; the BM_verify / BM_naive / BM_bound benchmarks of a
+/// case are registered next to each other, so one cached case serves all of them (and every
+/// repetition).
+const built_case& get_case(const case_spec& c) {
+    static std::unique_ptr<built_case> cached;
+    if (!cached || !(cached->spec == c)) {
+        cached.reset();
+        cached = std::make_unique<built_case>(build(c));
+    }
+    return *cached;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Benchmarks.
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `batch` (all K calls of a case) once untimed (warm-up: workspace sizes, caches), then once
+/// per iteration.
+template <class Batch>
+void timed_batches(benchmark::State& state, Batch&& batch) {
+    batch();
+    for (auto _ : state) batch();
+}
+
+void set_counters(benchmark::State& state, const built_case& bc, double acceptance) {
+    const auto k = static_cast<double>(bc.slots.size());
+    state.counters["calls"] = k;
+    state.counters["per_call"] = benchmark::Counter(k, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+    state.counters["tok/s"] = benchmark::Counter(k * bc.tokens_per_call, benchmark::Counter::kIsIterationInvariantRate);
+    state.counters["bytes_per_second"] = benchmark::Counter(k * bc.bytes_per_call, benchmark::Counter::kIsIterationInvariantRate,
+                                                            benchmark::Counter::kIs1024);
+    state.counters["accept"] = acceptance;
+}
+
+void bm_verify(benchmark::State& state, const case_spec& c, bool check) {
+    const built_case& bc = get_case(c);
+    if (!bc.error.empty()) {
+        state.SkipWithError(bc.error.c_str());
+        return;
+    }
+    specdec::verify_workspace ws;
+    specdec::verify_options opts;
+    opts.check_draft_distributions = check;
+    std::size_t mismatches = 0;
+    timed_batches(state, [&] {
+        for (const slot& s : bc.slots) {
+            splitmix64 rng{s.seed};
+            const specdec::verify_result r = run_verify(bc, s, rng, ws, opts);
+            benchmark::DoNotOptimize(r);
+            mismatches += r.accepted != s.accepted;
+        }
+    });
+    if (mismatches > 0) state.SkipWithError("specdec::verify outcomes changed between setup and the timed run");
+    set_counters(state, bc, bc.acceptance);
+}
+
+void bm_naive(benchmark::State& state, const case_spec& c) {
+    const built_case& bc = get_case(c);
+    if (!bc.error.empty()) {
+        state.SkipWithError(bc.error.c_str());
+        return;
+    }
+    timed_batches(state, [&] {
+        for (const slot& s : bc.slots) {
+            splitmix64 rng{s.seed};
+            const specdec_bench::naive_result r = run_naive(bc, s, rng);
+            benchmark::DoNotOptimize(r);
+        }
+    });
+    set_counters(state, bc, bc.naive_acceptance);
+    state.counters["outcome_diff"] = bc.naive_outcome_diff;
+}
+
+void bm_bound(benchmark::State& state, const case_spec& c) {
+    const built_case& bc = get_case(c);
+    if (!bc.error.empty()) {
+        state.SkipWithError(bc.error.c_str());
+        return;
+    }
+    const Index vocab = bc.z.rows();
+    const bool greedy = c.temperature == 0;
+    timed_batches(state, [&] {
+        for (const slot& s : bc.slots) {
+            const auto rows = static_cast<Index>(s.accepted) + 1;  // rows 0..n
+            for (Index j = 0; j < rows; ++j) {
+                const float* col = bc.z.col(j).data();
+                float v = greedy ? specdec_bench::row_max(col, vocab) : specdec_bench::log_sum_exp(col, vocab);
+                benchmark::DoNotOptimize(v);
+            }
+        }
+    });
+    set_counters(state, bc, bc.acceptance);
+}
+
+// Drafter side: standardize + one draw from a V-sized logits vector.
+
+struct sample_input {
+    Index vocab = 0;
+    filter_kind filter = filter_kind::plain;
+    Eigen::VectorXf z;
+};
+
+const sample_input& get_sample_input(Index vocab, filter_kind f) {
+    static sample_input cached;
+    if (cached.vocab != vocab || cached.filter != f) {
+        cached.vocab = vocab;
+        cached.filter = f;
+        splitmix64 g{mix_seed(static_cast<std::uint64_t>(vocab), 0xd4a7)};
+        Eigen::MatrixXf m(vocab, 1);
+        fill_normal(m, logit_sigma, g);
+        cached.z = m.col(0);
+    }
+    return cached;
+}
+
+specdec::sampling_config sample_config(filter_kind f) {
+    specdec::sampling_config s;  // temperature 1
+    if (f == filter_kind::topp09) s.top_p = 0.9f;
+    return s;
+}
+
+/// sample_from_weights(w, u, ws) where the header has it, else sample_from_weights(w, total, u).
+template <class W, class WS>
+Index sample_one(const W& w, double u, WS& ws) {
+    if constexpr (requires { specdec::sample_from_weights(w, u, ws); }) {
+        return specdec::sample_from_weights(w, u, ws);
+    } else {
+        double total = 0.0;  // index order, as sample_from_weights accumulates
+        for (Index i = 0; i < w.size(); ++i) total += w[i];
+        return specdec::sample_from_weights(w, total, u);
+    }
+}
+
+void bm_sample(benchmark::State& state, Index vocab, filter_kind f) {
+    const sample_input& in = get_sample_input(vocab, f);
+    const specdec::sampling_config s = sample_config(f);
+    specdec::sampling_workspace ws;
+    Eigen::VectorXf q(vocab);
+    std::mt19937_64 rng(42);
+    for (auto _ : state) {
+        specdec::standardize(in.z, s, q, ws);
+        Index x = sample_one(q, specdec::uniform01(rng), ws);
+        benchmark::DoNotOptimize(x);
+    }
+    state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
+}
+
+void bm_sample_naive(benchmark::State& state, Index vocab, filter_kind f) {
+    const sample_input& in = get_sample_input(vocab, f);
+    const specdec::sampling_config s = sample_config(f);
+    std::mt19937_64 rng(42);
+    for (auto _ : state) {
+        token_id x = specdec_bench::naive_sample(in.z.data(), static_cast<std::size_t>(vocab), s, rng);
+        benchmark::DoNotOptimize(x);
+    }
+    state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
+}
+
+void bm_sample_bound(benchmark::State& state, Index vocab, filter_kind f) {
+    const sample_input& in = get_sample_input(vocab, f);
+    for (auto _ : state) {
+        float v = specdec_bench::log_sum_exp(in.z.data(), vocab);
+        benchmark::DoNotOptimize(v);
+    }
+    state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration.
+// ---------------------------------------------------------------------------------------------
+
+std::vector<case_spec> verify_cases() {
+    std::vector<case_spec> cases;
+    const regime regimes[] = {regime::all_accepted, regime::first_reject, regime::mix};
+    // Draft distributions, plain sampling: every V x γ x T x regime.
+    for (Index v : {Index{512}, Index{32000}, Index{128256}, Index{151936}})
+        for (int g : {1, 4, 8})
+            for (int t : {0, 1})
+                for (regime r : regimes) cases.push_back({v, g, t, filter_kind::plain, draft_kind::dist, r});
+    // Point mass (plain), and top-k / top-p with both kinds of draft: γ = 4.
+    for (Index v : {Index{32000}, Index{151936}}) {
+        for (int t : {0, 1})
+            for (regime r : regimes) cases.push_back({v, 4, t, filter_kind::plain, draft_kind::point, r});
+        for (filter_kind f : {filter_kind::topk40, filter_kind::topp09})
+            for (draft_kind d : {draft_kind::dist, draft_kind::point})
+                for (regime r : regimes) cases.push_back({v, 4, 1, f, d, r});
+    }
+    return cases;
+}
+
+bool with_nocheck(const case_spec& c) {
+    return c.draft == draft_kind::dist && c.gamma == 4 && (c.vocab == 32000 || c.vocab == 151936);
+}
+
+template <class Fn>
+void add(const std::string& name, const case_spec& c, Fn fn) {
+    benchmark::RegisterBenchmark(name.c_str(), fn)
+        ->Args({c.vocab, c.gamma, c.temperature})
+        ->ArgNames({"V", "gamma", "T"})
+        ->Unit(benchmark::kMicrosecond);
+}
+
+void register_all() {
+    for (const case_spec& c : verify_cases()) {
+        std::string p = "/";
+        p += c.path();
+        add("BM_verify" + p, c, [c](benchmark::State& s) { bm_verify(s, c, true); });
+        if (with_nocheck(c)) add("BM_verify_nocheck" + p, c, [c](benchmark::State& s) { bm_verify(s, c, false); });
+        add("BM_naive" + p, c, [c](benchmark::State& s) { bm_naive(s, c); });
+        add("BM_bound" + p, c, [c](benchmark::State& s) { bm_bound(s, c); });
+    }
+    for (Index v : {Index{32000}, Index{151936}})
+        for (filter_kind f : {filter_kind::plain, filter_kind::topp09}) {
+            const std::string p = std::string("/") + (f == filter_kind::plain ? "plain" : "topp0.9");
+            auto reg = [&](const std::string& name, auto fn) {
+                benchmark::RegisterBenchmark(name.c_str(), [v, f, fn](benchmark::State& s) { fn(s, v, f); })
+                    ->Args({v, 1})
+                    ->ArgNames({"V", "T"})
+                    ->Unit(benchmark::kMicrosecond);
+            };
+            reg("BM_sample" + p, bm_sample);
+            reg("BM_sample_naive" + p, bm_sample_naive);
+            reg("BM_sample_bound" + p, bm_sample_bound);
+        }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#if defined(__GLIBC__)
+    // Serve every allocation up to 32 MiB from the heap and never trim it: glibc's default moves
+    // its mmap threshold with the history of frees, so the naive baseline's fresh vectors would
+    // cost page faults in some benchmarks and not in others, depending on what ran before. With
+    // this, fresh allocations are cheap and their cost reproducible (the naive side's best case).
+    mallopt(M_MMAP_THRESHOLD, 32 * 1024 * 1024);
+    mallopt(M_TRIM_THRESHOLD, 256 * 1024 * 1024);
+#endif
+    register_all();
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

@@ -1,0 +1,197 @@
+#!/usr/bin/env python3
+"""Markdown tables from the JSON output of benchmarks/verify_bench.
+
+    build/bench/benchmarks/verify_bench --benchmark_min_time=0.05 --benchmark_repetitions=5 \
+        --benchmark_report_aggregates_only=true --benchmark_out=verify.json --benchmark_out_format=json
+    python3 scripts/bench_verify_report.py verify.json [--time real|cpu]
+
+For every case (the benchmark name after "BM_<impl>/") it prints the median time of one call of
+specdec::verify, of the log-sum-exp bound and of the naive implementation, and the ratios
+verify/bound and naive/verify; then the same for drafter-side sampling. A benchmark iteration of
+verify_bench runs a batch of K calls (counter "calls"); times here are per call. Medians come
+from the "median" aggregates when the run had --benchmark_repetitions, else from the median of the
+plain runs of each benchmark. Reads a file or, with "-", standard input. Standard library only.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
+
+VERIFY_IMPLS = ("BM_verify", "BM_verify_nocheck", "BM_naive", "BM_bound")
+SAMPLE_IMPLS = ("BM_sample", "BM_sample_naive", "BM_sample_bound")
+
+
+def split_name(name):
+    """'BM_verify/dist/plain/mix/V:512/gamma:1/T:0' -> ('BM_verify', 'dist/plain/mix/V:512/gamma:1/T:0')."""
+    impl, _, case = name.partition("/")
+    return impl, case
+
+
+def per_call_us(run, field):
+    calls = run.get("calls", 1.0) or 1.0
+    return run[field] * UNIT_TO_US[run.get("time_unit", "ns")] / calls
+
+
+def collect(benchmarks, field):
+    """{(impl, case): {"us": median per-call time, "accept": ..., "diff": ...}}"""
+    aggregated = {}
+    plain = {}
+    for b in benchmarks:
+        if b.get("error_occurred"):
+            impl, case = split_name(b.get("run_name", b["name"]))
+            aggregated[(impl, case)] = {"error": b.get("error_message", "error")}
+            continue
+        run_name = b.get("run_name", b["name"])
+        impl, case = split_name(run_name)
+        if b.get("run_type") == "aggregate":
+            if b.get("aggregate_name") == "median":
+                aggregated[(impl, case)] = {
+                    "us": per_call_us(b, field),
+                    "accept": b.get("accept"),
+                    "diff": b.get("outcome_diff"),
+                }
+        else:
+            plain.setdefault((impl, case), []).append(b)
+    for key, runs in plain.items():
+        if key in aggregated:
+            continue
+        aggregated[key] = {
+            "us": statistics.median(per_call_us(r, field) for r in runs),
+            "accept": runs[0].get("accept"),
+            "diff": runs[0].get("outcome_diff"),
+        }
+    return aggregated
+
+
+def fmt_us(v):
+    if v is None:
+        return "–"
+    if v >= 100:
+        return f"{v:.0f}"
+    if v >= 10:
+        return f"{v:.1f}"
+    if v >= 1:
+        return f"{v:.2f}"
+    return f"{v:.3f}"
+
+
+def fmt_ratio(a, b):
+    if a is None or b is None or b == 0:
+        return "–"
+    r = a / b
+    return f"{r:.1f}" if r >= 10 else f"{r:.2f}"
+
+
+def case_label(case):
+    """'dist/plain/mix/V:512/gamma:1/T:0' -> ('dist', 'plain', 'mix', '512', '1', '0')."""
+    parts = case.split("/")
+    head, args = parts[:-3], dict(p.split(":", 1) for p in parts[-3:] if ":" in p)
+    return head, args
+
+
+def sort_key(case):
+    head, args = case_label(case)
+    regime_order = {"all_accepted": 0, "first_reject": 1, "mix": 2}
+    filter_order = {"plain": 0, "topk40": 1, "topp0.9": 2}
+    draft, filt, regime = (head + ["", "", ""])[:3]
+    return (
+        draft != "dist",
+        filter_order.get(filt, 9),
+        int(args.get("V", 0)),
+        int(args.get("gamma", 0)),
+        int(args.get("T", 0)),
+        regime_order.get(regime, 9),
+    )
+
+
+def value(data, impl, case, key="us"):
+    entry = data.get((impl, case))
+    if entry is None or "error" in entry:
+        return None
+    return entry.get(key)
+
+
+def verify_table(data):
+    cases = sorted({case for (impl, case) in data if impl in VERIFY_IMPLS}, key=sort_key)
+    if not cases:
+        return []
+    has_nocheck = any(impl == "BM_verify_nocheck" for (impl, _) in data)
+    head = ["draft", "filter", "regime", "V", "γ", "T", "accept", "verify µs", "bound µs", "naive µs",
+            "verify/bound", "naive/verify"]
+    if has_nocheck:
+        head += ["verify nocheck µs", "nocheck/bound"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    errors = []
+    for case in cases:
+        parts, args = case_label(case)
+        draft, filt, regime = (parts + ["", "", ""])[:3]
+        v = value(data, "BM_verify", case)
+        b = value(data, "BM_bound", case)
+        n = value(data, "BM_naive", case)
+        acc = value(data, "BM_verify", case, "accept")
+        row = [draft, filt, regime, args.get("V", "?"), args.get("gamma", "?"), args.get("T", "?"),
+               "–" if acc is None else f"{acc:.2f}", fmt_us(v), fmt_us(b), fmt_us(n), fmt_ratio(v, b), fmt_ratio(n, v)]
+        if has_nocheck:
+            nc = value(data, "BM_verify_nocheck", case)
+            row += [fmt_us(nc), fmt_ratio(nc, b)]
+        lines.append("| " + " | ".join(row) + " |")
+        for impl in VERIFY_IMPLS:
+            e = data.get((impl, case))
+            if e is not None and "error" in e:
+                errors.append(f"- {impl}/{case}: {e['error']}")
+    return lines + ([""] + errors if errors else [])
+
+
+def sample_table(data):
+    cases = sorted({case for (impl, case) in data if impl in SAMPLE_IMPLS},
+                   key=lambda c: (c.split("/")[0] != "plain", int(case_label(c)[1].get("V", 0))))
+    if not cases:
+        return []
+    head = ["filter", "V", "T", "standardize+sample µs", "bound µs", "naive µs", "specdec/bound", "naive/specdec"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for case in cases:
+        parts = case.split("/")
+        args = dict(p.split(":", 1) for p in parts if ":" in p)
+        s = value(data, "BM_sample", case)
+        b = value(data, "BM_sample_bound", case)
+        n = value(data, "BM_sample_naive", case)
+        lines.append("| " + " | ".join([parts[0], args.get("V", "?"), args.get("T", "?"), fmt_us(s), fmt_us(b),
+                                        fmt_us(n), fmt_ratio(s, b), fmt_ratio(n, s)]) + " |")
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("json", help="verify_bench JSON output (--benchmark_out=... or --benchmark_format=json), or -")
+    ap.add_argument("--time", choices=("cpu", "real"), default="cpu",
+                    help="which time to quote (default cpu: robust on a shared machine)")
+    args = ap.parse_args()
+    with (sys.stdin if args.json == "-" else open(args.json, encoding="utf-8")) as f:
+        doc = json.load(f)
+    data = collect(doc.get("benchmarks", []), "cpu_time" if args.time == "cpu" else "real_time")
+    ctx = doc.get("context", {})
+    reps = {b.get("repetitions") for b in doc.get("benchmarks", []) if "repetitions" in b}
+    print(f"Median {args.time} time per call (µs); host {ctx.get('host_name', '?')}, "
+          f"{ctx.get('num_cpus', '?')} CPUs @ {ctx.get('mhz_per_cpu', '?')} MHz, "
+          f"repetitions {', '.join(str(r) for r in sorted(reps)) or '?'}, {ctx.get('date', '')}.")
+    print()
+    print("verify: specdec::verify (default options); bound: log-sum-exp (T=0: max) of the rows the outcome needs; "
+          "naive: baselines.hpp. accept: acceptance rate of the batch.")
+    print()
+    for line in verify_table(data):
+        print(line)
+    st = sample_table(data)
+    if st:
+        print()
+        print("Drafter side: standardize + sample_from_weights vs naive softmax + std::discrete_distribution; "
+              "bound: log-sum-exp of the row.")
+        print()
+        for line in st:
+            print(line)
+
+
+if __name__ == "__main__":
+    main()
