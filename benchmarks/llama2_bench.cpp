@@ -17,6 +17,27 @@
 // Targets (single thread, 110M shape): one score() pass over 5 positions costs <= 1.5x one
 // single-token step; a single-token step streams weights at >= 70% of the measured bandwidth.
 //
+// After the benchmarks, a derived report (markdown, stdout) turns the measured times into
+// predictions for speculative decoding with a stories15M-shape draft and a stories110M-shape
+// target (Leviathan et al. 2023), from the median CPU time per iteration of each benchmark over
+// its repetitions (e.g. --benchmark_repetitions=5). CPU time, as Google Benchmark's rate counters
+// use: the work is single-threaded, so on an idle machine it equals wall time, and on a shared one
+// it leaves out the time other processes hold the core.
+//   c      the cost coefficient, t_step(15M shape) / t_step(110M shape)  (Sec. 3.1)
+//   alpha  the acceptance rate of the real pair in SPECDEC_MODELS_DIR (stories260K target,
+//          llama2xs_tok512_279K draft), measured here as measure-alpha does; without the models,
+//          the values measure-alpha printed, labeled as such
+//   Thm. 3.8  the expected speedup (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), which
+//          assumes the verification pass over gamma+1 positions costs one target step, at the
+//          optimal gamma and at gamma = 4
+//   measured cost  Eq. 1 with the measured pass: time per token
+//          (gamma t_draft + t_score(gamma+1)) / E[tokens per step], E = (1 - alpha^(gamma+1)) / (1 - alpha),
+//          against t_step of the target, for gamma = 2..8
+// The report needs llama2/step for both shapes (and llama2/score for the measured-cost table);
+// with SPECDEC_BENCH_CHECKPOINT there is one model only and no report. The console display is
+// Google Benchmark's ConsoleReporter whatever --benchmark_format says; use --benchmark_out for
+// JSON.
+//
 // Build with -O3 -march=native (the kernels use Eigen's SIMD packets for the target ISA).
 
 #include <algorithm>
@@ -27,9 +48,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <benchmark/benchmark.h>
 
@@ -40,6 +65,8 @@
 #endif
 
 #include <Eigen/Core>
+
+#include <specdec/specdec.hpp>
 
 #include "llama2/checkpoint.hpp"
 #include "llama2/transformer.hpp"
@@ -270,6 +297,172 @@ void bm_matmul(benchmark::State& state) {
     state.SetLabel(impl == 0 ? "llama2::detail::matmul" : impl == 1 ? "Eigen noalias GEMM" : "Eigen lazyProduct");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Derived report: speculative-decoding predictions from the measured costs.
+
+/// The median of `v` (not empty).
+double median_of(std::vector<double> v) {
+    const auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
+    std::nth_element(v.begin(), mid, v.end());
+    if (v.size() % 2 == 1) return *mid;
+    return (*mid + *std::max_element(v.begin(), mid)) / 2.0;
+}
+
+/// Google Benchmark's console display that also keeps the CPU time per iteration of every
+/// reported run, for the derived report: of each repetition, or, when only aggregates are
+/// reported (--benchmark_report_aggregates_only), of the median aggregate.
+class recording_reporter : public benchmark::ConsoleReporter {
+public:
+    using benchmark::ConsoleReporter::ConsoleReporter;
+
+    void ReportRuns(const std::vector<Run>& runs) override {
+        benchmark::ConsoleReporter::ReportRuns(runs);
+        for (const Run& r : runs) {
+            const bool is_median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+            if (r.error_occurred || (r.run_type != Run::RT_Iteration && !is_median)) continue;
+            const std::string& args = r.run_name.args;
+            const double seconds = r.GetAdjustedCPUTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+            (is_median ? medians_ : repetitions_)[r.run_name.function_name + (args.empty() ? "" : "/" + args)]
+                .push_back(seconds);
+        }
+    }
+
+    /// Median over the repetitions of the CPU seconds per iteration of `name`
+    /// ("llama2/step/<model>", "llama2/score/<model>/positions:5"); nullopt when it did not run.
+    [[nodiscard]] std::optional<double> median_seconds(const std::string& name) const {
+        if (const auto it = repetitions_.find(name); it != repetitions_.end()) return median_of(it->second);
+        if (const auto it = medians_.find(name); it != medians_.end()) return it->second.front();
+        return std::nullopt;
+    }
+
+private:
+    std::map<std::string, std::vector<double>> repetitions_, medians_;
+};
+
+/// The acceptance rate alpha = E[beta], beta = sum_x min(p(x), q(x)) (Leviathan et al. 2023,
+/// Def. 3.1, Cor. 3.6), of `draft` against `target`: the mean of beta over the positions of
+/// `samples` sequences of up to `length` tokens that the target samples itself from BOS, p and q
+/// standardized with the same temperature. The protocol of measure-alpha (same defaults, same
+/// seed), so the figures agree with the ones it prints.
+double measure_alpha(llama2::transformer& target, llama2::transformer& draft, float temperature,
+                     std::size_t samples = 8, std::size_t length = 200, std::uint64_t seed = 1) {
+    const specdec::sampling_config sampling{.temperature = temperature};
+    const auto vocab = target.vocab_size();
+    const auto limit = std::size_t(std::min(target.max_context(), draft.max_context()));
+    Eigen::VectorXf p(vocab), q(vocab);
+    specdec::sampling_workspace ws;
+    std::mt19937_64 rng(seed);
+    double beta_sum = 0.0;
+    std::size_t positions = 0;
+    for (std::size_t n = 0; n < samples; ++n) {
+        std::vector<specdec::token_id> seq{1};  // BOS
+        for (std::size_t t = 0; t < length && seq.size() < limit; ++t) {
+            specdec::standardize(target.next_logits(seq), sampling, p, ws);
+            specdec::standardize(draft.next_logits(seq), sampling, q, ws);
+            beta_sum += p.cast<double>().cwiseMin(q.cast<double>()).sum();
+            ++positions;
+            const auto next = specdec::token_id(specdec::sample_from_weights(p, specdec::uniform01(rng), ws));
+            if (next == 1 || next == 2) break;  // BOS or EOS ends the sample
+            seq.push_back(next);
+        }
+    }
+    return beta_sum / double(positions);
+}
+
+struct pair_alpha {
+    double temperature0 = 0.0, temperature1 = 0.0;
+    std::string source;
+};
+
+/// alpha of the real pair at temperatures 0 and 1: measured when SPECDEC_MODELS_DIR holds it,
+/// otherwise the values measure-alpha printed for it (labeled as such).
+pair_alpha real_pair_alpha() {
+    const pair_alpha printed{0.76, 0.67,
+                             "not measured: the values measure-alpha prints for stories260K / llama2xs_tok512_279K"};
+    const char* dir = std::getenv("SPECDEC_MODELS_DIR");
+    if (dir == nullptr || *dir == '\0') {
+        std::printf("SPECDEC_MODELS_DIR is not set: alpha of the real pair is not measured.\n");
+        return {printed.temperature0, printed.temperature1, printed.source + " (SPECDEC_MODELS_DIR unset)"};
+    }
+    try {
+        llama2::transformer target(fs::path(dir) / "stories260K.bin");
+        llama2::transformer draft(fs::path(dir) / "llama2xs_tok512_279K.bin");
+        const double a0 = measure_alpha(target, draft, 0.0f);
+        const double a1 = measure_alpha(target, draft, 1.0f);
+        return {a0, a1,
+                "measured here: stories260K target, llama2xs_tok512_279K draft, 8 target samples of up to 200 "
+                "tokens from BOS, seed 1 (measure-alpha's protocol)"};
+    } catch (const std::exception& e) {
+        std::printf("alpha of the real pair could not be measured (%s).\n", e.what());
+        return {printed.temperature0, printed.temperature1, printed.source + " (models unreadable)"};
+    }
+}
+
+/// Prints the derived report (markdown) from the recorded times; see the file comment.
+void print_derived_report(const recording_reporter& rec) {
+    const std::string draft_label = "random_stories15M", target_label = "random_stories110M";
+    std::printf("\n## Derived: speculative decoding with a stories15M-shape draft and a stories110M-shape target\n\n");
+    const auto t_draft = rec.median_seconds("llama2/step/" + draft_label);
+    const auto t_step = rec.median_seconds("llama2/step/" + target_label);
+    if (!t_draft || !t_step) {
+        std::printf("Not available: needs llama2/step/%s and llama2/step/%s in this run (random-weight models, "
+                    "SPECDEC_BENCH_CHECKPOINT unset, not filtered out).\n",
+                    draft_label.c_str(), target_label.c_str());
+        return;
+    }
+    const double c = *t_draft / *t_step;
+    const pair_alpha alpha = real_pair_alpha();
+    const double alphas[2] = {alpha.temperature0, alpha.temperature1};
+
+    std::printf("- cost coefficient c = t_step(15M shape) / t_step(110M shape) = %.3f ms / %.3f ms = **%.3f** "
+                "(Leviathan et al. 2023, Sec. 3.1)\n",
+                *t_draft * 1e3, *t_step * 1e3, c);
+    std::printf("- acceptance rate alpha = E[sum min(p, q)]: **%.3f** at temperature 0, **%.3f** at temperature 1 "
+                "(%s)\n",
+                alphas[0], alphas[1], alpha.source.c_str());
+    std::printf("- alpha belongs to the tiny real pair, c to the large random-weight shapes: the predictions below "
+                "are for a 15M/110M pair that drafts as well as the real pair does.\n\n");
+
+    // Thm. 3.8: expected walltime improvement (1 - a^(g+1)) / ((1 - a)(g c + 1)), which takes the
+    // verification pass over g+1 positions to cost one target step.
+    std::printf("| temperature | alpha | optimal gamma (Sec. 3.5) | Thm. 3.8 speedup, optimal gamma | "
+                "Thm. 3.8 speedup, gamma = 4 |\n|---|---|---|---|---|\n");
+    for (int t = 0; t < 2; ++t) {
+        const std::size_t g = specdec::optimal_gamma(alphas[t], c);
+        std::printf("| %d | %.3f | %zu | %.2fx | %.2fx |\n", t, alphas[t], g,
+                    specdec::expected_walltime_improvement(alphas[t], g, c),
+                    specdec::expected_walltime_improvement(alphas[t], 4, c));
+    }
+
+    // Measured cost: Eq. 1 gives E[tokens per step]; one step costs gamma draft steps plus the
+    // measured batched pass over gamma+1 positions (verification's sampling work is not counted).
+    std::printf("\nMeasured-cost prediction: time per token = (gamma t_draft + t_score(gamma+1)) / E[tokens per step], "
+                "E = (1 - alpha^(gamma+1)) / (1 - alpha) (Eq. 1); speedup = t_step / time per token; "
+                "t_draft = %.3f ms (15M-shape step), t_step = %.3f ms (110M-shape step), t_score = 110M-shape "
+                "score() pass. Thm. 3.8 alongside (it takes t_score = t_step).\n\n",
+                *t_draft * 1e3, *t_step * 1e3);
+    std::printf("| gamma | t_score(gamma+1) ms | t_score / t_step | T=0: E[tokens/step] | T=0: speedup, measured cost | "
+                "T=0: Thm. 3.8 | T=1: E[tokens/step] | T=1: speedup, measured cost | T=1: Thm. 3.8 |\n"
+                "|---|---|---|---|---|---|---|---|---|\n");
+    for (std::size_t g = 2; g <= 8; ++g) {
+        const auto t_score =
+            rec.median_seconds("llama2/score/" + target_label + "/positions:" + std::to_string(g + 1));
+        if (!t_score) {
+            std::printf("| %zu | not measured | | | | | | | |\n", g);
+            continue;
+        }
+        std::printf("| %zu | %.3f | %.3f", g, *t_score * 1e3, *t_score / *t_step);
+        for (const double a : alphas) {
+            const double tokens_per_step = specdec::expected_tokens_per_step(a, g);
+            const double per_token = (double(g) * *t_draft + *t_score) / tokens_per_step;
+            std::printf(" | %.2f | %.2fx | %.2fx", tokens_per_step, *t_step / per_token,
+                        specdec::expected_walltime_improvement(a, g, c));
+        }
+        std::printf(" |\n");
+    }
+    std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -295,7 +488,10 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
 
     benchmark::AddCustomContext("bandwidth_GBps", std::to_string(bandwidth() / 1e9));
-    benchmark::RunSpecifiedBenchmarks();
+    recording_reporter reporter(isatty(STDOUT_FILENO) != 0 ? benchmark::ConsoleReporter::OO_Color
+                                                           : benchmark::ConsoleReporter::OO_None);
+    benchmark::RunSpecifiedBenchmarks(&reporter);
+    print_derived_report(reporter);
     benchmark::Shutdown();
     return 0;
 }

@@ -1,15 +1,21 @@
 // Benchmarks of the hot core: specdec::verify against two reference points on identical inputs,
 // and drafter-side sampling (standardize + one draw) against a naive version.
 //
-//   BM_verify/<case>          specdec::verify, default verify_options (draft columns checked)
-//   BM_verify_nocheck/<case>  the same with check_draft_distributions = false, as speculative_step
-//                             runs it for drafts that come from standardize() (subset of cases)
+//   BM_verify/<case>          specdec::verify, default verify_options: block verification, draft
+//                             columns checked
+//   BM_verify_token/<case>    token verification (Leviathan et al. Alg. 1), draft columns checked
+//   BM_verify_nocheck/<case>  token verification with check_draft_distributions = false, as
+//                             speculative_step runs it for drafts that come from standardize()
+//                             (subset of cases)
 //   BM_naive/<case>           specdec_bench::naive_verify (baselines.hpp): full softmax of all γ+1
 //                             rows into fresh vectors, std::sort for top-k / top-p, explicit
 //                             residual normalization, std::discrete_distribution
 //   BM_bound/<case>           one vectorized log-sum-exp (temperature 0: max) pass over exactly the
 //                             rows the algorithm must normalize: rows 0..n for an outcome with n
-//                             accepted drafts (n + 1 rows; γ + 1 when all are accepted)
+//                             accepted drafts under token verification (n + 1 rows; γ + 1 when
+//                             all are accepted): the bound for BM_verify_token
+//   BM_bound_block/<case>     the same over all γ + 1 rows, which block verification must
+//                             normalize: the bound for BM_verify
 //
 //   <case> = <draft>/<filter>/<regime>/V:<vocab>/gamma:<γ>/T:<temperature>
 //     draft   dist (V x γ draft distributions) | point (specdec::point_mass)
@@ -18,7 +24,8 @@
 //
 // Every case is a fixed batch of K = 16 calls ("slots"), each with its own draft tokens and its
 // own rng seed (splitmix64, restarted for every call), whose outcome (number of accepted drafts)
-// was fixed once, at setup, by running specdec::verify:
+// was fixed once, at setup, by running specdec::verify with token verification (the outcome under
+// block verification, never smaller, is recorded too and checked by BM_verify):
 //   all_accepted  every slot accepts all γ drafts. Draft distributions: q_i = p_i except that
 //                 1e-3 of q_i(x_i) moves to another token, so q_i(x_i) < p_i(x_i) and the test
 //                 passes for every r (robust to rounding differences between implementations);
@@ -130,7 +137,8 @@ struct slot {
     std::vector<token_id> tokens;
     std::size_t q_index = 0;  // which draft matrix (T = 0 mix patterns); unused for point mass
     std::uint64_t seed = 0;
-    std::size_t accepted = 0;  // outcome under specdec::verify
+    std::size_t accepted = 0;        // outcome under token verification (defines the regime)
+    std::size_t accepted_block = 0;  // outcome under block verification (the default scheme)
 };
 
 struct built_case {
@@ -405,11 +413,13 @@ built_case build(const case_spec& c) {
         for (int k = 0; missing > 0 && k < max_candidates; ++k) {
             slot s = candidate(k);
             splitmix64 rng{s.seed};
-            const specdec::verify_result r = run_verify(bc, s, rng, ws, {});
+            const specdec::verify_result r = run_verify(bc, s, rng, ws, {.scheme = specdec::verification_scheme::token});
             if (need[r.accepted] > 0) {
                 --need[r.accepted];
                 --missing;
                 s.accepted = r.accepted;
+                splitmix64 rng_block{s.seed};
+                s.accepted_block = run_verify(bc, s, rng_block, ws, {}).accepted;
                 bc.slots.push_back(std::move(s));
             }
         }
@@ -480,7 +490,7 @@ void set_counters(benchmark::State& state, const built_case& bc, double acceptan
     state.counters["accept"] = acceptance;
 }
 
-void bm_verify(benchmark::State& state, const case_spec& c, bool check) {
+void bm_verify(benchmark::State& state, const case_spec& c, bool check, specdec::verification_scheme scheme) {
     const built_case& bc = get_case(c);
     if (!bc.error.empty()) {
         state.SkipWithError(bc.error.c_str());
@@ -489,13 +499,15 @@ void bm_verify(benchmark::State& state, const case_spec& c, bool check) {
     specdec::verify_workspace ws;
     specdec::verify_options opts;
     opts.check_draft_distributions = check;
+    opts.scheme = scheme;
+    const bool token = scheme == specdec::verification_scheme::token;
     std::size_t mismatches = 0;
     timed_batches(state, [&] {
         for (const slot& s : bc.slots) {
             splitmix64 rng{s.seed};
             const specdec::verify_result r = run_verify(bc, s, rng, ws, opts);
             benchmark::DoNotOptimize(r);
-            mismatches += r.accepted != s.accepted;
+            mismatches += r.accepted != (token ? s.accepted : s.accepted_block);
         }
     });
     if (mismatches > 0) state.SkipWithError("specdec::verify outcomes changed between setup and the timed run");
@@ -519,7 +531,9 @@ void bm_naive(benchmark::State& state, const case_spec& c) {
     state.counters["outcome_diff"] = bc.naive_outcome_diff;
 }
 
-void bm_bound(benchmark::State& state, const case_spec& c) {
+/// The bound: one log-sum-exp (temperature 0: one max) pass over each row the scheme must
+/// normalize. Token verification: rows 0..n (n accepted). Block verification: all γ + 1 rows.
+void bm_bound(benchmark::State& state, const case_spec& c, bool block) {
     const built_case& bc = get_case(c);
     if (!bc.error.empty()) {
         state.SkipWithError(bc.error.c_str());
@@ -529,7 +543,7 @@ void bm_bound(benchmark::State& state, const case_spec& c) {
     const bool greedy = c.temperature == 0;
     timed_batches(state, [&] {
         for (const slot& s : bc.slots) {
-            const auto rows = static_cast<Index>(s.accepted) + 1;  // rows 0..n
+            const auto rows = block ? static_cast<Index>(c.gamma) + 1 : static_cast<Index>(s.accepted) + 1;
             for (Index j = 0; j < rows; ++j) {
                 const float* col = bc.z.col(j).data();
                 float v = greedy ? specdec_bench::row_max(col, vocab) : specdec_bench::log_sum_exp(col, vocab);
@@ -655,10 +669,14 @@ void register_all() {
     for (const case_spec& c : verify_cases()) {
         std::string p = "/";
         p += c.path();
-        add("BM_verify" + p, c, [c](benchmark::State& s) { bm_verify(s, c, true); });
-        if (with_nocheck(c)) add("BM_verify_nocheck" + p, c, [c](benchmark::State& s) { bm_verify(s, c, false); });
+        using specdec::verification_scheme;
+        add("BM_verify" + p, c, [c](benchmark::State& s) { bm_verify(s, c, true, verification_scheme::block); });
+        add("BM_verify_token" + p, c, [c](benchmark::State& s) { bm_verify(s, c, true, verification_scheme::token); });
+        if (with_nocheck(c))
+            add("BM_verify_nocheck" + p, c, [c](benchmark::State& s) { bm_verify(s, c, false, verification_scheme::token); });
         add("BM_naive" + p, c, [c](benchmark::State& s) { bm_naive(s, c); });
-        add("BM_bound" + p, c, [c](benchmark::State& s) { bm_bound(s, c); });
+        add("BM_bound" + p, c, [c](benchmark::State& s) { bm_bound(s, c, false); });
+        add("BM_bound_block" + p, c, [c](benchmark::State& s) { bm_bound(s, c, true); });
     }
     for (Index v : {Index{32000}, Index{151936}})
         for (filter_kind f : {filter_kind::plain, filter_kind::topp09}) {

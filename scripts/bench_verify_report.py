@@ -20,7 +20,7 @@ import sys
 
 UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
-VERIFY_IMPLS = ("BM_verify", "BM_verify_nocheck", "BM_naive", "BM_bound")
+VERIFY_IMPLS = ("BM_verify", "BM_verify_token", "BM_verify_nocheck", "BM_naive", "BM_bound", "BM_bound_block")
 SAMPLE_IMPLS = ("BM_sample", "BM_sample_naive", "BM_sample_bound")
 
 
@@ -119,21 +119,24 @@ def verify_table(data):
     if not cases:
         return []
     has_nocheck = any(impl == "BM_verify_nocheck" for (impl, _) in data)
-    head = ["draft", "filter", "regime", "V", "γ", "T", "accept", "verify µs", "bound µs", "naive µs",
-            "verify/bound", "naive/verify"]
+    head = ["draft", "filter", "regime", "V", "γ", "T", "accept", "token µs", "bound µs", "token/bound",
+            "naive µs", "naive/token", "block µs", "block bound µs", "block/bound"]
     if has_nocheck:
-        head += ["verify nocheck µs", "nocheck/bound"]
+        head += ["token nocheck µs", "nocheck/bound"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     errors = []
     for case in cases:
         parts, args = case_label(case)
         draft, filt, regime = (parts + ["", "", ""])[:3]
-        v = value(data, "BM_verify", case)
+        t = value(data, "BM_verify_token", case)
         b = value(data, "BM_bound", case)
         n = value(data, "BM_naive", case)
-        acc = value(data, "BM_verify", case, "accept")
+        v = value(data, "BM_verify", case)
+        bb = value(data, "BM_bound_block", case)
+        acc = value(data, "BM_verify_token", case, "accept")
         row = [draft, filt, regime, args.get("V", "?"), args.get("gamma", "?"), args.get("T", "?"),
-               "–" if acc is None else f"{acc:.2f}", fmt_us(v), fmt_us(b), fmt_us(n), fmt_ratio(v, b), fmt_ratio(n, v)]
+               "–" if acc is None else f"{acc:.2f}", fmt_us(t), fmt_us(b), fmt_ratio(t, b), fmt_us(n),
+               fmt_ratio(n, t), fmt_us(v), fmt_us(bb), fmt_ratio(v, bb)]
         if has_nocheck:
             nc = value(data, "BM_verify_nocheck", case)
             row += [fmt_us(nc), fmt_ratio(nc, b)]
@@ -178,8 +181,9 @@ def main():
           f"{ctx.get('num_cpus', '?')} CPUs @ {ctx.get('mhz_per_cpu', '?')} MHz, "
           f"repetitions {', '.join(str(r) for r in sorted(reps)) or '?'}, {ctx.get('date', '')}.")
     print()
-    print("verify: specdec::verify (default options); bound: log-sum-exp (T=0: max) of the rows the outcome needs; "
-          "naive: baselines.hpp. accept: acceptance rate of the batch.")
+    print("token / block: specdec::verify with token / block (default) verification, draft columns checked; "
+          "bound: log-sum-exp (T=0: max) of the rows token verification needs for the outcome; block bound: of all "
+          "γ+1 rows; naive: baselines.hpp (token verification). accept: token acceptance rate of the batch.")
     print()
     for line in verify_table(data):
         print(line)

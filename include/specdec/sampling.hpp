@@ -104,9 +104,39 @@ inline Eigen::Index sample_with_block_sums(const Eigen::Ref<const Eigen::VectorX
     fail_invalid(where, ": every logit is -Inf (no token is possible)");
 }
 
-/// Maximum of a block; NaN if the block holds a NaN.
+/// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), and, when `out` is not null,
+/// the exponentials written to out: one vectorized pass with Eigen's SIMD exp, several
+/// accumulators for instruction-level parallelism.
+inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, float inv_t) {
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size;
+    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
+    packet a0 = ei::pset1<packet>(0.0f), a1 = a0;
+    Eigen::Index k = 0;
+    for (; k + 2 * width <= len; k += 2 * width) {
+        const packet e0 = ei::pexp(ei::pmul(ei::psub(ei::ploadu<packet>(z + k), pm), pt));
+        const packet e1 = ei::pexp(ei::pmul(ei::psub(ei::ploadu<packet>(z + k + width), pm), pt));
+        if (out != nullptr) {
+            ei::pstoreu(out + k, e0);
+            ei::pstoreu(out + k + width, e1);
+        }
+        a0 = ei::padd(a0, e0);
+        a1 = ei::padd(a1, e1);
+    }
+    double sum = static_cast<double>(ei::predux(ei::padd(a0, a1)));
+    for (; k < len; ++k) {
+        const float e = std::exp((z[k] - m) * inv_t);
+        if (out != nullptr) out[k] = e;
+        sum += static_cast<double>(e);
+    }
+    return sum;
+}
+
+/// Maximum of a block (vectorized; a NaN in the block may or may not show in it, so callers
+/// detect NaN through a sum over the block, which a NaN always turns into NaN).
 inline float block_max(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index start, Eigen::Index len) {
-    return z.segment(start, len).maxCoeff<Eigen::PropagateNaN>();
+    return z.segment(start, len).maxCoeff();
 }
 
 /// The largest logit and its lowest index.
@@ -124,9 +154,11 @@ inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, con
     float m = -std::numeric_limits<float>::infinity();
     Eigen::Index best_block = -1;
     for (Eigen::Index start = 0; start < n; start += block_size) {
-        const float bm = block_max(z, start, std::min(block_size, n - start));
-        if (!(bm <= m)) {  // larger, or NaN
-            if (std::isnan(bm)) diagnose_logits(z, where);
+        const Eigen::Index len = std::min(block_size, n - start);
+        const float bm = block_max(z, start, len);
+        // The block is in L1: its sum is NaN exactly when it holds a NaN (or +Inf next to -Inf).
+        if (std::isnan(bm) || std::isnan(z.segment(start, len).sum())) diagnose_logits(z, where);
+        if (bm > m) {
             m = bm;
             best_block = start;
         }
@@ -155,15 +187,15 @@ inline row_normalizer checked_normalizer(const Eigen::Ref<const Eigen::VectorXf>
     for (Eigen::Index start = 0; start < n; start += block_size) {
         const Eigen::Index len = std::min(block_size, n - start);
         const float bm = block_max(z, start, len);
-        if (!(bm <= m)) {
-            if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+        if (bm > m) {
             if (m != neg_inf) sum *= std::exp(static_cast<double>(m - bm) * inv_t);
             m = bm;
         }
         if (bm == neg_inf) continue;
-        sum += ((z.segment(start, len).array() - m) * inv_t).exp().sum();
+        sum += exp_pass(z.data() + start, nullptr, len, m, inv_t);  // NaN in the block: NaN here
     }
-    if (m == neg_inf) diagnose_logits(z, where);
+    if (m == neg_inf || std::isnan(sum)) diagnose_logits(z, where);
     return {m, sum};
 }
 

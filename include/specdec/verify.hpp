@@ -83,105 +83,154 @@ struct verify_result {
 };
 
 /// Reusable buffers for verify(); keep one per decoding loop so that verification
-/// allocates nothing after the first call with a given vocabulary size.
+/// allocates nothing after the first call with a given vocabulary size and draft length.
 struct verify_workspace {
-    Eigen::VectorXf p;         ///< a materialized target row (truncating sampling only)
-    Eigen::VectorXf weights;   ///< weights of the final draw (residual or p)
+    /// Exponentiated target rows, one column per row the verification normalized: column j
+    /// holds exp((z − m_b) / T) with m_b the maximum of the element's block (truncating
+    /// sampling: the standardized probabilities themselves).
+    Eigen::MatrixXf rows;
+    std::vector<float> scale;        ///< per row and block: the factor that turns `rows` into p
+    std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
+    std::vector<double> sums;        ///< block weights of the final draw
+    std::vector<double> eta;         ///< block verification: η_1..η_γ
     sampling_workspace sampling;
-    std::vector<double> eta;   ///< block verification: η_1..η_γ
 };
 
 namespace detail {
 
-/// A standardized target row prepared for acceptance tests: enough to give p(x) for any x
-/// without writing the distribution out.
+/// A target row that verification has normalized (Sec. 2.2 standardization applied).
+/// Greedy rows keep only their argmax; other rows are stored in the workspace, so p(x) of
+/// any token is one multiply and no row is exponentiated twice.
 struct target_row {
-    enum class kind { greedy, plain, truncated } mode;
+    std::size_t column = 0;   // column j of the logits, and of ws.rows
+    bool greedy = false;
+    Eigen::Index argmax = 0;  // greedy rows
+    bool stored = true;       // false: a plain row known only by its normalizer (below)
+    float max = 0.0f;         // not stored: p(x) = exp((z_x − max) inv_t) / sum
     float inv_t = 1.0f;
-    Eigen::Index argmax = 0;  // greedy
-    float max = 0.0f;         // plain: p(x) = exp((z_x − max) inv_t) / sum
     double sum = 1.0;
 };
 
-/// Normalizes column z of the target (one pass; see the file comment). For truncating
-/// sampling the row is materialized in ws.p.
-inline target_row prepare_row(const Eigen::Ref<const Eigen::VectorXf>& z, const sampling_config& s,
-                              verify_workspace& ws, const char* where) {
+inline Eigen::Index blocks_of(Eigen::Index n) { return (n + block_size - 1) / block_size; }
+
+/// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
+/// maximum, then the block's exponentials written once and summed while in L1; the global
+/// normalizer is assembled from the block sums (a blockwise log-sum-exp).
+///
+/// With store = false a plain row (no truncation) is only normalized, nothing is written:
+/// enough for an acceptance test, and exactly the bound's work.
+inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
+                              verify_workspace& ws, const char* where, bool store = true) {
+    const auto col = static_cast<Eigen::Index>(j);
+    const auto z = logits.col(col);
     target_row r{};
+    r.column = j;
     if (s.temperature == 0.0f) {
-        r.mode = target_row::kind::greedy;
+        r.greedy = true;
         r.argmax = checked_argmax(z, where).index;
-    } else if (truncates(s)) {
-        r.mode = target_row::kind::truncated;
-        ws.p.resize(z.size());
-        standardize(z, s, ws.p, ws.sampling, where);
-    } else {
-        r.mode = target_row::kind::plain;
+        return r;
+    }
+    if (!store && !truncates(s)) {
+        r.stored = false;
         r.inv_t = 1.0f / s.temperature;
-        const row_normalizer n = checked_normalizer(z, r.inv_t, where);
-        r.max = n.max;
-        r.sum = n.sum;
+        const row_normalizer nz = checked_normalizer(z, r.inv_t, where);
+        r.max = nz.max;
+        r.sum = nz.sum;
+        return r;
+    }
+    const Eigen::Index n = z.size(), nb = blocks_of(n);
+    const std::size_t base = j * static_cast<std::size_t>(nb);
+    auto e = ws.rows.col(col);
+    float* scale = ws.scale.data() + base;
+    double* mass = ws.block_mass.data() + base;
+    if (truncates(s)) {
+        standardize(z, s, e, ws.sampling, where);
+        for (Eigen::Index b = 0; b < nb; ++b) {
+            const Eigen::Index start = b * block_size, len = std::min(block_size, n - start);
+            scale[b] = 1.0f;
+            mass[b] = e.segment(start, len).sum();
+        }
+        return r;
+    }
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    const float inv_t = 1.0f / s.temperature;
+    float m = neg_inf;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index start = b * block_size, len = std::min(block_size, n - start);
+        const float bm = block_max(z, start, len);
+        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+        scale[b] = bm;  // the block maximum, turned into the scale below
+        if (bm == neg_inf) {
+            e.segment(start, len).setZero();
+            mass[b] = 0.0;
+            continue;
+        }
+        m = std::max(m, bm);
+        mass[b] = exp_pass(z.data() + start, e.data() + start, len, bm, inv_t);
+        if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
+    }
+    if (m == neg_inf) diagnose_logits(z, where);
+    double total = 0.0;
+    for (Eigen::Index b = 0; b < nb; ++b)
+        if (mass[b] > 0.0) total += mass[b] * std::exp(static_cast<double>(scale[b] - m) * inv_t);
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const double f = mass[b] > 0.0 ? std::exp(static_cast<double>(scale[b] - m) * inv_t) / total : 0.0;
+        scale[b] = static_cast<float>(f);
+        mass[b] *= f;
     }
     return r;
 }
 
-/// p(x) for the prepared row.
-inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::VectorXf>& z, const verify_workspace& ws,
+/// p(x) for a prepared row.
+inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const verify_workspace& ws,
                       Eigen::Index x) {
-    switch (r.mode) {
-        case target_row::kind::greedy: return x == r.argmax ? 1.0 : 0.0;
-        case target_row::kind::truncated: return ws.p[x];
-        case target_row::kind::plain: break;
-    }
-    return std::exp(static_cast<double>(z[x] - r.max) * r.inv_t) / r.sum;
+    if (r.greedy) return x == r.argmax ? 1.0 : 0.0;
+    if (!r.stored)
+        return std::exp(static_cast<double>(logits(x, static_cast<Eigen::Index>(r.column)) - r.max) * r.inv_t) / r.sum;
+    const std::size_t nb = static_cast<std::size_t>(blocks_of(ws.rows.rows()));
+    return static_cast<double>(ws.rows(x, static_cast<Eigen::Index>(r.column))) *
+           ws.scale[r.column * nb + static_cast<std::size_t>(x / block_size)];
 }
 
-/// Writes a * p into `out`, block by block, calling `combine(out_block, start, len)` on each
-/// block right after it is written (while it is in L1).
-template <class Combine>
-void write_scaled_p(const target_row& r, const Eigen::Ref<const Eigen::VectorXf>& z, const verify_workspace& ws,
-                    float a, Eigen::VectorXf& out, Combine&& combine) {
-    const Eigen::Index n = z.size();
-    out.resize(n);
-    const float scale = static_cast<float>(a / r.sum);
-    for (Eigen::Index start = 0; start < n; start += block_size) {
-        const Eigen::Index len = std::min(block_size, n - start);
-        auto o = out.segment(start, len);
-        switch (r.mode) {
-            case target_row::kind::greedy:
-                o.setZero();
-                if (r.argmax >= start && r.argmax < start + len) o[r.argmax - start] = a;
-                break;
-            case target_row::kind::truncated: o = ws.p.segment(start, len) * a; break;
-            case target_row::kind::plain:
-                o = (((z.segment(start, len).array() - r.max) * r.inv_t).exp() * scale).matrix();
-                break;
+/// Inverse-CDF draw over blocks: `sums` holds each block's weight and `weight(k)` the weight
+/// of element k; returns the first k whose running weight exceeds u·total (never a k of
+/// weight 0; on rounding overshoot the last k with weight).
+template <class Weight>
+Eigen::Index draw_blocked(const std::vector<double>& sums, double total, Eigen::Index n, double u, Weight&& weight) {
+    const double target = u * total;
+    double acc = 0.0;
+    std::size_t b = 0;
+    while (b + 1 < sums.size() && acc + sums[b] <= target) acc += sums[b++];
+    Eigen::Index last = -1;
+    for (Eigen::Index k = static_cast<Eigen::Index>(b) * block_size; k < n; ++k) {
+        const double x = weight(k);
+        if (x > 0.0) {
+            acc += x;
+            last = k;
+            if (acc > target) return k;
         }
-        combine(o, start, len);
     }
+    if (last >= 0) return last;
+    for (Eigen::Index k = static_cast<Eigen::Index>(b) * block_size - 1; k >= 0; --k)
+        if (weight(k) > 0.0) return k;
+    SPECDEC_ASSERT(false, "draw_blocked: all weights are zero");
+    return 0;
 }
 
 /// Draws the emitted token from p itself (after full acceptance, or as the fallback of an
 /// empty residual).
-inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen::VectorXf>& z, verify_workspace& ws,
-                              double u) {
-    switch (r.mode) {
-        case target_row::kind::greedy: return static_cast<token_id>(r.argmax);
-        case target_row::kind::truncated: return static_cast<token_id>(sample_from_weights(ws.p, u, ws.sampling));
-        case target_row::kind::plain: break;
-    }
-    // Unnormalized weights exp((z − max) inv_t) suffice for inversion.
-    target_row unit = r;
-    unit.sum = 1.0;
-    std::vector<double>& sums = ws.sampling.block_sums;
-    sums.clear();
+inline token_id sample_target(const target_row& r, verify_workspace& ws, double u) {
+    if (r.greedy) return static_cast<token_id>(r.argmax);
+    const Eigen::Index n = ws.rows.rows(), nb = blocks_of(n);
+    const std::size_t base = r.column * static_cast<std::size_t>(nb);
+    ws.sums.assign(ws.block_mass.begin() + static_cast<std::ptrdiff_t>(base),
+                   ws.block_mass.begin() + static_cast<std::ptrdiff_t>(base) + nb);
     double total = 0.0;
-    write_scaled_p(unit, z, ws, 1.0f, ws.weights, [&](const auto& block, Eigen::Index, Eigen::Index) {
-        const double bs = block.sum();
-        sums.push_back(bs);
-        total += bs;
-    });
-    return static_cast<token_id>(sample_with_block_sums(ws.weights, sums, total, u));
+    for (double x : ws.sums) total += x;
+    const auto e = ws.rows.col(static_cast<Eigen::Index>(r.column));
+    const float* scale = ws.scale.data() + base;
+    return static_cast<token_id>(
+        draw_blocked(ws.sums, total, n, u, [&](Eigen::Index k) { return double(e[k]) * scale[k / block_size]; }));
 }
 
 inline void check_draft_column(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, const char* where) {
@@ -196,49 +245,72 @@ inline void check_draft_column(const Eigen::Ref<const Eigen::VectorXf>& q, std::
         fail_invalid(where, ": draft distribution column ", i, " sums to ", s, ", not 1");
 }
 
-/// q_i(x) of a tested token; with `check`, column i is first checked to be a distribution.
-inline double draft_prob(const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x, bool check,
-                         const char* where) {
-    if (q == nullptr) return 1.0;  // point mass at x
-    const auto col = q->col(static_cast<Eigen::Index>(i));
-    if (check) {
-        // The sum also catches +Inf; PropagateNaN makes the minimum catch NaN.
-        const float lowest = col.minCoeff<Eigen::PropagateNaN>();
-        const double sum = col.sum();
-        if (!(lowest >= 0.0f) || !(std::abs(sum - 1.0) <= draft_probability_tolerance))
-            check_draft_column(col, i, where);  // throws with the details
+/// Accumulates the checks of one block of a draft column (minimum and sum, while in L1).
+struct column_check {
+    float lowest = 0.0f;
+    double sum = 0.0;
+    void add(const auto& qb) {
+        lowest = std::min(lowest, qb.minCoeff());
+        sum += qb.sum();  // NaN or +Inf anywhere makes the sum fail the check
     }
-    return col[x];
+    /// Throws (with details) unless the column was a probability distribution.
+    void finish(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, const char* where) const {
+        if (!(lowest >= 0.0f) || !(std::abs(sum - 1.0) <= draft_probability_tolerance)) check_draft_column(q, i, where);
+    }
+};
+
+/// Checks draft column i blockwise (one pass). The sum catches NaN and +Inf.
+inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t i, const char* where) {
+    const auto col = q.col(static_cast<Eigen::Index>(i));
+    column_check c;
+    const Eigen::Index n = col.size();
+    for (Eigen::Index start = 0; start < n; start += block_size) c.add(col.segment(start, std::min(block_size, n - start)));
+    c.finish(col, i, where);
 }
 
-/// Draws the emitted token from norm(max(0, a·p − b·q)) for column i (Sec. 2.3 with a = 1,
-/// b = l; Sun et al.'s residual with a = w_τ, b = 1), or from p when that residual is empty.
-/// For point-mass drafts q = δ(x).
-inline token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::VectorXf>& z,
-                                const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x, float a,
+/// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
+/// r.column (Sec. 2.3 with a = 1, b = l; Sun et al.'s residual with a = w_τ, b = 1), or from p
+/// when that residual is empty. q == nullptr: point mass at x. The residual is never
+/// written out: block sums first, then one block is recomputed element by element.
+inline token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a,
                                 float b, verify_workspace& ws, double u) {
-    if (r.mode == target_row::kind::greedy) {
-        // p = δ(argmax): the residual is a multiple of δ(argmax) or empty, and the fallback is
-        // p as well: the argmax either way.
-        return static_cast<token_id>(r.argmax);
-    }
-    std::vector<double>& sums = ws.sampling.block_sums;
-    sums.clear();
+    // p = δ(argmax): the residual is a multiple of δ(argmax) or empty, and the fallback is p
+    // as well: the argmax either way.
+    if (r.greedy) return static_cast<token_id>(r.argmax);
+    const Eigen::Index n = ws.rows.rows(), nb = blocks_of(n);
+    const auto j = static_cast<Eigen::Index>(r.column);
+    const std::size_t base = r.column * static_cast<std::size_t>(nb);
+    const auto e = ws.rows.col(j);
+    const float* scale = ws.scale.data() + base;
+    ws.sums.resize(static_cast<std::size_t>(nb));
     double total = 0.0;
-    const auto col = static_cast<Eigen::Index>(i);
-    write_scaled_p(r, z, ws, a, ws.weights, [&](auto& block, Eigen::Index start, Eigen::Index len) {
-        if (q != nullptr) {
-            const auto qb = q->col(col).segment(start, len);
-            block = (block.array() - b * qb.array()).max(0.0f).matrix();
-        } else if (x >= start && x < start + len) {
-            block[x - start] = std::max(0.0f, block[x - start] - b);
+    if (q != nullptr) {
+        const auto qc = q->col(j);
+        for (Eigen::Index blk = 0; blk < nb; ++blk) {
+            const Eigen::Index start = blk * block_size, len = std::min(block_size, n - start);
+            const double bs =
+                ((e.segment(start, len).array() * (a * scale[blk])) - b * qc.segment(start, len).array()).max(0.0f).sum();
+            ws.sums[static_cast<std::size_t>(blk)] = bs;
+            total += bs;
         }
-        const double bs = block.sum();
-        sums.push_back(bs);
+        if (!(total > residual_mass_floor)) return sample_target(r, ws, u);
+        return static_cast<token_id>(draw_blocked(ws.sums, total, n, u, [&](Eigen::Index k) {
+            return static_cast<double>(std::max(0.0f, e[k] * (a * scale[k / block_size]) - b * qc[k]));
+        }));
+    }
+    // Point mass at x: the residual is a·p with a·p(x) lowered by b.
+    const double px = static_cast<double>(e[x] * (a * scale[x / block_size]));
+    const double px_left = std::max(0.0, px - b);
+    for (Eigen::Index blk = 0; blk < nb; ++blk) {
+        double bs = a * ws.block_mass[base + static_cast<std::size_t>(blk)];
+        if (x / block_size == blk) bs = std::max(0.0, bs - px + px_left);
+        ws.sums[static_cast<std::size_t>(blk)] = bs;
         total += bs;
-    });
-    if (!(total > residual_mass_floor)) return sample_target(r, z, ws, u);
-    return static_cast<token_id>(sample_with_block_sums(ws.weights, sums, total, u));
+    }
+    if (!(total > residual_mass_floor)) return sample_target(r, ws, u);
+    return static_cast<token_id>(draw_blocked(ws.sums, total, n, u, [&](Eigen::Index k) {
+        return k == x ? px_left : static_cast<double>(e[k] * (a * scale[k / block_size]));
+    }));
 }
 
 inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
@@ -265,6 +337,23 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
             fail_invalid(where, ": draft_tokens[", i, "] = ", draft_tokens[i], " is out of range [0, ", vocab, ")");
 }
 
+/// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
+inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
+    if (s.temperature == 0.0f) return;  // greedy rows are not stored
+    const auto cols = static_cast<Eigen::Index>(n + 1);
+    if (ws.rows.rows() != vocab || ws.rows.cols() < cols) ws.rows.resize(vocab, cols);
+    const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(ws.rows.cols());
+    if (ws.scale.size() < need) {
+        ws.scale.resize(need);
+        ws.block_mass.resize(need);
+    }
+}
+
+/// q_i(x) (1 for a point mass).
+inline double draft_prob(const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x) {
+    return q == nullptr ? 1.0 : static_cast<double>((*q)(x, static_cast<Eigen::Index>(i)));
+}
+
 /// Token verification (Leviathan et al. 2023, Alg. 1). q == nullptr: point-mass drafts.
 template <class G>
 verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
@@ -273,43 +362,60 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
                             const char* where) {
     const std::size_t n = draft_tokens.size();
     const double lenience = opts.lenience;
+    const bool check = q != nullptr && opts.check_draft_distributions;
+    reserve_rows(ws, target_logits.rows(), n, sampling);
     // Test x_1..x_γ left to right with r_i ~ U(0, 1); the first failure ends the block.
     // Rows after it are never read.
     for (std::size_t i = 0; i < n; ++i) {
-        const auto z = target_logits.col(static_cast<Eigen::Index>(i));
-        const target_row row = prepare_row(z, sampling, ws, where);
+        if (check) check_column(*q, i, where);
+        // The test needs p(x) only: normalize the row without writing it out.
+        const target_row row = prepare_row(target_logits, i, sampling, ws, where, false);
         const token_id x = draft_tokens[i];
-        const double qx = draft_prob(q, i, x, opts.check_draft_distributions, where);
-        const double px = prob_of(row, z, ws, x);
+        const double qx = draft_prob(q, i, x);
+        const double px = prob_of(row, target_logits, ws, x);
         const double r = uniform01(rng);
         // Accept iff r < p(x) / (l q(x)), i.e. with probability min(1, p/(l q)) (App. A.5
         // with l = 1 is Alg. 1). A token the drafter gave q(x) = 0 is rejected.
         if (qx > 0.0 && r * lenience * qx < px) continue;
-        // Rejected at position i: resample from p' = norm(max(0, p_i − l q_i)) (Sec. 2.3).
-        return {i, sample_residual(row, z, q, i, x, 1.0f, opts.lenience, ws, uniform01(rng))};
+        // Rejected at position i: resample from p' = norm(max(0, p_i − l q_i)) (Sec. 2.3),
+        // for which the row is now stored (once per step).
+        const target_row full = row.stored ? row : prepare_row(target_logits, i, sampling, ws, where);
+        return {i, sample_residual(full, q, x, 1.0f, opts.lenience, ws, uniform01(rng))};
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
-    const auto z = target_logits.col(static_cast<Eigen::Index>(n));
-    const target_row row = prepare_row(z, sampling, ws, where);
-    return {n, sample_target(row, z, ws, uniform01(rng))};
+    const target_row row = prepare_row(target_logits, n, sampling, ws, where);
+    return {n, sample_target(row, ws, uniform01(rng))};
 }
 
-/// Σ_x max(0, w p(x) − q(x)) for a prepared row and draft column i (or point mass at x).
-inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::VectorXf>& z,
-                            const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x, double w,
-                            verify_workspace& ws) {
+/// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (or a point mass at
+/// x); checks the draft column on the way when `check`.
+inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                            const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, double w, bool check,
+                            verify_workspace& ws, const char* where) {
+    const auto j = static_cast<Eigen::Index>(r.column);
     if (q == nullptr) {
         // q = δ(x): w (1 − p(x)) + max(0, w p(x) − 1), from p(x) alone.
-        const double px = prob_of(r, z, ws, x);
+        const double px = prob_of(r, logits, ws, x);
         return w * (1.0 - px) + std::max(0.0, w * px - 1.0);
     }
-    const auto col = q->col(static_cast<Eigen::Index>(i));
-    // p = δ(a) at temperature 0: max(0, w − q(a)); the other terms are max(0, −q) = 0.
-    if (r.mode == target_row::kind::greedy) return std::max(0.0, w - static_cast<double>(col[r.argmax]));
+    const auto qc = q->col(j);
+    if (r.greedy) {
+        // p = δ(a): max(0, w − q(a)); the other terms are max(0, −q) = 0.
+        if (check) check_column(*q, r.column, where);
+        return std::max(0.0, w - static_cast<double>(qc[r.argmax]));
+    }
+    const Eigen::Index n = ws.rows.rows(), nb = blocks_of(n);
+    const auto e = ws.rows.col(j);
+    const float* scale = ws.scale.data() + r.column * static_cast<std::size_t>(nb);
+    column_check c;
     double total = 0.0;
-    write_scaled_p(r, z, ws, static_cast<float>(w), ws.weights, [&](const auto& block, Eigen::Index start, Eigen::Index len) {
-        total += (block.array() - col.segment(start, len).array()).max(0.0f).sum();
-    });
+    for (Eigen::Index blk = 0; blk < nb; ++blk) {
+        const Eigen::Index start = blk * block_size, len = std::min(block_size, n - start);
+        const auto qb = qc.segment(start, len);
+        if (check) c.add(qb);
+        total += ((e.segment(start, len).array() * static_cast<float>(w * scale[blk])) - qb.array()).max(0.0f).sum();
+    }
+    if (check) c.finish(qc, r.column, where);
     return total;
 }
 
@@ -324,47 +430,48 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
                            const sampling_config& sampling, G& rng, verify_workspace& ws, const verify_options& opts,
                            const char* where) {
     const std::size_t n = draft_tokens.size();
-    // Every token of the block is tested, so every column is checked (when asked) up front.
-    if (q != nullptr && opts.check_draft_distributions)
-        for (std::size_t i = 0; i < n; ++i) draft_prob(q, i, draft_tokens[i], true, where);
+    const bool check = q != nullptr && opts.check_draft_distributions;
+    reserve_rows(ws, target_logits.rows(), n, sampling);
     ws.eta.resize(n);
     for (double& e : ws.eta) e = uniform01(rng);
+    // Column 0 is checked here; columns 1..γ−1 while R_i reads them.
+    if (check && n > 0) check_column(*q, 0, where);
     std::size_t tau = 0;
     double w_tau = 1.0, w = 1.0;
-    auto z_of = [&](std::size_t i) { return target_logits.col(static_cast<Eigen::Index>(i)); };
-    target_row row = prepare_row(z_of(0), sampling, ws, where);  // row i (0-based) = p_{i+1}
+    target_row row = prepare_row(target_logits, 0, sampling, ws, where);  // row i holds p_{i+1}
+    target_row tau_row = row;
     for (std::size_t i = 0; i < n; ++i) {
         const token_id x = draft_tokens[i];
-        const double qx = draft_prob(q, i, x, false, where);
-        const double px = prob_of(row, z_of(i), ws, x);
+        const double qx = draft_prob(q, i, x);
+        const double px = prob_of(row, target_logits, ws, x);
         const double w_prev = w;
         // A token the drafter gave q(x) = 0 ends every longer prefix (w = 0).
         w = qx > 0.0 ? std::min(1.0, w_prev * px / qx) : 0.0;
+        if (w == 0.0) break;  // every later h is 0: τ is final, later rows are never read
         bool hit;
         if (i + 1 < n) {
-            row = prepare_row(z_of(i + 1), sampling, ws, where);
-            const double big_r = w > 0.0 ? residual_mass(row, z_of(i + 1), q, i + 1, draft_tokens[i + 1], w, ws) : 0.0;
+            row = prepare_row(target_logits, i + 1, sampling, ws, where);
+            const double big_r = residual_mass(row, target_logits, q, draft_tokens[i + 1], w, check, ws, where);
             const double h = big_r > 0.0 ? big_r / (big_r + 1.0 - w) : 0.0;
             hit = ws.eta[i] < h;
         } else {
             // h_γ = w_γ = min(1, w_{γ−1} p/q), tested as η q < w_{γ−1} p so that γ = 1 is
             // token verification draw for draw.
-            hit = qx > 0.0 && ws.eta[i] * qx < w_prev * px;
+            hit = ws.eta[i] * qx < w_prev * px;
         }
         if (hit) {
             tau = i + 1;
             w_tau = w;
+            tau_row = row;
         }
     }
     const double u = uniform01(rng);
     if (tau == n) {
-        const auto z = z_of(n);
-        const target_row last = prepare_row(z, sampling, ws, where);
-        return {n, sample_target(last, z, ws, u)};
+        const target_row last = prepare_row(target_logits, n, sampling, ws, where);
+        return {n, sample_target(last, ws, u)};
     }
-    const auto z = z_of(tau);
-    const target_row r = prepare_row(z, sampling, ws, where);
-    return {tau, sample_residual(r, z, q, tau, draft_tokens[tau], static_cast<float>(w_tau), 1.0f, ws, u)};
+    // Row τ was prepared during the loop (row τ+1 in Sun et al.'s 1-based p_{τ+1}).
+    return {tau, sample_residual(tau_row, q, draft_tokens[tau], static_cast<float>(w_tau), 1.0f, ws, u)};
 }
 
 template <class G>
