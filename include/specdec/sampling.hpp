@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <cstddef>
 #include <limits>
 #include <span>
@@ -39,6 +41,7 @@ inline void validate(const sampling_config& s, const char* where = "specdec::val
 struct sampling_workspace {
     std::vector<float> values;        ///< scratch copy for selection (top-k, top-p)
     std::vector<double> block_sums;   ///< per-block sums for blocked inverse-CDF sampling
+    std::vector<double> buckets;      ///< per-magnitude masses for top-p
 };
 
 namespace detail {
@@ -47,6 +50,13 @@ namespace detail {
 /// materialized to know its distribution.
 inline bool truncates(const sampling_config& s) noexcept {
     return s.top_k > 0 || s.top_p < 1.0f || s.min_p > 0.0f;
+}
+
+/// Sum in double precision, in index order.
+inline double sum_in_double(const Eigen::Ref<const Eigen::VectorXf>& w) {
+    double s = 0.0;
+    for (Eigen::Index i = 0; i < w.size(); ++i) s += w[i];
+    return s;
 }
 
 /// Elements per block in the two-level passes: small enough to stay in L1 between the
@@ -199,44 +209,65 @@ inline row_normalizer checked_normalizer(const Eigen::Ref<const Eigen::VectorXf>
     return {m, sum};
 }
 
-/// Smallest threshold t among the positive values such that the values >= t sum to at
-/// least `need`, found by three-way quickselect on the mass instead of sorting the
-/// vocabulary (expected linear time). `v` is scratch and is reordered.
-inline float top_p_threshold(std::vector<float>& v, double need) {
-    std::size_t lo = 0, hi = v.size();  // active range [lo, hi)
-    while (hi - lo > 1) {
-        // Median of three as pivot.
-        const float a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi - 1];
-        const float pivot = std::max(std::min(a, b), std::min(std::max(a, b), c));
-        // Dutch-flag partition: [lo, gt) > pivot, [gt, eq) == pivot, [eq, hi) < pivot.
-        std::size_t gt = lo, i = lo, lt = hi;
-        double mass_gt = 0.0, mass_eq = 0.0;
-        while (i < lt) {
-            const float x = v[i];
-            if (x > pivot) {
-                std::swap(v[i], v[gt]);
-                mass_gt += x;
-                ++gt;
-                ++i;
-            } else if (x < pivot) {
-                --lt;
-                std::swap(v[i], v[lt]);
-            } else {
-                mass_eq += x;
-                ++i;
-            }
+/// k-th largest value of z (k >= 1, k < z.size()): a min-heap of the k largest values seen,
+/// with whole blocks skipped when their vectorized maximum cannot enter the heap, so typical
+/// rows cost one max pass. `heap` is scratch.
+inline float top_k_threshold(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index k, std::vector<float>& heap) {
+    const Eigen::Index n = z.size();
+    heap.assign(z.data(), z.data() + k);
+    std::make_heap(heap.begin(), heap.end(), std::greater<float>());
+    Eigen::Index i = k;
+    // Finish the block the first k values ended in, then go block by block.
+    const Eigen::Index first_block_end = std::min(n, ((k + block_size - 1) / block_size) * block_size);
+    auto offer = [&](float v) {
+        if (v > heap.front()) {
+            std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
+            heap.back() = v;
+            std::push_heap(heap.begin(), heap.end(), std::greater<float>());
         }
-        if (mass_gt >= need) {
-            hi = gt;  // the answer lies strictly above the pivot
-        } else if (mass_gt + mass_eq >= need) {
-            return pivot;
-        } else {
-            need -= mass_gt + mass_eq;
-            if (lt == hi) return pivot;  // rounding: nothing left below, keep everything
-            lo = lt;
-        }
+    };
+    for (; i < first_block_end; ++i) offer(z[i]);
+    for (; i < n; i += block_size) {
+        const Eigen::Index len = std::min(block_size, n - i);
+        if (!(block_max(z, i, len) > heap.front())) continue;
+        for (Eigen::Index j = i; j < i + len; ++j) offer(z[j]);
     }
-    return hi > lo ? v[lo] : 0.0f;
+    return heap.front();
+}
+
+/// Bucket of a positive float by its exponent and top 3 mantissa bits: monotone in the value,
+/// 8 buckets per octave.
+inline std::uint32_t magnitude_bucket(float v) noexcept {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, sizeof bits);
+    return bits >> 20;  // sign (0) | exponent | 3 mantissa bits
+}
+
+/// Smallest threshold t among the positive weights w such that the weights >= t sum to at
+/// least `need` (top-p, ties kept). One pass sums the mass of each magnitude bucket (8 per
+/// octave), the bucket where the running mass from the top crosses `need` is found, and only
+/// that bucket's values are sorted. `values` and `bucket_mass` are scratch.
+inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double need, std::vector<float>& values,
+                             std::vector<double>& bucket_mass) {
+    constexpr std::size_t buckets = std::size_t{1} << 11;  // 8 exponent bits + 3 mantissa bits
+    bucket_mass.assign(buckets, 0.0);
+    const Eigen::Index n = w.size();
+    for (Eigen::Index k = 0; k < n; ++k)
+        if (w[k] > 0.0f) bucket_mass[magnitude_bucket(w[k])] += w[k];
+    double above = 0.0;
+    std::size_t b = buckets;
+    while (b > 0 && above + bucket_mass[b - 1] < need) above += bucket_mass[--b];
+    if (b == 0) return 0.0f;  // rounding: keep everything
+    const std::uint32_t crossing = static_cast<std::uint32_t>(b - 1);
+    values.clear();
+    for (Eigen::Index k = 0; k < n; ++k)
+        if (w[k] > 0.0f && magnitude_bucket(w[k]) == crossing) values.push_back(w[k]);
+    std::sort(values.begin(), values.end(), std::greater<float>());
+    for (const float v : values) {
+        above += v;
+        if (above >= need) return v;
+    }
+    return values.empty() ? 0.0f : values.back();
 }
 
 }  // namespace detail
@@ -266,21 +297,13 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     out = ((logits.array() - m) * inv_t).exp().matrix();  // exp(-inf) == 0: impossible stays impossible
 
     if (s.top_k > 0 && s.top_k < n) {
-        ws.values.assign(logits.data(), logits.data() + n);
-        auto kth = ws.values.begin() + (s.top_k - 1);
-        std::nth_element(ws.values.begin(), kth, ws.values.end(), std::greater<float>());
-        const float threshold = *kth;
+        const float threshold = detail::top_k_threshold(logits, s.top_k, ws.values);
         out = (logits.array() >= threshold).select(out, 0.0f);
     }
     if (s.top_p < 1.0f) {
-        ws.values.clear();
-        double total = 0.0;
-        for (Eigen::Index i = 0; i < n; ++i)
-            if (out[i] > 0.0f) {
-                ws.values.push_back(out[i]);
-                total += out[i];
-            }
-        const float threshold = detail::top_p_threshold(ws.values, static_cast<double>(s.top_p) * total);
+        const double total = detail::sum_in_double(out);
+        const float threshold =
+            detail::top_p_threshold(out, static_cast<double>(s.top_p) * total, ws.values, ws.buckets);
         out = (out.array() >= threshold).select(out, 0.0f);
     }
     if (s.min_p > 0.0f) {
