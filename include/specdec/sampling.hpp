@@ -115,8 +115,8 @@ inline Eigen::Index sample_with_block_sums(const Eigen::Ref<const Eigen::VectorX
 }
 
 /// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), and, when `out` is not null,
-/// the exponentials written to out: one vectorized pass with Eigen's SIMD exp, several
-/// accumulators for instruction-level parallelism.
+/// the exponentials written to out: one vectorized pass with Eigen's SIMD exp, two accumulators
+/// for instruction-level parallelism. A NaN among the z_k makes the sum NaN.
 inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, float inv_t) {
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
@@ -294,16 +294,24 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     }
     const float m = best.value;
     const float inv_t = 1.0f / s.temperature;
-    out = ((logits.array() - m) * inv_t).exp().matrix();  // exp(-inf) == 0: impossible stays impossible
+    // exp(-inf) == 0: impossible stays impossible.
+    double total = 0.0;
+    for (Eigen::Index start = 0; start < n; start += detail::block_size)
+        total += detail::exp_pass(logits.data() + start, out.data() + start, std::min(detail::block_size, n - start), m,
+                                  inv_t);
+    if (!detail::truncates(s)) {
+        out *= static_cast<float>(1.0 / total);
+        return;
+    }
 
     if (s.top_k > 0 && s.top_k < n) {
         const float threshold = detail::top_k_threshold(logits, s.top_k, ws.values);
         out = (logits.array() >= threshold).select(out, 0.0f);
     }
     if (s.top_p < 1.0f) {
-        const double total = detail::sum_in_double(out);
+        const double kept = detail::sum_in_double(out);
         const float threshold =
-            detail::top_p_threshold(out, static_cast<double>(s.top_p) * total, ws.values, ws.buckets);
+            detail::top_p_threshold(out, static_cast<double>(s.top_p) * kept, ws.values, ws.buckets);
         out = (out.array() >= threshold).select(out, 0.0f);
     }
     if (s.min_p > 0.0f) {
