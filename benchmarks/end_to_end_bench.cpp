@@ -58,6 +58,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "recording_reporter.hpp"
+
 #include <specdec/specdec.hpp>
 
 #include "llama2/context_limit.hpp"
@@ -171,13 +173,7 @@ specdec::decode_result generate_speculative(drafter_kind kind, int temperature) 
     throw std::logic_error("end_to_end_bench: unknown drafter");
 }
 
-/// The median of `v` (not empty).
-double median_of(std::vector<double> v) {
-    const auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    if (v.size() % 2 == 1) return *mid;
-    return (*mid + *std::max_element(v.begin(), mid)) / 2.0;
-}
+using specdec_bench::median_of;
 
 /// CPU seconds of one autoregressive generation, per temperature.
 std::map<int, double>& baseline_cache() {
@@ -245,38 +241,7 @@ void bm_speculative(benchmark::State& state, drafter_kind kind) {
     state.counters["alpha"] = out.stats.acceptance_rate();
 }
 
-/// Google Benchmark's console display that also keeps the counters of every reported run, for
-/// the summary table: of each repetition, or, when only aggregates are reported
-/// (--benchmark_report_aggregates_only), of the median aggregate.
-class recording_reporter : public benchmark::ConsoleReporter {
-public:
-    using benchmark::ConsoleReporter::ConsoleReporter;
-
-    void ReportRuns(const std::vector<Run>& runs) override {
-        benchmark::ConsoleReporter::ReportRuns(runs);
-        for (const Run& r : runs) {
-            const bool is_median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-            if (r.error_occurred || (r.run_type != Run::RT_Iteration && !is_median)) continue;
-            auto& slot = (is_median ? medians_ : repetitions_)[r.run_name.function_name + "/" + r.run_name.args];
-            for (const auto& [name, counter] : r.counters) slot[name].push_back(counter.value);
-        }
-    }
-
-    /// Median over the repetitions of counter `counter` of benchmark `name`; < 0 when it did not run.
-    [[nodiscard]] double median(const std::string& name, const std::string& counter) const {
-        for (const auto* runs : {&repetitions_, &medians_}) {
-            const auto it = runs->find(name);
-            if (it == runs->end()) continue;
-            const auto c = it->second.find(counter);
-            if (c != it->second.end() && !c->second.empty()) return median_of(c->second);
-        }
-        return -1.0;
-    }
-
-private:
-    // benchmark name -> counter name -> values
-    std::map<std::string, std::map<std::string, std::vector<double>>> repetitions_, medians_;
-};
+using specdec_bench::recording_reporter;
 
 void print_summary(const recording_reporter& rec) {
     std::printf("\n## End to end: stories260K target, \"%s\", %zu new tokens, gamma = %zu, block verification\n\n"
@@ -287,15 +252,15 @@ void print_summary(const recording_reporter& rec) {
         for (const int t : {0, 1}) {
             const std::string arg = "temperature:" + std::to_string(t);
             const std::string name = std::string("e2e/speculative/") + d.name + "/" + arg;
-            const double rate = rec.median(name, "tokens_per_s");
+            const double rate = rec.median(name, "tokens_per_s").value_or(-1.0);
             if (rate < 0) continue;
             // The baseline's rate: its benchmark's median, or the generations timed aside when it was
             // filtered out (what the speedup was computed from then).
-            double base = rec.median("e2e/autoregressive/" + arg, "tokens_per_s");
+            double base = rec.median("e2e/autoregressive/" + arg, "tokens_per_s").value_or(-1.0);
             if (base < 0) base = double(new_tokens) / baseline_seconds(t);
             std::printf("| %s | %d | %.0f | %.0f | %.2fx | %.2f | %.3f |\n", d.name, t, rate, base,
-                        rec.median(name, "speedup"), rec.median(name, "tokens_per_target_call"),
-                        rec.median(name, "alpha"));
+                        rec.median(name, "speedup").value_or(-1.0), rec.median(name, "tokens_per_target_call").value_or(-1.0),
+                        rec.median(name, "alpha").value_or(-1.0));
         }
     std::fflush(stdout);
 }

@@ -58,6 +58,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include "recording_reporter.hpp"
+
 // Eigen 3.4's AVX-512 GEMM packing (used by the Eigen comparison in bm_matmul) trips GCC 12's
 // -Wmaybe-uninitialized inside <immintrin.h>; it is a false positive in third-party code.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -300,44 +302,7 @@ void bm_matmul(benchmark::State& state) {
 // ---------------------------------------------------------------------------------------------
 // Derived report: speculative-decoding predictions from the measured costs.
 
-/// The median of `v` (not empty).
-double median_of(std::vector<double> v) {
-    const auto mid = v.begin() + std::ptrdiff_t(v.size() / 2);
-    std::nth_element(v.begin(), mid, v.end());
-    if (v.size() % 2 == 1) return *mid;
-    return (*mid + *std::max_element(v.begin(), mid)) / 2.0;
-}
-
-/// Google Benchmark's console display that also keeps the CPU time per iteration of every
-/// reported run, for the derived report: of each repetition, or, when only aggregates are
-/// reported (--benchmark_report_aggregates_only), of the median aggregate.
-class recording_reporter : public benchmark::ConsoleReporter {
-public:
-    using benchmark::ConsoleReporter::ConsoleReporter;
-
-    void ReportRuns(const std::vector<Run>& runs) override {
-        benchmark::ConsoleReporter::ReportRuns(runs);
-        for (const Run& r : runs) {
-            const bool is_median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-            if (r.error_occurred || (r.run_type != Run::RT_Iteration && !is_median)) continue;
-            const std::string& args = r.run_name.args;
-            const double seconds = r.GetAdjustedCPUTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
-            (is_median ? medians_ : repetitions_)[r.run_name.function_name + (args.empty() ? "" : "/" + args)]
-                .push_back(seconds);
-        }
-    }
-
-    /// Median over the repetitions of the CPU seconds per iteration of `name`
-    /// ("llama2/step/<model>", "llama2/score/<model>/positions:5"); nullopt when it did not run.
-    [[nodiscard]] std::optional<double> median_seconds(const std::string& name) const {
-        if (const auto it = repetitions_.find(name); it != repetitions_.end()) return median_of(it->second);
-        if (const auto it = medians_.find(name); it != medians_.end()) return it->second.front();
-        return std::nullopt;
-    }
-
-private:
-    std::map<std::string, std::vector<double>> repetitions_, medians_;
-};
+using specdec_bench::recording_reporter;
 
 /// The acceptance rate alpha = E[beta], beta = sum_x min(p(x), q(x)) (Leviathan et al. 2023,
 /// Def. 3.1, Cor. 3.6), of `draft` against `target`: the mean of beta over the positions of
@@ -402,8 +367,8 @@ pair_alpha real_pair_alpha() {
 void print_derived_report(const recording_reporter& rec) {
     const std::string draft_label = "random_stories15M", target_label = "random_stories110M";
     std::printf("\n## Derived: speculative decoding with a stories15M-shape draft and a stories110M-shape target\n\n");
-    const auto t_draft = rec.median_seconds("llama2/step/" + draft_label);
-    const auto t_step = rec.median_seconds("llama2/step/" + target_label);
+    const auto t_draft = rec.median("llama2/step/" + draft_label, "cpu_seconds");
+    const auto t_step = rec.median("llama2/step/" + target_label, "cpu_seconds");
     if (!t_draft || !t_step) {
         std::printf("Not available: needs llama2/step/%s and llama2/step/%s in this run (random-weight models, "
                     "SPECDEC_BENCH_CHECKPOINT unset, not filtered out).\n",
@@ -446,7 +411,7 @@ void print_derived_report(const recording_reporter& rec) {
                 "|---|---|---|---|---|---|---|---|---|\n");
     for (std::size_t g = 2; g <= 8; ++g) {
         const auto t_score =
-            rec.median_seconds("llama2/score/" + target_label + "/positions:" + std::to_string(g + 1));
+            rec.median("llama2/score/" + target_label + "/positions:" + std::to_string(g + 1), "cpu_seconds");
         if (!t_score) {
             std::printf("| %zu | not measured | | | | | | | |\n", g);
             continue;
