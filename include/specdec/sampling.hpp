@@ -83,29 +83,35 @@ inline double compute_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w, std
     return total;
 }
 
-/// Inverse-CDF sampling with precomputed block sums: skips whole blocks while their running
-/// sum stays at or below u * total, then scans inside one block. Returns the first index
-/// whose running sum exceeds u * total; never an index of weight 0 (on rounding overshoot,
-/// the last index with positive weight).
-inline Eigen::Index sample_with_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w,
-                                           const std::vector<double>& sums, double total, double u) {
-    const Eigen::Index n = w.size();
+/// Inverse-CDF draw over blocks: `sums` holds each block's weight and `weight(k)` the weight
+/// of element k; returns the first k whose running weight exceeds u·total (never a k of
+/// weight 0; on rounding overshoot the last k with weight).
+template <class Weight>
+Eigen::Index draw_blocked(const std::vector<double>& sums, double total, Eigen::Index n, double u, Weight&& weight) {
     const double target = u * total;
     double acc = 0.0;
     std::size_t b = 0;
     while (b + 1 < sums.size() && acc + sums[b] <= target) acc += sums[b++];
-    for (Eigen::Index i = static_cast<Eigen::Index>(b) * block_size; i < n; ++i) {
-        const float x = w[i];
-        if (x > 0.0f) {
+    Eigen::Index last = -1;
+    for (Eigen::Index k = static_cast<Eigen::Index>(b) * block_size; k < n; ++k) {
+        const double x = weight(k);
+        if (x > 0.0) {
             acc += x;
-            if (acc > target) return i;
+            last = k;
+            if (acc > target) return k;
         }
     }
-    // Rounding left the target at or above the final sum: the last token with mass.
-    for (Eigen::Index i = n - 1; i >= 0; --i)
-        if (w[i] > 0.0f) return i;
-    SPECDEC_ASSERT(false, "sample_with_block_sums: all weights are zero");
+    if (last >= 0) return last;
+    for (Eigen::Index k = static_cast<Eigen::Index>(b) * block_size - 1; k >= 0; --k)
+        if (weight(k) > 0.0) return k;
+    SPECDEC_ASSERT(false, "draw_blocked: all weights are zero");
     return 0;
+}
+
+/// draw_blocked over a materialized weight vector.
+inline Eigen::Index sample_with_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w,
+                                           const std::vector<double>& sums, double total, double u) {
+    return draw_blocked(sums, total, w.size(), u, [&](Eigen::Index k) { return static_cast<double>(w[k]); });
 }
 
 /// Throws the error that describes what is wrong with a logits row that failed a check:

@@ -192,31 +192,6 @@ inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixX
            ws.scale[r.column * nb + static_cast<std::size_t>(x / block_size)];
 }
 
-/// Inverse-CDF draw over blocks: `sums` holds each block's weight and `weight(k)` the weight
-/// of element k; returns the first k whose running weight exceeds u·total (never a k of
-/// weight 0; on rounding overshoot the last k with weight).
-template <class Weight>
-Eigen::Index draw_blocked(const std::vector<double>& sums, double total, Eigen::Index n, double u, Weight&& weight) {
-    const double target = u * total;
-    double acc = 0.0;
-    std::size_t b = 0;
-    while (b + 1 < sums.size() && acc + sums[b] <= target) acc += sums[b++];
-    Eigen::Index last = -1;
-    for (Eigen::Index k = static_cast<Eigen::Index>(b) * block_size; k < n; ++k) {
-        const double x = weight(k);
-        if (x > 0.0) {
-            acc += x;
-            last = k;
-            if (acc > target) return k;
-        }
-    }
-    if (last >= 0) return last;
-    for (Eigen::Index k = static_cast<Eigen::Index>(b) * block_size - 1; k >= 0; --k)
-        if (weight(k) > 0.0) return k;
-    SPECDEC_ASSERT(false, "draw_blocked: all weights are zero");
-    return 0;
-}
-
 /// Draws the emitted token from p itself (after full acceptance, or as the fallback of an
 /// empty residual).
 inline token_id sample_target(const target_row& r, verify_workspace& ws, double u) {
