@@ -19,6 +19,8 @@
 #include <specdec/specdec.hpp>
 
 #include <functional>
+#include <limits>
+#include <stdexcept>
 #include <random>
 #include <sstream>
 #include <string>
@@ -39,12 +41,13 @@ std::size_t encode(const std::vector<token_id>& tokens, int vocab) {
     return index;
 }
 
-/// Draws kSamples sequences with `sample` and tests them against `exact`.
+/// Draws `samples` sequences (default kSamples) with `sample` and tests them against `exact`.
 gof_result sequence_test(const std::function<std::vector<token_id>(std::mt19937_64&)>& sample,
-                         const std::vector<double>& exact, int vocab, std::uint64_t seed) {
+                         const std::vector<double>& exact, int vocab, std::uint64_t seed,
+                         std::size_t samples = kSamples) {
     std::mt19937_64 rng(seed);
     std::vector<std::size_t> counts(exact.size(), 0);
-    for (std::size_t s = 0; s < kSamples; ++s) {
+    for (std::size_t s = 0; s < samples; ++s) {
         const auto tokens = sample(rng);
         REQUIRE(tokens.size() == static_cast<std::size_t>(kLength));
         ++counts[encode(tokens, vocab)];
@@ -165,6 +168,66 @@ TEST_CASE("Prompt-lookup, n-gram and fallback drafters keep the target distribut
     check_equivalence(bigram, target, target, c, 3);
     specdec::fallback_drafter chain(lookup, bigram);
     check_equivalence(chain, target, target, c, 3);
+}
+
+namespace {
+
+/// A small model embedded in a vocabulary of 7000 tokens (four 2048-token blocks): its tokens
+/// sit at spread-out ids in blocks 0, 1 and 3, every other logit is -Inf. Exercises what rows
+/// of one block cannot: several blocks with different maxima, an all -Inf block, the partial
+/// last block, draws that cross blocks.
+struct sparse_model {
+    static constexpr Eigen::Index big_vocab = 7000;
+    static constexpr token_id ids[] = {5, 2047, 2048, 6500, 6999};
+    markov_model* inner = nullptr;
+
+    static token_id small_of(token_id big) {
+        for (token_id t = 0; t < 5; ++t)
+            if (ids[t] == big) return t;
+        throw std::logic_error("sparse_model: token outside the embedded vocabulary");
+    }
+    std::ptrdiff_t vocab_size() const { return big_vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        std::vector<token_id> small;
+        for (token_id t : context) small.push_back(small_of(t));
+        const Eigen::VectorXf z = inner->next_logits(small);
+        Eigen::VectorXf out = Eigen::VectorXf::Constant(big_vocab, -std::numeric_limits<float>::infinity());
+        for (token_id t = 0; t < 5; ++t) out[ids[t]] = z[t];
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("Speculative decoding over a sparse 7000-token vocabulary (several blocks) matches the target distribution",
+          "[statistical][distribution]") {
+    const equivalence_case c{.vocab = 5, .sampling = {.temperature = 0.8f}, .target_seed = 121, .draft_seed = 122};
+    auto target_small = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft_small = markov_model::random(c.vocab, 2, c.draft_seed);
+    sparse_model target{&target_small}, draft{&draft_small};
+    const auto exact = exact_sequence_distribution(target_small, {0}, kLength, c.sampling);
+    const std::vector<token_id> prompt{sparse_model::ids[0]};
+    for (const auto scheme : kSchemes) {
+        INFO(name(scheme));
+        std::vector<std::size_t> rejected_at(c.gamma, 0);
+        specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
+        opts.on_step = [&](const specdec::step_event& e) {
+            if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
+        };
+        const auto r = sequence_test(
+            [&](std::mt19937_64& rng) {
+                auto tokens = specdec::speculative_decode(draft, target, prompt, opts, rng).tokens;
+                for (auto& t : tokens) t = sparse_model::small_of(t);
+                return tokens;
+            },
+            exact, c.vocab, 1121, kSamples / 5);  // 7000-logit rows: fewer sequences, same false-alarm rate
+        INFO(describe(r));
+        CHECK(r.p_value >= kFalseAlarm);
+        for (std::size_t i = 0; i < 3; ++i) {
+            INFO("rejections at draft position " << i << ": " << rejected_at[i]);
+            CHECK(rejected_at[i] > 0);
+        }
+    }
 }
 
 TEST_CASE("A draft equal to the target is always accepted and keeps the target distribution",

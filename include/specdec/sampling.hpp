@@ -150,19 +150,38 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
             p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
             return _mm512_scalef_ps(p, n);
         };
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-        for (; k + 32 <= len; k += 32) {
-            const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k));
-            const __m512 e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
-            if (out != nullptr) {
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        if (out == nullptr) {
+            for (; k + 64 <= len; k += 64) {
+                a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
+                a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
+                a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
+                a3 = _mm512_add_ps(a3, exp2_of(_mm512_loadu_ps(z + k + 48)));
+            }
+        } else {
+            for (; k + 64 <= len; k += 64) {
+                const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k)), e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
+                const __m512 e2 = exp2_of(_mm512_loadu_ps(z + k + 32)), e3 = exp2_of(_mm512_loadu_ps(z + k + 48));
                 _mm512_storeu_ps(out + k, e0);
                 _mm512_storeu_ps(out + k + 16, e1);
+                _mm512_storeu_ps(out + k + 32, e2);
+                _mm512_storeu_ps(out + k + 48, e3);
+                a0 = _mm512_add_ps(a0, e0);
+                a1 = _mm512_add_ps(a1, e1);
+                a2 = _mm512_add_ps(a2, e2);
+                a3 = _mm512_add_ps(a3, e3);
             }
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
+        }
+        for (; k < len; k += 16) {
+            // Last partial vectors, masked (-Inf in the unused lanes gives 0).
+            const Eigen::Index left = std::min<Eigen::Index>(16, len - k);
+            const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(left)) - 1u);
+            const __m512 e = exp2_of(_mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), mask, z + k));
+            if (out != nullptr) _mm512_mask_storeu_ps(out + k, mask, e);
+            a0 = _mm512_add_ps(a0, e);
         }
         alignas(64) float lanes[16];
-        _mm512_store_ps(lanes, _mm512_add_ps(a0, a1));
+        _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
         for (const float v : lanes) sum += static_cast<double>(v);
     }
 #else
@@ -191,10 +210,119 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
     return sum;
 }
 
+/// exp_pass without output, fused with the check of a draft column block q[0..len): also
+/// returns the minimum and the sum of the q_k (the q loads hide behind the exp arithmetic).
+struct checked_exp_sums {
+    double exp_sum;
+    float q_min;
+    double q_sum;
+};
+inline checked_exp_sums exp_pass_checking(const float* z, const float* q, Eigen::Index len, float m, float inv_t) {
+#if defined(__AVX512F__)
+    const __m512 vm = _mm512_set1_ps(m), scale = _mm512_set1_ps(inv_t * 1.44269504088896341f);
+    const __m512 lowest = _mm512_set1_ps(-200.0f);
+    auto exp2_of = [&](__m512 x) {  // as in exp_pass
+        const __m512 t = _mm512_max_ps(lowest, _mm512_mul_ps(_mm512_sub_ps(x, vm), scale));
+        const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 f = _mm512_sub_ps(t, n);
+        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(0.000154035304f), f, _mm512_set1_ps(0.00133335581f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.00961812911f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.0555041087f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.240226507f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(0.693147182f));
+        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+        return _mm512_scalef_ps(p, n);
+    };
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, s0 = a0, s1 = a0;
+    __m512 q0 = _mm512_set1_ps(std::numeric_limits<float>::infinity()), q1 = q0;
+    Eigen::Index k = 0;
+    for (; k + 64 <= len; k += 64) {
+        a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
+        a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
+        a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
+        a3 = _mm512_add_ps(a3, exp2_of(_mm512_loadu_ps(z + k + 48)));
+        const __m512 v0 = _mm512_loadu_ps(q + k), v1 = _mm512_loadu_ps(q + k + 16);
+        const __m512 v2 = _mm512_loadu_ps(q + k + 32), v3 = _mm512_loadu_ps(q + k + 48);
+        s0 = _mm512_add_ps(s0, _mm512_add_ps(v0, v1));
+        s1 = _mm512_add_ps(s1, _mm512_add_ps(v2, v3));
+        q0 = _mm512_min_ps(q0, _mm512_min_ps(v0, v1));
+        q1 = _mm512_min_ps(q1, _mm512_min_ps(v2, v3));
+    }
+    alignas(64) float lanes[16], sums[16], mins[16];
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    _mm512_store_ps(sums, _mm512_add_ps(s0, s1));
+    _mm512_store_ps(mins, _mm512_min_ps(q0, q1));
+    checked_exp_sums r{0.0, std::numeric_limits<float>::infinity(), 0.0};
+    for (int i = 0; i < 16; ++i) {
+        r.exp_sum += static_cast<double>(lanes[i]);
+        r.q_sum += static_cast<double>(sums[i]);
+        r.q_min = std::min(r.q_min, mins[i]);
+    }
+    if (k < len) r.exp_sum += exp_pass(z + k, nullptr, len - k, m, inv_t);
+    for (; k < len; ++k) {
+        r.q_sum += static_cast<double>(q[k]);
+        r.q_min = std::min(r.q_min, q[k]);  // (a NaN shows in the sum)
+    }
+    return r;
+#else
+    const Eigen::Map<const Eigen::VectorXf> qb(q, len);
+    return {exp_pass(z, nullptr, len, m, inv_t), qb.minCoeff(), static_cast<double>(qb.sum())};
+#endif
+}
+
 /// Maximum of a block (vectorized; a NaN in the block may or may not show in it, so callers
 /// detect NaN through a sum over the block, which a NaN always turns into NaN).
 inline float block_max(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index start, Eigen::Index len) {
     return z.segment(start, len).maxCoeff();
+}
+
+/// Elements per block of the temperature-0 pass: with no exp to hide it behind, the
+/// per-block reduction must be rare (at 512 it costs about 1.5x of the max pass itself).
+inline constexpr Eigen::Index argmax_block = 2048;
+
+/// Maximum and sum of len floats in one vectorized pass (four max and two sum accumulators).
+/// The sum is there to detect NaN, which always makes it NaN; it may also be NaN without one
+/// (+Inf next to -Inf, or sums that overflow both ways), so see block_has_nan().
+struct max_and_sum_result {
+    float max;
+    float sum;
+};
+/// `lanes`, when not null, receives the maximum of each SIMD lane (lane l covers the elements
+/// whose index is l modulo the packet width; at most 16 floats).
+inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* lanes = nullptr) {
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    packet m0 = ei::pset1<packet>(neg_inf), m1 = m0, m2 = m0, m3 = m0;
+    packet s0 = ei::pset1<packet>(0.0f), s1 = s0;
+    Eigen::Index k = 0;
+    for (; k + 4 * width <= len; k += 4 * width) {
+        const packet x0 = ei::ploadu<packet>(z + k), x1 = ei::ploadu<packet>(z + k + width);
+        const packet x2 = ei::ploadu<packet>(z + k + 2 * width), x3 = ei::ploadu<packet>(z + k + 3 * width);
+        m0 = ei::pmax(m0, x0);
+        m1 = ei::pmax(m1, x1);
+        m2 = ei::pmax(m2, x2);
+        m3 = ei::pmax(m3, x3);
+        s0 = ei::padd(s0, ei::padd(x0, x1));
+        s1 = ei::padd(s1, ei::padd(x2, x3));
+    }
+    const packet lane_max = ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3));
+    if (lanes != nullptr) ei::pstoreu(lanes, lane_max);
+    float m = ei::predux_max(lane_max);
+    float sum = ei::predux(ei::padd(s0, s1));
+    for (; k < len; ++k) {
+        m = std::max(m, z[k]);
+        sum += z[k];
+    }
+    return {m, sum};
+}
+
+/// True when one of len floats is NaN (scalar; only run after a fast check has failed).
+inline bool block_has_nan(const float* z, Eigen::Index len) {
+    for (Eigen::Index k = 0; k < len; ++k)
+        if (std::isnan(z[k])) return true;
+    return false;
 }
 
 /// The largest logit and its lowest index.
@@ -203,58 +331,50 @@ struct row_argmax {
     Eigen::Index index;
 };
 
-/// Largest logit (lowest index on ties) in one vectorized pass over the row, with the
-/// checks every logits row gets.
+/// Largest logit (lowest index on ties) with the checks every logits row gets, in one
+/// vectorized pass over the row (maximum and NaN check fused, per 2048-float block), then a
+/// search for the index inside the first block that attains the maximum.
 /// \throws std::invalid_argument on an empty row, NaN, +Inf, or a row that is all -Inf.
 inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, const char* where) {
     const Eigen::Index n = z.size();
     if (n == 0) fail_invalid(where, ": logits row is empty");
+    constexpr Eigen::Index width = Eigen::internal::packet_traits<float>::size;
+    static_assert(width <= 16);
     float m = -std::numeric_limits<float>::infinity();
     Eigen::Index best_block = -1;
-    for (Eigen::Index start = 0; start < n; start += block_size) {
-        const Eigen::Index len = std::min(block_size, n - start);
-        const float bm = block_max(z, start, len);
-        // The block is in L1: its sum is NaN exactly when it holds a NaN (or +Inf next to -Inf).
-        if (std::isnan(bm) || std::isnan(z.segment(start, len).sum())) diagnose_logits(z, where);
-        if (bm > m) {
-            m = bm;
+    float lanes[16], best_lanes[16];
+    const float* data = z.data();
+    for (Eigen::Index start = 0; start < n; start += argmax_block) {
+        const Eigen::Index len = std::min(argmax_block, n - start);
+        const max_and_sum_result b = max_and_sum(data + start, len, lanes);
+        if ((std::isnan(b.max) || std::isnan(b.sum)) && block_has_nan(data + start, len)) diagnose_logits(z, where);
+        if (b.max > m) {
+            m = b.max;
             best_block = start;
+            std::copy(lanes, lanes + width, best_lanes);
         }
     }
     if (best_block < 0 || m == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
-    Eigen::Index i = best_block;
-    while (z[i] != m) ++i;
-    return {m, i};
-}
-
-/// Normalizer of a row at inverse temperature inv_t: the maximum logit m and
-/// S = Σ exp((z − m) inv_t), in one blockwise pass (each block: a vectorized max, then a
-/// vectorized exp-sum while the block is in L1; S is rescaled when the maximum grows).
-/// Then p(x) = exp((z_x − m) inv_t) / S.
-/// \throws std::invalid_argument on NaN, +Inf, or a row that is all -Inf.
-struct row_normalizer {
-    float max;
-    double sum;
-};
-inline row_normalizer checked_normalizer(const Eigen::Ref<const Eigen::VectorXf>& z, float inv_t, const char* where) {
-    const Eigen::Index n = z.size();
-    if (n == 0) fail_invalid(where, ": logits row is empty");
-    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-    float m = neg_inf;
-    double sum = 0.0;
-    for (Eigen::Index start = 0; start < n; start += block_size) {
-        const Eigen::Index len = std::min(block_size, n - start);
-        const float bm = block_max(z, start, len);
-        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
-        if (bm > m) {
-            if (m != neg_inf) sum *= std::exp(static_cast<double>(m - bm) * inv_t);
-            m = bm;
-        }
-        if (bm == neg_inf) continue;
-        sum += exp_pass(z.data() + start, nullptr, len, m, inv_t);  // NaN in the block: NaN here
+    // The lowest index holding m: only the lanes whose maximum is m can hold it, and each is
+    // searched with stride `width` (the vectorized part of the block), then the scalar tail.
+    const Eigen::Index len = std::min(argmax_block, n - best_block);
+    const Eigen::Index vec_end = len - len % (4 * width);
+    Eigen::Index best = -1;
+    for (Eigen::Index l = 0; l < width && l < vec_end; ++l) {
+        if (best_lanes[l] != m) continue;
+        for (Eigen::Index k = l; k < vec_end && (best < 0 || k < best); k += width)
+            if (data[best_block + k] == m) {
+                best = k;
+                break;
+            }
     }
-    if (m == neg_inf || std::isnan(sum)) diagnose_logits(z, where);
-    return {m, sum};
+    if (best < 0)
+        for (Eigen::Index k = vec_end; k < len; ++k)
+            if (data[best_block + k] == m) {
+                best = k;
+                break;
+            }
+    return {m, best_block + best};
 }
 
 /// k-th largest value of z (k >= 1, k < z.size()): a min-heap of the k largest values seen,
@@ -343,10 +463,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     const float m = best.value;
     const float inv_t = 1.0f / s.temperature;
     // exp(-inf) == 0: impossible stays impossible.
-    double total = 0.0;
-    for (Eigen::Index start = 0; start < n; start += detail::block_size)
-        total += detail::exp_pass(logits.data() + start, out.data() + start, std::min(detail::block_size, n - start), m,
-                                  inv_t);
+    const double total = detail::exp_pass(logits.data(), out.data(), n, m, inv_t);
     if (!detail::truncates(s)) {
         out *= static_cast<float>(1.0 / total);
         return;

@@ -82,130 +82,71 @@ struct verify_result {
     token_id next_token = 0;   ///< the token that follows them: a correction after a rejection, or a bonus token
 };
 
-/// Reusable buffers for verify(); keep one per decoding loop so that verification
-/// allocates nothing after the first call with a given vocabulary size and draft length.
-struct verify_workspace {
-    /// Exponentiated target rows, one column per row the verification normalized: column j
-    /// holds exp((z − m_b) / T) with m_b the maximum of the element's block (truncating
-    /// sampling: the standardized probabilities themselves).
-    Eigen::MatrixXf rows;
-    std::vector<float> scale;        ///< per row and block: the factor that turns `rows` into p
-    std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
-    std::vector<double> sums;        ///< block weights of the final draw
-    std::vector<double> eta;         ///< block verification: η_1..η_γ
-    sampling_workspace sampling;
-};
-
 namespace detail {
 
 /// A target row that verification has normalized (Sec. 2.2 standardization applied).
-/// Greedy rows keep only their argmax; other rows are stored in the workspace, so p(x) of
-/// any token is one multiply and no row is exponentiated twice.
+///  - greedy (temperature 0): only the argmax is kept;
+///  - plain: known by its per-block maxima, scales and masses (ws.block_max, ws.scale,
+///    ws.block_mass), from which p(x) of one token or the weights of one block are recomputed;
+///  - stored: as plain, and the exponentials are also in ws.rows (truncating sampling: the
+///    probabilities, with scale 1).
 struct target_row {
-    std::size_t column = 0;   // column j of the logits, and of ws.rows
-    bool greedy = false;
+    enum class form : unsigned char { greedy, plain, stored };
+    std::size_t column = 0;  // column j of the logits (and of ws.rows)
+    form kind = form::plain;
+    bool truncated = false;   // stored by standardize(): ws.rows holds p itself
     Eigen::Index argmax = 0;  // greedy rows
-    bool stored = true;       // false: a plain row known only by its normalizer (below)
-    float max = 0.0f;         // not stored: p(x) = exp((z_x − max) inv_t) / sum
     float inv_t = 1.0f;
-    double sum = 1.0;
 };
 
-inline Eigen::Index blocks_of(Eigen::Index n) { return (n + block_size - 1) / block_size; }
+}  // namespace detail
 
-/// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
-/// maximum, then the block's exponentials written once and summed while in L1; the global
-/// normalizer is assembled from the block sums (a blockwise log-sum-exp).
-///
-/// With store = false a plain row (no truncation) is only normalized, nothing is written:
-/// enough for an acceptance test, and exactly the bound's work.
-inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
-                              verify_workspace& ws, const char* where, bool store = true) {
-    const auto col = static_cast<Eigen::Index>(j);
-    const auto z = logits.col(col);
-    target_row r{};
-    r.column = j;
-    if (s.temperature == 0.0f) {
-        r.greedy = true;
-        r.argmax = checked_argmax(z, where).index;
-        return r;
-    }
-    if (!store && !truncates(s)) {
-        r.stored = false;
-        r.inv_t = 1.0f / s.temperature;
-        const row_normalizer nz = checked_normalizer(z, r.inv_t, where);
-        r.max = nz.max;
-        r.sum = nz.sum;
-        return r;
-    }
-    const Eigen::Index n = z.size(), nb = blocks_of(n);
-    const std::size_t base = j * static_cast<std::size_t>(nb);
-    auto e = ws.rows.col(col);
-    float* scale = ws.scale.data() + base;
-    double* mass = ws.block_mass.data() + base;
-    if (truncates(s)) {
-        standardize(z, s, e, ws.sampling, where);
-        for (Eigen::Index b = 0; b < nb; ++b) {
-            const Eigen::Index start = b * block_size, len = std::min(block_size, n - start);
-            scale[b] = 1.0f;
-            mass[b] = e.segment(start, len).sum();
-        }
-        return r;
-    }
-    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-    const float inv_t = 1.0f / s.temperature;
-    float m = neg_inf;
-    for (Eigen::Index b = 0; b < nb; ++b) {
-        const Eigen::Index start = b * block_size, len = std::min(block_size, n - start);
-        const float bm = block_max(z, start, len);
-        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
-        scale[b] = bm;  // the block maximum, turned into the scale below
-        if (bm == neg_inf) {
-            e.segment(start, len).setZero();
-            mass[b] = 0.0;
-            continue;
-        }
-        m = std::max(m, bm);
-        mass[b] = exp_pass(z.data() + start, e.data() + start, len, bm, inv_t);
-        if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
-    }
-    if (m == neg_inf) diagnose_logits(z, where);
-    double total = 0.0;
-    for (Eigen::Index b = 0; b < nb; ++b)
-        if (mass[b] > 0.0) total += mass[b] * std::exp(static_cast<double>(scale[b] - m) * inv_t);
-    for (Eigen::Index b = 0; b < nb; ++b) {
-        const double f = mass[b] > 0.0 ? std::exp(static_cast<double>(scale[b] - m) * inv_t) / total : 0.0;
-        scale[b] = static_cast<float>(f);
-        mass[b] *= f;
-    }
-    return r;
+/// Reusable buffers for verify(); keep one per decoding loop so that verification
+/// allocates nothing after the first call with a given vocabulary size and draft length.
+struct verify_workspace {
+    /// Target rows written out (block verification, which reads each row twice, and
+    /// truncating sampling): column j holds exp((z − m_b) / T) with m_b the maximum of the
+    /// element's block (truncating sampling: the standardized probabilities themselves).
+    /// Token verification without truncation writes no row.
+    Eigen::MatrixXf rows;
+    std::vector<float> block_max;    ///< per row and block: the block's largest logit
+    std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
+    std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
+    std::vector<double> sums;        ///< block weights of an exact residual draw
+    std::vector<double> eta;         ///< block verification: η_1..η_γ
+    std::vector<double> weight;      ///< block verification: w_1..w_γ
+    std::vector<double> p_draft;     ///< block verification: p_i(x_i)
+    std::vector<double> q_draft;     ///< block verification: q_i(x_i)
+    std::vector<detail::target_row> prepared;  ///< block verification: the rows normalized
+    std::vector<float> block;        ///< the weights of one block during a draw
+    sampling_workspace sampling;
+};
+
+/// After a rejection the correction is drawn from the residual by rejection sampling from p
+/// with at most this many proposals, then, if none was accepted, by one exact pass over the
+/// residual (see detail::sample_residual).
+inline constexpr int residual_proposals = 8;
+
+namespace detail {
+
+/// Elements per block of a target row (8 KiB: stays in L1 between the block's max pass and
+/// its exp pass, and long enough that the per-block reductions cost little).
+inline constexpr Eigen::Index row_block = 2048;
+
+inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
+
+/// Offset of row j's per-block entries in ws.block_max / scale / block_mass.
+inline std::size_t block_base(const verify_workspace& ws, Eigen::Index vocab, std::size_t j) {
+    (void)ws;
+    return j * static_cast<std::size_t>(blocks_of(vocab));
 }
 
-/// p(x) for a prepared row.
-inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const verify_workspace& ws,
-                      Eigen::Index x) {
-    if (r.greedy) return x == r.argmax ? 1.0 : 0.0;
-    if (!r.stored)
-        return std::exp(static_cast<double>(logits(x, static_cast<Eigen::Index>(r.column)) - r.max) * r.inv_t) / r.sum;
-    const std::size_t nb = static_cast<std::size_t>(blocks_of(ws.rows.rows()));
-    return static_cast<double>(ws.rows(x, static_cast<Eigen::Index>(r.column))) *
-           ws.scale[r.column * nb + static_cast<std::size_t>(x / block_size)];
-}
-
-/// Draws the emitted token from p itself (after full acceptance, or as the fallback of an
-/// empty residual).
-inline token_id sample_target(const target_row& r, verify_workspace& ws, double u) {
-    if (r.greedy) return static_cast<token_id>(r.argmax);
-    const Eigen::Index n = ws.rows.rows(), nb = blocks_of(n);
-    const std::size_t base = r.column * static_cast<std::size_t>(nb);
-    ws.sums.assign(ws.block_mass.begin() + static_cast<std::ptrdiff_t>(base),
-                   ws.block_mass.begin() + static_cast<std::ptrdiff_t>(base) + nb);
-    double total = 0.0;
-    for (double x : ws.sums) total += x;
-    const auto e = ws.rows.col(static_cast<Eigen::Index>(r.column));
-    const float* scale = ws.scale.data() + base;
-    return static_cast<token_id>(
-        draw_blocked(ws.sums, total, n, u, [&](Eigen::Index k) { return double(e[k]) * scale[k / block_size]; }));
+/// Throws unless q_i(k) is a probability (finite, in [0, 1]).
+inline void check_draft_entry(const Eigen::Ref<const Eigen::MatrixXf>& q, Eigen::Index k, std::size_t i,
+                              const char* where) {
+    const float v = q(k, static_cast<Eigen::Index>(i));
+    if (!(v >= 0.0f && v <= 1.0f))
+        fail_invalid(where, ": draft_probs(", k, ", ", i, ") = ", v, " is not a probability (negative, NaN or > 1)");
 }
 
 inline void check_draft_column(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, const char* where) {
@@ -239,53 +180,319 @@ inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t
     const auto col = q.col(static_cast<Eigen::Index>(i));
     column_check c;
     const Eigen::Index n = col.size();
-    for (Eigen::Index start = 0; start < n; start += block_size) c.add(col.segment(start, std::min(block_size, n - start)));
+    for (Eigen::Index start = 0; start < n; start += row_block) c.add(col.segment(start, std::min(row_block, n - start)));
     c.finish(col, i, where);
 }
 
+/// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
+/// maximum, then a vectorized exp-sum while the block is in L1 (written to ws.rows when
+/// `store`); the global normalizer is assembled from the block sums (a blockwise
+/// log-sum-exp). Without `store` nothing of the size of the row is written: this is exactly
+/// the bound's work. `check_q`, when not null, is draft column j: it is checked in the same
+/// pass (read block by block next to the logits, hidden behind the exp).
+inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
+                              verify_workspace& ws, const char* where, bool store, const float* check_q = nullptr) {
+    const auto col = static_cast<Eigen::Index>(j);
+    const auto z = logits.col(col);
+    target_row r{};
+    r.column = j;
+    if (s.temperature == 0.0f) {
+        r.kind = target_row::form::greedy;
+        r.argmax = checked_argmax(z, where).index;
+        return r;
+    }
+    const Eigen::Index n = z.size(), nb = blocks_of(n);
+    const std::size_t base = block_base(ws, n, j);
+    float* bmax = ws.block_max.data() + base;
+    float* scale = ws.scale.data() + base;
+    double* mass = ws.block_mass.data() + base;
+    r.inv_t = 1.0f / s.temperature;
+    if (truncates(s)) {
+        r.kind = target_row::form::stored;
+        r.truncated = true;
+        auto e = ws.rows.col(col);
+        standardize(z, s, e, ws.sampling, where);
+        for (Eigen::Index b = 0; b < nb; ++b) {
+            const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+            scale[b] = 1.0f;
+            bmax[b] = 0.0f;
+            mass[b] = e.segment(start, len).sum();
+        }
+        if (check_q != nullptr) {
+            column_check c;
+            for (Eigen::Index start = 0; start < n; start += row_block)
+                c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, std::min(row_block, n - start)));
+            c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
+        }
+        return r;
+    }
+    r.kind = store ? target_row::form::stored : target_row::form::plain;
+    float* e = store ? ws.rows.col(col).data() : nullptr;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    const float inv_t = r.inv_t;
+    // Each block is exponentiated relative to the running maximum m (never above the block's
+    // own maximum, so nothing overflows); bmax[b] records that reference. m grows O(log nb)
+    // times on typical rows, so the rescaling below needs few exps.
+    float m = neg_inf;
+    column_check c;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        const float bm = block_max(z, start, len);
+        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+        m = std::max(m, bm);
+        bmax[b] = m;
+        if (bm == neg_inf) {
+            if (e != nullptr) std::fill(e + start, e + start + len, 0.0f);
+            if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
+            mass[b] = 0.0;
+            continue;
+        }
+        if (check_q != nullptr && e == nullptr) {
+            const checked_exp_sums cs = exp_pass_checking(z.data() + start, check_q + start, len, m, inv_t);
+            mass[b] = cs.exp_sum;
+            c.lowest = std::min(c.lowest, cs.q_min);
+            c.sum += cs.q_sum;
+        } else {
+            if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
+            mass[b] = exp_pass(z.data() + start, e == nullptr ? nullptr : e + start, len, m, inv_t);
+        }
+        if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
+    }
+    if (m == neg_inf) diagnose_logits(z, where);
+    if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
+    // p = exp((z − ref_b) / T) · exp((ref_b − m) / T) / S: one exp per distinct reference.
+    auto for_each_factor = [&](auto&& fn) {
+        float ref = neg_inf;
+        double factor = 0.0;
+        for (Eigen::Index b = 0; b < nb; ++b) {
+            if (mass[b] == 0.0) {
+                scale[b] = 0.0f;
+                continue;
+            }
+            if (bmax[b] != ref) {
+                ref = bmax[b];
+                factor = std::exp(static_cast<double>(ref - m) * inv_t);
+            }
+            fn(b, factor);
+        }
+    };
+    double total = 0.0;
+    for_each_factor([&](Eigen::Index b, double f) { total += mass[b] * f; });
+    const double inv_total = 1.0 / total;
+    for_each_factor([&](Eigen::Index b, double f) {
+        mass[b] *= f * inv_total;
+        scale[b] = static_cast<float>(f * inv_total);
+    });
+    return r;
+}
+
+/// p(x) for a prepared row: exp((z_x − m_b) / T) times the block's scale, in double (the same
+/// for plain and stored rows, so both schemes test acceptance with the same number).
+inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const verify_workspace& ws,
+                      Eigen::Index x) {
+    if (r.kind == target_row::form::greedy) return x == r.argmax ? 1.0 : 0.0;
+    const Eigen::Index vocab = logits.rows();
+    const std::size_t at = block_base(ws, vocab, r.column) + static_cast<std::size_t>(x / row_block);
+    const auto col = static_cast<Eigen::Index>(r.column);
+    if (r.truncated) return static_cast<double>(ws.rows(x, col));
+    if (ws.block_mass[at] == 0.0) return 0.0;  // every logit of the block is -Inf
+    return std::exp(static_cast<double>(logits(x, col) - ws.block_max[at]) * r.inv_t) * ws.scale[at];
+}
+
+/// Length of block b of a row of n elements.
+inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(row_block, n - b * row_block); }
+
+/// Writes p of elements off..off+len−1 of block b of a prepared (non-greedy) row to out. Plain
+/// rows recompute the exponentials (the same exp_pass relative to the same reference as the
+/// normalizing pass).
+inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                       const verify_workspace& ws, Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
+    const Eigen::Index start = b * row_block + off;
+    const std::size_t at = block_base(ws, logits.rows(), r.column) + static_cast<std::size_t>(b);
+    const auto col = static_cast<Eigen::Index>(r.column);
+    Eigen::Map<Eigen::VectorXf> o(out, len);
+    if (ws.block_mass[at] == 0.0) {
+        o.setZero();
+    } else if (r.kind == target_row::form::stored) {
+        o = ws.rows.col(col).segment(start, len) * ws.scale[at];
+    } else {
+        exp_pass(logits.col(col).data() + start, out, len, ws.block_max[at], r.inv_t);
+        o *= ws.scale[at];
+    }
+}
+
+/// Scans the weights w[0..len) of one block on top of the running sum acc: returns the first k
+/// at which acc + w[0] + ... + w[k] exceeds target (w[k] > 0), or -1 with the block's weights
+/// added to acc and `last` set to the last k with weight (-1 if none). Groups of 16 are
+/// skipped by their (vectorized) sums, so a 2048-float block costs about 150 scalar adds.
+inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, double target, Eigen::Index& last) {
+    constexpr Eigen::Index group = 16;
+    Eigen::Index k = 0;
+    for (; k + group <= len; k += group) {
+        const Eigen::Map<const Eigen::Matrix<float, group, 1>> g(w + k);
+        const double gs = static_cast<double>(g.sum());
+        if (acc + gs <= target) {
+            // Skip the group (its sum is exact enough: the elementwise walk below re-checks
+            // against target whenever the group sum says the crossing is near).
+            acc += gs;
+            if (gs > 0.0)
+                for (Eigen::Index i = group - 1; i >= 0; --i)
+                    if (w[k + i] > 0.0f) {
+                        last = k + i;
+                        break;
+                    }
+            continue;
+        }
+        break;
+    }
+    for (; k < len; ++k) {
+        if (w[k] > 0.0f) {
+            acc += static_cast<double>(w[k]);
+            last = k;
+            if (acc > target) return k;
+        }
+    }
+    return -1;
+}
+
+/// Elements filled at a time during a draw: the scan stops in the chunk where the running
+/// weight crosses the target, so a draw computes about half a block.
+inline constexpr Eigen::Index draw_chunk = 256;
+
+/// Inverse-CDF draw over blocks with one uniform u: `sums` holds the weight of each of nb
+/// blocks of a row of n elements; fill(b, off, len, out) writes the weights of elements
+/// off..off+len−1 of block b to out[0..len). Returns the first element whose running weight
+/// exceeds u·total, never one of weight 0 (on rounding overshoot: the last element with
+/// weight). On return, buf[y % row_block] holds the weight of the returned element y.
+template <class Fill>
+Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n, double total, double u, float* buf,
+                            Fill&& fill) {
+    const double target = u * total;
+    double acc = 0.0;
+    Eigen::Index b = 0;
+    while (b + 1 < nb && acc + sums[b] <= target) acc += sums[b++];
+    Eigen::Index last_block = -1;
+    for (Eigen::Index c = b; c < nb; ++c) {
+        if (c > b && !(sums[c] > 0.0)) continue;
+        const Eigen::Index len = block_len(n, c);
+        Eigen::Index last = -1;
+        for (Eigen::Index off = 0; off < len; off += draw_chunk) {
+            const Eigen::Index cl = std::min(draw_chunk, len - off);
+            fill(c, off, cl, buf + off);
+            Eigen::Index chunk_last = -1;
+            const Eigen::Index k = scan_block(buf + off, cl, acc, target, chunk_last);
+            if (k >= 0) return c * row_block + off + k;
+            if (chunk_last >= 0) last = off + chunk_last;
+        }
+        if (last >= 0) last_block = c;
+    }
+    // Rounding overshoot: the last element with weight, its block refilled into buf.
+    for (Eigen::Index c = last_block >= 0 ? last_block : b - 1; c >= 0; --c) {
+        if (c != last_block && !(sums[c] > 0.0)) continue;
+        const Eigen::Index len = block_len(n, c);
+        fill(c, 0, len, buf);
+        for (Eigen::Index k = len - 1; k >= 0; --k)
+            if (buf[k] > 0.0f) return c * row_block + k;
+    }
+    SPECDEC_ASSERT(false, "draw_by_blocks: all weights are zero");
+    return 0;
+}
+
+/// Draws a token from p itself (after full acceptance, or as the fallback of an empty
+/// residual): block by mass, then one block recomputed.
+inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                              verify_workspace& ws, double u) {
+    if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
+    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
+    const double* mass = ws.block_mass.data() + block_base(ws, n, r.column);
+    double total = 0.0;
+    for (Eigen::Index b = 0; b < nb; ++b) total += mass[b];
+    return static_cast<token_id>(draw_by_blocks(
+        mass, nb, n, total, u, ws.block.data(),
+        [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) { fill_block(r, logits, ws, b, off, len, out); }));
+}
+
 /// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
-/// r.column (Sec. 2.3 with a = 1, b = l; Sun et al.'s residual with a = w_τ, b = 1), or from p
-/// when that residual is empty. q == nullptr: point mass at x. The residual is never
-/// written out: block sums first, then one block is recomputed element by element.
-inline token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a,
-                                float b, verify_workspace& ws, double u) {
+/// r.column (Leviathan et al. 2023, Sec. 2.3 with a = 1, b = l (App. A.5); Sun et al.'s
+/// residual with a = w_τ, b = 1), or from p when that residual is empty. q == nullptr: point
+/// mass at x. Uses the generator from its first uniform on.
+///
+/// With draft distributions the residual is drawn by rejection sampling from p: propose y ~ p
+/// (block masses, then one block), accept with probability max(0, a·p(y) − b·q(y)) / (a·p(y)).
+/// Each proposal costs a block, not a row, and is accepted with probability R / a, where R is
+/// the residual mass. If none of residual_proposals proposals is accepted, one exact pass
+/// over the residual (block sums, then one block) draws it. Either way the token has exactly
+/// the normalized residual's distribution: each attempt that accepts returns y with
+/// probability ∝ max(0, a·p(y) − b·q(y)), and the final exact draw has that distribution too,
+/// so the mixture over where the procedure stops does as well (von Neumann's rejection
+/// method). Since a rejection happens with probability R (token verification), the expected
+/// number of proposals per verification is at most 1 however small R is.
+template <class G>
+token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                         const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a, float b,
+                         verify_workspace& ws, G& rng) {
+    const double u = uniform01(rng);
     // p = δ(argmax): the residual is a multiple of δ(argmax) or empty, and the fallback is p
     // as well: the argmax either way.
-    if (r.greedy) return static_cast<token_id>(r.argmax);
-    const Eigen::Index n = ws.rows.rows(), nb = blocks_of(n);
+    if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
+    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
     const auto j = static_cast<Eigen::Index>(r.column);
-    const std::size_t base = r.column * static_cast<std::size_t>(nb);
-    const auto e = ws.rows.col(j);
-    const float* scale = ws.scale.data() + base;
+    const double* mass = ws.block_mass.data() + block_base(ws, n, r.column);
+    float* buf = ws.block.data();
+    auto fill_p = [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
+        fill_block(r, logits, ws, blk, off, len, out);
+    };
     ws.sums.resize(static_cast<std::size_t>(nb));
     double total = 0.0;
-    if (q != nullptr) {
-        const auto qc = q->col(j);
+    if (q == nullptr) {
+        // Point mass at x: the residual is a·p with a·p(x) lowered by b; exact from the block masses.
+        const Eigen::Index xb = x / row_block;
+        const double px = a * prob_of(r, logits, ws, x);
+        const double px_left = std::max(0.0, px - b);
         for (Eigen::Index blk = 0; blk < nb; ++blk) {
-            const Eigen::Index start = blk * block_size, len = std::min(block_size, n - start);
-            const double bs =
-                ((e.segment(start, len).array() * (a * scale[blk])) - b * qc.segment(start, len).array()).max(0.0f).sum();
+            double bs = a * mass[blk];
+            if (blk == xb) bs = std::max(0.0, bs - px + px_left);
             ws.sums[static_cast<std::size_t>(blk)] = bs;
             total += bs;
         }
-        if (!(total > residual_mass_floor)) return sample_target(r, ws, u);
-        return static_cast<token_id>(draw_blocked(ws.sums, total, n, u, [&](Eigen::Index k) {
-            return static_cast<double>(std::max(0.0f, e[k] * (a * scale[k / block_size]) - b * qc[k]));
-        }));
+        if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, u);
+        return static_cast<token_id>(draw_by_blocks(
+            ws.sums.data(), nb, n, total, u, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
+                fill_p(blk, off, len, out);
+                Eigen::Map<Eigen::VectorXf>(out, len) *= a;
+                const Eigen::Index at = x - blk * row_block - off;
+                if (at >= 0 && at < len) out[at] = static_cast<float>(px_left);
+            }));
     }
-    // Point mass at x: the residual is a·p with a·p(x) lowered by b.
-    const double px = static_cast<double>(e[x] * (a * scale[x / block_size]));
-    const double px_left = std::max(0.0, px - b);
+    const auto qc = q->col(j);
+    double p_total = 0.0;
+    for (Eigen::Index blk = 0; blk < nb; ++blk) p_total += mass[blk];
+    double v = u;
+    const Eigen::Index proposals = std::max<Eigen::Index>(residual_proposals, nb);
+    for (Eigen::Index t = 0; t < proposals; ++t) {
+        if (t > 0) v = uniform01(rng);
+        const Eigen::Index y = draw_by_blocks(mass, nb, n, p_total, v, buf, fill_p);
+        const double py = static_cast<double>(a) * buf[y % row_block];  // the weight y was drawn with
+        const double ry = py - static_cast<double>(b) * qc[y];
+        if (uniform01(rng) * py < ry) return static_cast<token_id>(y);
+    }
+    // No proposal accepted: one exact pass (block sums of the residual, then one block).
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        double bs = a * ws.block_mass[base + static_cast<std::size_t>(blk)];
-        if (x / block_size == blk) bs = std::max(0.0, bs - px + px_left);
+        const Eigen::Index len = block_len(n, blk), start = blk * row_block;
+        fill_p(blk, 0, len, buf);
+        const double bs =
+            (Eigen::Map<const Eigen::ArrayXf>(buf, len) * a - b * qc.segment(start, len).array()).max(0.0f).sum();
         ws.sums[static_cast<std::size_t>(blk)] = bs;
         total += bs;
     }
-    if (!(total > residual_mass_floor)) return sample_target(r, ws, u);
-    return static_cast<token_id>(draw_blocked(ws.sums, total, n, u, [&](Eigen::Index k) {
-        return k == x ? px_left : static_cast<double>(e[k] * (a * scale[k / block_size]));
-    }));
+    const double w = uniform01(rng);
+    if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
+    return static_cast<token_id>(draw_by_blocks(
+        ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
+            fill_p(blk, off, len, out);
+            Eigen::Map<Eigen::ArrayXf> o(out, len);
+            o = (o * a - b * qc.segment(blk * row_block + off, len).array()).max(0.0f);
+        }));
 }
 
 inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
@@ -313,20 +520,36 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
 }
 
 /// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
-inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
-    if (s.temperature == 0.0f) return;  // greedy rows are not stored
+/// The V x (n + 1) matrix of rows is allocated only when rows are stored.
+inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s,
+                         bool store) {
+    if (s.temperature == 0.0f) return;  // greedy rows keep nothing
     const auto cols = static_cast<Eigen::Index>(n + 1);
-    if (ws.rows.rows() != vocab || ws.rows.cols() < cols) ws.rows.resize(vocab, cols);
-    const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(ws.rows.cols());
+    if ((store || truncates(s)) && (ws.rows.rows() != vocab || ws.rows.cols() < cols)) ws.rows.resize(vocab, cols);
+    const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(cols);
     if (ws.scale.size() < need) {
         ws.scale.resize(need);
+        ws.block_max.resize(need);
         ws.block_mass.resize(need);
     }
+    if (ws.block.size() < static_cast<std::size_t>(row_block)) ws.block.resize(static_cast<std::size_t>(row_block));
 }
 
 /// q_i(x) (1 for a point mass).
 inline double draft_prob(const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x) {
     return q == nullptr ? 1.0 : static_cast<double>((*q)(x, static_cast<Eigen::Index>(i)));
+}
+
+/// Draft column i's data when it is to be checked in the pass over row i (temperature > 0),
+/// else null; at temperature 0 only the entries the decision reads are checked, here q_i(x_i).
+inline const float* column_to_check(const Eigen::Ref<const Eigen::MatrixXf>* q, bool check, std::size_t i, token_id x,
+                                    const sampling_config& s, const char* where) {
+    if (!check) return nullptr;
+    if (s.temperature == 0.0f) {
+        check_draft_entry(*q, x, i, where);
+        return nullptr;
+    }
+    return q->col(static_cast<Eigen::Index>(i)).data();
 }
 
 /// Token verification (Leviathan et al. 2023, Alg. 1). q == nullptr: point-mass drafts.
@@ -338,32 +561,30 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
     const std::size_t n = draft_tokens.size();
     const double lenience = opts.lenience;
     const bool check = q != nullptr && opts.check_draft_distributions;
-    reserve_rows(ws, target_logits.rows(), n, sampling);
+    reserve_rows(ws, target_logits.rows(), n, sampling, false);
     // Test x_1..x_γ left to right with r_i ~ U(0, 1); the first failure ends the block.
-    // Rows after it are never read.
+    // Rows after it are never read. No row is written out: the test needs p(x) only, and a
+    // draw recomputes the one block it lands in.
     for (std::size_t i = 0; i < n; ++i) {
-        if (check) check_column(*q, i, where);
-        // The test needs p(x) only: normalize the row without writing it out.
-        const target_row row = prepare_row(target_logits, i, sampling, ws, where, false);
         const token_id x = draft_tokens[i];
+        const float* check_q = column_to_check(q, check, i, x, sampling, where);
+        const target_row row = prepare_row(target_logits, i, sampling, ws, where, false, check_q);
         const double qx = draft_prob(q, i, x);
         const double px = prob_of(row, target_logits, ws, x);
         const double r = uniform01(rng);
         // Accept iff r < p(x) / (l q(x)), i.e. with probability min(1, p/(l q)) (App. A.5
         // with l = 1 is Alg. 1). A token the drafter gave q(x) = 0 is rejected.
         if (qx > 0.0 && r * lenience * qx < px) continue;
-        // Rejected at position i: resample from p' = norm(max(0, p_i − l q_i)) (Sec. 2.3),
-        // for which the row is now stored (once per step).
-        const target_row full = row.stored ? row : prepare_row(target_logits, i, sampling, ws, where);
-        return {i, sample_residual(full, q, x, 1.0f, opts.lenience, ws, uniform01(rng))};
+        // Rejected at position i: resample from p' = norm(max(0, p_i − l q_i)) (Sec. 2.3).
+        return {i, sample_residual(row, target_logits, q, x, 1.0f, opts.lenience, ws, rng)};
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
-    const target_row row = prepare_row(target_logits, n, sampling, ws, where);
-    return {n, sample_target(row, ws, uniform01(rng))};
+    const target_row row = prepare_row(target_logits, n, sampling, ws, where, false);
+    return {n, sample_target(row, target_logits, ws, uniform01(rng))};
 }
 
 /// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (or a point mass at
-/// x); checks the draft column on the way when `check`.
+/// x); checks the draft column on the way when `check` (at temperature 0: the entry read).
 inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                             const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, double w, bool check,
                             verify_workspace& ws, const char* where) {
@@ -374,21 +595,21 @@ inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::M
         return w * (1.0 - px) + std::max(0.0, w * px - 1.0);
     }
     const auto qc = q->col(j);
-    if (r.greedy) {
+    if (r.kind == target_row::form::greedy) {
         // p = δ(a): max(0, w − q(a)); the other terms are max(0, −q) = 0.
-        if (check) check_column(*q, r.column, where);
+        if (check) check_draft_entry(*q, r.argmax, r.column, where);
         return std::max(0.0, w - static_cast<double>(qc[r.argmax]));
     }
-    const Eigen::Index n = ws.rows.rows(), nb = blocks_of(n);
-    const auto e = ws.rows.col(j);
-    const float* scale = ws.scale.data() + r.column * static_cast<std::size_t>(nb);
+    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
+    float* buf = ws.block.data();
     column_check c;
     double total = 0.0;
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        const Eigen::Index start = blk * block_size, len = std::min(block_size, n - start);
+        const Eigen::Index start = blk * row_block, len = block_len(n, blk);
+        fill_block(r, logits, ws, blk, 0, len, buf);
         const auto qb = qc.segment(start, len);
         if (check) c.add(qb);
-        total += ((e.segment(start, len).array() * static_cast<float>(w * scale[blk])) - qb.array()).max(0.0f).sum();
+        total += ((Eigen::Map<const Eigen::ArrayXf>(buf, len) * static_cast<float>(w)) - qb.array()).max(0.0f).sum();
     }
     if (check) c.finish(qc, r.column, where);
     return total;
@@ -399,6 +620,14 @@ inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::M
 ///   h_i = R_i / (R_i + 1 − w_i) with R_i = Σ_x max(0, w_i p_{i+1}(x) − q_{i+1}(x)) for i < γ,
 ///   h_γ = w_γ; τ = the LAST i with η_i < h_i (0 if none);
 ///   accept x_1..x_τ, then sample from p_{γ+1} if τ = γ, else from norm(max(0, w_τ p_{τ+1} − q_{τ+1})).
+///
+/// Evaluation order (same τ, same draws): a forward pass normalizes rows 1..k, k the first
+/// position where w_k = 0 (or γ), and records w_i, p_i(x_i), q_i(x_i); then τ is searched
+/// from the end, i = k down to 1, stopping at the first hit. R_i, the only quantity that needs
+/// a second pass over a row (and over q_{i+1}), is computed only when bounds cannot decide:
+/// R_i <= w_i gives h_i <= w_i (no hit when η_i >= w_i), and R_i >= w_i p_{i+1}(x_{i+1}) −
+/// q_{i+1}(x_{i+1}) gives a lower bound on h_i (a hit when η_i is below it). So block
+/// verification usually costs the token scheme's passes plus at most one residual pass.
 template <class G>
 verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                            std::span<const token_id> draft_tokens, const Eigen::Ref<const Eigen::MatrixXf>* q,
@@ -406,47 +635,67 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
                            const char* where) {
     const std::size_t n = draft_tokens.size();
     const bool check = q != nullptr && opts.check_draft_distributions;
-    reserve_rows(ws, target_logits.rows(), n, sampling);
+    reserve_rows(ws, target_logits.rows(), n, sampling, false);
     ws.eta.resize(n);
     for (double& e : ws.eta) e = uniform01(rng);
-    // Column 0 is checked here; columns 1..γ−1 while R_i reads them.
-    if (check && n > 0) check_column(*q, 0, where);
-    std::size_t tau = 0;
-    double w_tau = 1.0, w = 1.0;
-    target_row row = prepare_row(target_logits, 0, sampling, ws, where);  // row i holds p_{i+1}
-    target_row tau_row = row;
+    ws.weight.resize(n);
+    ws.p_draft.resize(n);
+    ws.q_draft.resize(n);
+    ws.prepared.resize(n);
+    // Forward: rows 0..k−1 (row i holds p_{i+1}), each draft column checked in its row's pass.
+    std::size_t reached = 0;  // positions 1..reached have w > 0
+    double w = 1.0;
     for (std::size_t i = 0; i < n; ++i) {
         const token_id x = draft_tokens[i];
+        const float* check_q = column_to_check(q, check, i, x, sampling, where);
+        ws.prepared[i] = prepare_row(target_logits, i, sampling, ws, where, false, check_q);
         const double qx = draft_prob(q, i, x);
-        const double px = prob_of(row, target_logits, ws, x);
-        const double w_prev = w;
+        const double px = prob_of(ws.prepared[i], target_logits, ws, x);
+        ws.p_draft[i] = px;
+        ws.q_draft[i] = qx;
         // A token the drafter gave q(x) = 0 ends every longer prefix (w = 0).
-        w = qx > 0.0 ? std::min(1.0, w_prev * px / qx) : 0.0;
-        if (w == 0.0) break;  // every later h is 0: τ is final, later rows are never read
-        bool hit;
-        if (i + 1 < n) {
-            row = prepare_row(target_logits, i + 1, sampling, ws, where);
-            const double big_r = residual_mass(row, target_logits, q, draft_tokens[i + 1], w, check, ws, where);
-            const double h = big_r > 0.0 ? big_r / (big_r + 1.0 - w) : 0.0;
-            hit = ws.eta[i] < h;
-        } else {
+        w = qx > 0.0 ? std::min(1.0, w * px / qx) : 0.0;
+        ws.weight[i] = w;
+        if (w == 0.0) break;  // every later h is 0; later rows are never read
+        reached = i + 1;
+    }
+    // Backward: τ = the last i <= reached with η_i < h_i.
+    std::size_t tau = 0;
+    for (std::size_t i = reached; i >= 1; --i) {
+        const double wi = ws.weight[i - 1], eta = ws.eta[i - 1];
+        if (i == n) {
             // h_γ = w_γ = min(1, w_{γ−1} p/q), tested as η q < w_{γ−1} p so that γ = 1 is
             // token verification draw for draw.
-            hit = ws.eta[i] * qx < w_prev * px;
+            const double w_prev = n >= 2 ? ws.weight[n - 2] : 1.0;
+            if (eta * ws.q_draft[n - 1] < w_prev * ws.p_draft[n - 1]) {
+                tau = i;
+                break;
+            }
+            continue;
+        }
+        if (eta >= wi) continue;  // h_i <= w_i <= η_i
+        // R_i needs row i (p_{i+1}) and draft token i (x_{i+1}), both seen in the forward pass.
+        const double low = wi * ws.p_draft[i] - (q == nullptr ? 1.0 : ws.q_draft[i]);
+        bool hit = low > 0.0 && eta < low / (low + 1.0 - wi);
+        if (!hit) {
+            const double big_r = residual_mass(ws.prepared[i], target_logits, q, draft_tokens[i], wi,
+                                                 check && sampling.temperature == 0.0f, ws, where);
+            const double h = big_r > 0.0 ? big_r / (big_r + 1.0 - wi) : 0.0;
+            hit = eta < h;
         }
         if (hit) {
-            tau = i + 1;
-            w_tau = w;
-            tau_row = row;
+            tau = i;
+            break;
         }
     }
-    const double u = uniform01(rng);
     if (tau == n) {
-        const target_row last = prepare_row(target_logits, n, sampling, ws, where);
-        return {n, sample_target(last, ws, u)};
+        const target_row last = prepare_row(target_logits, n, sampling, ws, where, false);
+        return {n, sample_target(last, target_logits, ws, uniform01(rng))};
     }
-    // Row τ was prepared during the loop (row τ+1 in Sun et al.'s 1-based p_{τ+1}).
-    return {tau, sample_residual(tau_row, q, draft_tokens[tau], static_cast<float>(w_tau), 1.0f, ws, u)};
+    const double w_tau = tau == 0 ? 1.0 : ws.weight[tau - 1];
+    // Row τ (0-based; p_{τ+1} in Sun et al.'s 1-based notation) was prepared in the forward pass.
+    return {tau, sample_residual(ws.prepared[tau], target_logits, q, draft_tokens[tau], static_cast<float>(w_tau), 1.0f,
+                                 ws, rng)};
 }
 
 template <class G>

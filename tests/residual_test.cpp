@@ -1,0 +1,196 @@
+// The pieces of the hot core that small-vocabulary tests cannot reach: rows that span several
+// 2048-token blocks, the residual draw by rejection sampling from p with its exact fallback,
+// the blockwise inverse CDF with group skipping, and the fused argmax pass.
+//
+// Statistical cases: 100,000 draws each, Pearson's chi-square against the exact residual
+// computed in double precision; a case fails at p < 1e-4 (false alarm rate below 1e-4 per
+// case, seeds fixed). Each distribution case has a negative control: the same draws tested
+// against p, which is what a residual sampler that skipped its acceptance test would produce,
+// must fail (p < 1e-4).
+
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+#include "support/stats.hpp"
+
+#include <specdec/verify.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+using specdec::token_id;
+
+namespace {
+
+constexpr Eigen::Index kVocab = 6500;  // four blocks of 2048, the last one partial
+constexpr std::size_t kDraws = 100000;
+constexpr double kFalseAlarm = 1e-4;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+/// Support tokens spread over blocks 0, 1 and 3 (block 2 is all -Inf), including block edges
+/// and the partial last block.
+std::vector<token_id> support_tokens() {
+    std::vector<token_id> s{0, 1, 15, 16, 17, 255, 256, 1000, 2046, 2047, 2048, 2049, 3000, 4095};
+    for (token_id t = 6144; t < 6500; t += 23) s.push_back(t);
+    s.push_back(6499);
+    return s;
+}
+
+struct residual_case {
+    Eigen::MatrixXf logits;  // V x 2: column 0 is tested, column 1 is never read
+    Eigen::MatrixXf q;       // V x 1
+    token_id draft = 0;      // p(draft) = 0 < q(draft): always rejected
+    std::vector<token_id> support;
+    std::vector<double> p;         // over support
+    std::vector<double> residual;  // norm(max(0, p − l q)) over support
+};
+
+/// p from logits N(0, sigma²) on the support; q = p − ε u + ε δ(draft) with u uniform on the
+/// support, so that the residual max(0, p − q) is ε u: its mass is ε and it is not p.
+residual_case make_case(double eps, float sigma, double lenience, std::uint64_t seed) {
+    residual_case c;
+    c.support = support_tokens();
+    c.draft = 5000;  // in the all -Inf block: p(draft) = 0
+    std::mt19937_64 g(seed);
+    std::normal_distribution<float> n(0.0f, sigma);
+    c.logits = Eigen::MatrixXf::Constant(kVocab, 2, kNegInf);
+    c.logits(0, 1) = 0.0f;
+    for (token_id t : c.support) c.logits(t, 0) = n(g);
+    double m = -1e300, s = 0.0;
+    for (token_id t : c.support) m = std::max(m, static_cast<double>(c.logits(t, 0)));
+    for (token_id t : c.support) s += std::exp(c.logits(t, 0) - m);
+    const double u = 1.0 / static_cast<double>(c.support.size());
+    c.q = Eigen::MatrixXf::Zero(kVocab, 1);
+    for (token_id t : c.support) {
+        const double pt = std::exp(c.logits(t, 0) - m) / s;
+        REQUIRE(pt >= eps * u);  // q stays a distribution
+        c.p.push_back(pt);
+        c.q(t, 0) = static_cast<float>(pt - eps * u);
+    }
+    c.q(c.draft, 0) = static_cast<float>(eps);
+    double total = 0.0;
+    for (std::size_t i = 0; i < c.support.size(); ++i) {
+        const double r = std::max(0.0, c.p[i] - lenience * c.q(c.support[i], 0));
+        c.residual.push_back(r);
+        total += r;
+    }
+    for (double& r : c.residual) r /= total;
+    return c;
+}
+
+/// Counts over the support of kDraws emitted tokens (every one a rejection at position 0).
+std::vector<std::size_t> draw_counts(const residual_case& c, const specdec::verify_options& opts, std::uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    specdec::verify_workspace ws;
+    std::vector<std::size_t> counts(c.support.size(), 0);
+    const token_id tokens[] = {c.draft};
+    for (std::size_t i = 0; i < kDraws; ++i) {
+        const auto r = specdec::verify(c.logits, tokens, c.q, {}, rng, ws, opts);
+        REQUIRE(r.accepted == 0);
+        const auto at = std::find(c.support.begin(), c.support.end(), r.next_token);
+        REQUIRE(at != c.support.end());  // never outside the residual's support
+        ++counts[static_cast<std::size_t>(at - c.support.begin())];
+    }
+    return counts;
+}
+
+void check_residual(const residual_case& c, const specdec::verify_options& opts, std::uint64_t seed) {
+    const auto counts = draw_counts(c, opts, seed);
+    const auto ok = specdec_test::chi_square_test(counts, c.residual);
+    INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
+    CHECK(ok.p_value >= kFalseAlarm);
+    const auto wrong = specdec_test::chi_square_test(counts, c.p);
+    INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
+    CHECK(wrong.p_value < kFalseAlarm);
+}
+
+}  // namespace
+
+TEST_CASE("The residual draw over a multi-block vocabulary has the residual distribution when proposals succeed",
+          "[statistical][residual]") {
+    // Residual mass 0.5: most draws are accepted proposals from p.
+    const residual_case c = make_case(0.5, 0.2f, 1.0, 7);
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        INFO((scheme == specdec::verification_scheme::token ? "token" : "block"));
+        check_residual(c, {.scheme = scheme}, 100);
+    }
+}
+
+TEST_CASE("The residual draw has the residual distribution when proposals mostly fail and the exact pass draws",
+          "[statistical][residual]") {
+    // Residual mass 0.01: residual_proposals (8) proposals all fail with probability 0.92.
+    const residual_case c = make_case(0.01, 1.0f, 1.0, 8);
+    check_residual(c, {.scheme = specdec::verification_scheme::token}, 200);
+}
+
+TEST_CASE("With lenience the residual draw follows norm(max(0, p - l q))", "[statistical][residual][lenience]") {
+    const residual_case c = make_case(0.3, 0.25f, 0.5, 9);
+    check_residual(c, {.lenience = 0.5f, .scheme = specdec::verification_scheme::token}, 300);
+}
+
+TEST_CASE("The blockwise inverse CDF returns the index a plain running sum gives", "[residual]") {
+    std::mt19937_64 g(3);
+    std::uniform_real_distribution<float> w(0.0f, 1.0f);
+    std::bernoulli_distribution zero(0.3);
+    const Eigen::Index n = 5000, nb = specdec::detail::blocks_of(n);
+    std::vector<float> weights(static_cast<std::size_t>(n));
+    for (auto& x : weights) x = zero(g) ? 0.0f : w(g);
+    std::fill(weights.begin() + 2048, weights.begin() + 4096, 0.0f);  // an empty block
+    std::vector<double> sums(static_cast<std::size_t>(nb), 0.0), cum(static_cast<std::size_t>(n));
+    double acc = 0.0;
+    for (Eigen::Index k = 0; k < n; ++k) {
+        sums[static_cast<std::size_t>(k / specdec::detail::row_block)] += weights[static_cast<std::size_t>(k)];
+        cum[static_cast<std::size_t>(k)] = acc += weights[static_cast<std::size_t>(k)];
+    }
+    std::vector<float> buf(static_cast<std::size_t>(specdec::detail::row_block));
+    auto fill = [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
+        std::copy_n(weights.begin() + b * specdec::detail::row_block + off, len, out);
+    };
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    for (int t = 0; t < 20000; ++t) {
+        const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
+        const Eigen::Index k = specdec::detail::draw_by_blocks(sums.data(), nb, n, acc, u, buf.data(), fill);
+        REQUIRE(k >= 0);
+        REQUIRE(k < n);
+        REQUIRE(weights[static_cast<std::size_t>(k)] > 0.0f);
+        REQUIRE(buf[static_cast<std::size_t>(k % specdec::detail::row_block)] == weights[static_cast<std::size_t>(k)]);
+        // The running sum crosses u·total at k, up to float rounding of the group sums.
+        const double target = u * acc, slack = 1e-5 * acc;
+        const double before = k > 0 ? cum[static_cast<std::size_t>(k - 1)] : 0.0;
+        CHECK(before <= target + slack);
+        CHECK(cum[static_cast<std::size_t>(k)] >= target - slack);
+    }
+}
+
+TEST_CASE("The fused argmax pass finds the lowest index of the maximum in every lane, block and tail", "[residual]") {
+    std::mt19937_64 g(5);
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    for (const Eigen::Index size : {Eigen::Index{1}, Eigen::Index{7}, Eigen::Index{64}, Eigen::Index{100},
+                                    Eigen::Index{2048}, Eigen::Index{2049}, Eigen::Index{5000}, Eigen::Index{9000}}) {
+        for (int trial = 0; trial < 50; ++trial) {
+            Eigen::VectorXf z(size);
+            for (auto& x : z) x = n(g);
+            // Plant ties of a new maximum at 1–3 random places (possibly in the scalar tail).
+            std::uniform_int_distribution<Eigen::Index> at(0, size - 1);
+            const int copies = 1 + trial % 3;
+            for (int c = 0; c < copies; ++c) z[at(g)] = 100.0f;
+            if (trial % 5 == 0) z.setConstant(-1.0f);  // all tied: index 0
+            Eigen::Index expected = 0;
+            for (Eigen::Index i = 1; i < size; ++i)
+                if (z[i] > z[expected]) expected = i;
+            const auto got = specdec::detail::checked_argmax(z, "test");
+            INFO("size " << size << ", trial " << trial);
+            CHECK(got.index == expected);
+            CHECK(got.value == z[expected]);
+        }
+    }
+    Eigen::VectorXf bad = Eigen::VectorXf::Zero(3000);
+    bad[2500] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_WITH(specdec::detail::checked_argmax(bad, "f"), specdec_test::contains("logit 2500 is NaN"));
+    // Huge finite logits whose block sum overflows both ways are not mistaken for NaN.
+    Eigen::VectorXf big = Eigen::VectorXf::Zero(4096);
+    for (Eigen::Index i = 0; i < 4096; ++i) big[i] = (i % 2 == 0 ? 3e38f : -3e38f);
+    CHECK(specdec::detail::checked_argmax(big, "f").index == 0);
+}
