@@ -57,8 +57,9 @@ public:
 
     [[nodiscard]] std::size_t size() const noexcept { return threads_.size() + 1; }
 
-    /// Runs job(i) for i in [0, n), spread over the calling thread and the workers; rethrows
-    /// the first exception a job threw, after every job has finished.
+    /// Runs job(i) for i in [0, n), spread over the calling thread and the workers; after every
+    /// job has finished, rethrows the exception of the lowest i whose job threw (whatever the
+    /// threads' timing).
     void run(std::size_t n, const std::function<void(std::size_t)>& job) {
         {
             std::lock_guard lock(mutex_);
@@ -90,7 +91,10 @@ private:
                 (*job_)(i);
             } catch (...) {
                 std::lock_guard lock(mutex_);
-                if (!error_) error_ = std::current_exception();
+                if (!error_ || i < error_index_) {
+                    error_ = std::current_exception();
+                    error_index_ = i;
+                }
             }
         }
     }
@@ -116,7 +120,7 @@ private:
     std::mutex mutex_;
     std::condition_variable wake_, done_;
     const std::function<void(std::size_t)>* job_ = nullptr;
-    std::size_t count_ = 0, next_ = 0, pending_ = 0, generation_ = 0;
+    std::size_t count_ = 0, next_ = 0, pending_ = 0, generation_ = 0, error_index_ = 0;
     std::exception_ptr error_;
     bool stop_ = false;
 };
@@ -159,8 +163,8 @@ private:
 ///
 /// \returns nothing; each sequence's tokens and stats are updated as speculative_step does.
 /// \throws std::invalid_argument when the spans differ in length or the options are invalid
-///         (before any sequence changes), and otherwise the first exception a sequence's
-///         step threw, after all others finished. A sequence whose step threw is unchanged
+///         (before any sequence changes), and otherwise the exception of the lowest-numbered
+///         sequence whose step threw, after all others finished. A sequence whose step threw is unchanged
 ///         (speculative_step's strong guarantee); the others have taken their step.
 template <Drafter D, Verifier V, random_generator G>
 void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::span<batch_sequence<G>> sequences,
