@@ -14,8 +14,10 @@
 //                             rows the algorithm must normalize: rows 0..n for an outcome with n
 //                             accepted drafts under token verification (n + 1 rows; γ + 1 when
 //                             all are accepted): the bound for BM_verify_token
-//   BM_bound_block/<case>     the same over all γ + 1 rows, which block verification must
-//                             normalize: the bound for BM_verify
+//   BM_bound_block/<case>     the same over the rows block verification must normalize for
+//                             the outcome: p_1..p_k, k the first position where the block weight
+//                             w_k is 0 (else γ), and p_{γ+1} when all γ drafts are accepted: the
+//                             bound for BM_verify
 //
 //   <case> = <draft>/<filter>/<regime>/V:<vocab>/gamma:<γ>/T:<temperature>
 //     draft   dist (V x γ draft distributions) | point (specdec::point_mass)
@@ -139,6 +141,7 @@ struct slot {
     std::uint64_t seed = 0;
     std::size_t accepted = 0;        // outcome under token verification (defines the regime)
     std::size_t accepted_block = 0;  // outcome under block verification (the default scheme)
+    std::size_t rows_block = 0;      // rows block verification must normalize for this outcome
 };
 
 struct built_case {
@@ -286,6 +289,27 @@ std::vector<Eigen::VectorXf> tuned_draft(const built_case& bc, splitmix64& g) {
     return q;
 }
 
+/// Rows block verification must normalize: p_1..p_k, where k is the first position with
+/// w_k = 0 (w_i = min(1, w_{i−1} p_i(x_i) / q_i(x_i))) or γ, and p_{γ+1} when all γ drafts are
+/// accepted (from double-precision reference probabilities).
+std::size_t block_rows(const built_case& bc, const slot& s) {
+    const auto gamma = s.tokens.size();
+    double w = 1.0;
+    std::size_t k = gamma;
+    for (std::size_t i = 0; i < gamma; ++i) {
+        const auto col = static_cast<Index>(i);
+        const std::vector<float> p = specdec_bench::naive_standardize(bc.z.col(col).data(), static_cast<std::size_t>(bc.z.rows()), bc.sampling);
+        const double px = p[static_cast<std::size_t>(s.tokens[i])];
+        const double qx = bc.spec.draft == draft_kind::dist ? static_cast<double>(bc.q[s.q_index](s.tokens[i], col)) : 1.0;
+        w = qx > 0.0 ? std::min(1.0, w * px / qx) : 0.0;
+        if (w == 0.0) {
+            k = i + 1;
+            break;
+        }
+    }
+    return k + (s.accepted_block == gamma ? 1 : 0);
+}
+
 built_case build(const case_spec& c) {
     built_case bc;
     bc.spec = c;
@@ -420,6 +444,7 @@ built_case build(const case_spec& c) {
                 s.accepted = r.accepted;
                 splitmix64 rng_block{s.seed};
                 s.accepted_block = run_verify(bc, s, rng_block, ws, {}).accepted;
+                s.rows_block = block_rows(bc, s);
                 bc.slots.push_back(std::move(s));
             }
         }
@@ -532,7 +557,7 @@ void bm_naive(benchmark::State& state, const case_spec& c) {
 }
 
 /// The bound: one log-sum-exp (temperature 0: one max) pass over each row the scheme must
-/// normalize. Token verification: rows 0..n (n accepted). Block verification: all γ + 1 rows.
+/// normalize. Token verification: rows 0..n (n accepted). Block verification: see block_rows().
 void bm_bound(benchmark::State& state, const case_spec& c, bool block) {
     const built_case& bc = get_case(c);
     if (!bc.error.empty()) {
@@ -543,7 +568,7 @@ void bm_bound(benchmark::State& state, const case_spec& c, bool block) {
     const bool greedy = c.temperature == 0;
     timed_batches(state, [&] {
         for (const slot& s : bc.slots) {
-            const auto rows = block ? static_cast<Index>(c.gamma) + 1 : static_cast<Index>(s.accepted) + 1;
+            const auto rows = static_cast<Index>(block ? s.rows_block : s.accepted + 1);
             for (Index j = 0; j < rows; ++j) {
                 const float* col = bc.z.col(j).data();
                 float v = greedy ? specdec_bench::row_max(col, vocab) : specdec_bench::log_sum_exp(col, vocab);

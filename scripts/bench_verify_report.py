@@ -182,8 +182,8 @@ def main():
           f"repetitions {', '.join(str(r) for r in sorted(reps)) or '?'}, {ctx.get('date', '')}.")
     print()
     print("token / block: specdec::verify with token / block (default) verification, draft columns checked; "
-          "bound: log-sum-exp (T=0: max) of the rows token verification needs for the outcome; block bound: of all "
-          "γ+1 rows; naive: baselines.hpp (token verification). accept: token acceptance rate of the batch.")
+          "bound: log-sum-exp (T=0: max) of the rows token verification needs for the outcome; block bound: of the rows "
+          "block verification needs (p_1..p_k up to the first zero block weight, and p_γ+1 when all are accepted); naive: baselines.hpp (token verification). accept: token acceptance rate of the batch.")
     print()
     for line in verify_table(data):
         print(line)

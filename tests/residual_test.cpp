@@ -120,7 +120,7 @@ TEST_CASE("The residual draw over a multi-block vocabulary has the residual dist
 
 TEST_CASE("The residual draw has the residual distribution when proposals mostly fail and the exact pass draws",
           "[statistical][residual]") {
-    // Residual mass 0.01: residual_proposals (8) proposals all fail with probability 0.92.
+    // Residual mass 0.01: the 8 proposals (2 per block, 4 blocks) all fail with probability 0.92.
     const residual_case c = make_case(0.01, 1.0f, 1.0, 8);
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 200);
 }

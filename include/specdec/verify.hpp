@@ -8,11 +8,16 @@
 ///    Aharoni, Ro, Beirami & Suresh 2024, "Block Verification Accelerates Speculative
 ///    Decoding", Alg. 2), also exact, never fewer expected tokens, and the default.
 ///
-/// Cost model. Each row the algorithm must normalize is read in one blockwise pass (a
-/// vectorized max and exp-sum per L1-sized block) that yields p(x) for the draft token
-/// without writing the distribution anywhere; at temperature 0 a row costs one max pass.
-/// A full distribution is written only for the one token that is sampled at the end.
-/// Token verification never touches rows after the first rejection.
+/// Cost model. Each row the algorithm must normalize is read in one blockwise pass (per
+/// 2048-float block a vectorized max, then a vectorized exp-sum while the block is in L1)
+/// that yields p(x) for the draft token without writing the distribution anywhere; at
+/// temperature 0 a row costs one max pass (with the NaN check fused into it). No row is ever
+/// written out (except under top-k / top-p, which need the whole distribution): a token is
+/// drawn by choosing a block by its mass and recomputing that block's exponentials. Token
+/// verification never touches rows after the first rejection. After a rejection the
+/// correction is drawn by rejection sampling from p (a fraction of a block per proposal),
+/// with one exact pass over the residual as the fallback. Block verification computes its
+/// residual masses R_i only where bounds do not already decide the outcome.
 
 #include <Eigen/Core>
 
@@ -68,9 +73,12 @@ struct verify_options {
     /// defined for token verification only: l < 1 with block verification is an error.
     float lenience = 1.0f;
     /// Check every draft distribution column whose token is tested: non-negative, finite,
-    /// summing to 1 within draft_probability_tolerance. Two vectorized passes over each such
-    /// column, cheap next to the exp pass over the target row; turn off only for
-    /// distributions the caller produced with standardize() itself.
+    /// summing to 1 within draft_probability_tolerance. The column is read in the same pass
+    /// as the target row (its loads hide behind the exp). At temperature 0 the columns cannot
+    /// change the outcome (each p_i is a point mass: x_i is accepted exactly when it is the
+    /// target's argmax, and the correction is the argmax), so only the entries that are read,
+    /// q_i(x_i) (and under block verification q_i at the argmax), are checked to be
+    /// probabilities. Turn off only for distributions the caller produced with standardize().
     bool check_draft_distributions = true;
     /// Token or block verification (block is the default).
     verification_scheme scheme = verification_scheme::block;
@@ -88,13 +96,11 @@ namespace detail {
 ///  - greedy (temperature 0): only the argmax is kept;
 ///  - plain: known by its per-block maxima, scales and masses (ws.block_max, ws.scale,
 ///    ws.block_mass), from which p(x) of one token or the weights of one block are recomputed;
-///  - stored: as plain, and the exponentials are also in ws.rows (truncating sampling: the
-///    probabilities, with scale 1).
+///  - stored (truncating sampling): standardize() wrote p into ws.rows; block scales are 1.
 struct target_row {
     enum class form : unsigned char { greedy, plain, stored };
     std::size_t column = 0;  // column j of the logits (and of ws.rows)
     form kind = form::plain;
-    bool truncated = false;   // stored by standardize(): ws.rows holds p itself
     Eigen::Index argmax = 0;  // greedy rows
     float inv_t = 1.0f;
 };
@@ -104,10 +110,8 @@ struct target_row {
 /// Reusable buffers for verify(); keep one per decoding loop so that verification
 /// allocates nothing after the first call with a given vocabulary size and draft length.
 struct verify_workspace {
-    /// Target rows written out (block verification, which reads each row twice, and
-    /// truncating sampling): column j holds exp((z − m_b) / T) with m_b the maximum of the
-    /// element's block (truncating sampling: the standardized probabilities themselves).
-    /// Token verification without truncation writes no row.
+    /// Target rows written out, under truncating sampling only (top-k, top-p, min-p need the
+    /// whole distribution): column j holds the standardized probabilities of row j.
     Eigen::MatrixXf rows;
     std::vector<float> block_max;    ///< per row and block: the block's largest logit
     std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
@@ -123,9 +127,11 @@ struct verify_workspace {
 };
 
 /// After a rejection the correction is drawn from the residual by rejection sampling from p
-/// with at most this many proposals, then, if none was accepted, by one exact pass over the
-/// residual (see detail::sample_residual).
-inline constexpr int residual_proposals = 8;
+/// with at most this many proposals per 2048-token block of the row — each costs about half
+/// a block, so all of them together cost about one pass over the row — then, if none was
+/// accepted, by one exact pass over the residual (see detail::sample_residual). The cap
+/// changes the cost, never the distribution.
+inline constexpr Eigen::Index residual_proposals_per_block = 2;
 
 namespace detail {
 
@@ -185,13 +191,12 @@ inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t
 }
 
 /// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
-/// maximum, then a vectorized exp-sum while the block is in L1 (written to ws.rows when
-/// `store`); the global normalizer is assembled from the block sums (a blockwise
-/// log-sum-exp). Without `store` nothing of the size of the row is written: this is exactly
-/// the bound's work. `check_q`, when not null, is draft column j: it is checked in the same
+/// maximum, then a vectorized exp-sum while the block is in L1; the global normalizer is
+/// assembled from the block sums (a blockwise log-sum-exp). Nothing of the size of the row
+/// is written (truncating sampling aside): this is exactly the bound's work. `check_q`, when not null, is draft column j: it is checked in the same
 /// pass (read block by block next to the logits, hidden behind the exp).
 inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
-                              verify_workspace& ws, const char* where, bool store, const float* check_q = nullptr) {
+                              verify_workspace& ws, const char* where, const float* check_q = nullptr) {
     const auto col = static_cast<Eigen::Index>(j);
     const auto z = logits.col(col);
     target_row r{};
@@ -209,7 +214,6 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     r.inv_t = 1.0f / s.temperature;
     if (truncates(s)) {
         r.kind = target_row::form::stored;
-        r.truncated = true;
         auto e = ws.rows.col(col);
         standardize(z, s, e, ws.sampling, where);
         for (Eigen::Index b = 0; b < nb; ++b) {
@@ -226,8 +230,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
         }
         return r;
     }
-    r.kind = store ? target_row::form::stored : target_row::form::plain;
-    float* e = store ? ws.rows.col(col).data() : nullptr;
+    r.kind = target_row::form::plain;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const float inv_t = r.inv_t;
     // Each block is exponentiated relative to the running maximum m (never above the block's
@@ -242,19 +245,18 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
         m = std::max(m, bm);
         bmax[b] = m;
         if (bm == neg_inf) {
-            if (e != nullptr) std::fill(e + start, e + start + len, 0.0f);
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
             mass[b] = 0.0;
             continue;
         }
-        if (check_q != nullptr && e == nullptr) {
+        if (check_q != nullptr) {
             const checked_exp_sums cs = exp_pass_checking(z.data() + start, check_q + start, len, m, inv_t);
             mass[b] = cs.exp_sum;
             c.lowest = std::min(c.lowest, cs.q_min);
             c.sum += cs.q_sum;
         } else {
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
-            mass[b] = exp_pass(z.data() + start, e == nullptr ? nullptr : e + start, len, m, inv_t);
+            mass[b] = exp_pass(z.data() + start, nullptr, len, m, inv_t);
         }
         if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
     }
@@ -286,15 +288,15 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     return r;
 }
 
-/// p(x) for a prepared row: exp((z_x − m_b) / T) times the block's scale, in double (the same
-/// for plain and stored rows, so both schemes test acceptance with the same number).
+/// p(x) for a prepared row: for plain rows exp((z_x − m_b) / T) times the block's scale, in
+/// double precision.
 inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const verify_workspace& ws,
                       Eigen::Index x) {
     if (r.kind == target_row::form::greedy) return x == r.argmax ? 1.0 : 0.0;
     const Eigen::Index vocab = logits.rows();
     const std::size_t at = block_base(ws, vocab, r.column) + static_cast<std::size_t>(x / row_block);
     const auto col = static_cast<Eigen::Index>(r.column);
-    if (r.truncated) return static_cast<double>(ws.rows(x, col));
+    if (r.kind == target_row::form::stored) return static_cast<double>(ws.rows(x, col));
     if (ws.block_mass[at] == 0.0) return 0.0;  // every logit of the block is -Inf
     return std::exp(static_cast<double>(logits(x, col) - ws.block_max[at]) * r.inv_t) * ws.scale[at];
 }
@@ -304,7 +306,7 @@ inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(
 
 /// Writes p of elements off..off+len−1 of block b of a prepared (non-greedy) row to out. Plain
 /// rows recompute the exponentials (the same exp_pass relative to the same reference as the
-/// normalizing pass).
+/// normalizing pass, so the same floats).
 inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                        const verify_workspace& ws, Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
     const Eigen::Index start = b * row_block + off;
@@ -419,14 +421,14 @@ inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen:
 ///
 /// With draft distributions the residual is drawn by rejection sampling from p: propose y ~ p
 /// (block masses, then one block), accept with probability max(0, a·p(y) − b·q(y)) / (a·p(y)).
-/// Each proposal costs a block, not a row, and is accepted with probability R / a, where R is
-/// the residual mass. If none of residual_proposals proposals is accepted, one exact pass
+/// Each proposal costs about half a block, not a row, and is accepted with probability R / a,
+/// where R is the residual mass. If none of the proposals (see residual_proposals_per_block) is accepted, one exact pass
 /// over the residual (block sums, then one block) draws it. Either way the token has exactly
 /// the normalized residual's distribution: each attempt that accepts returns y with
 /// probability ∝ max(0, a·p(y) − b·q(y)), and the final exact draw has that distribution too,
 /// so the mixture over where the procedure stops does as well (von Neumann's rejection
-/// method). Since a rejection happens with probability R (token verification), the expected
-/// number of proposals per verification is at most 1 however small R is.
+/// method). In exact token verification a rejection happens with probability R, so the
+/// expected number of proposals per verification is at most 1 however small R is.
 template <class G>
 token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                          const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a, float b,
@@ -468,7 +470,7 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     double p_total = 0.0;
     for (Eigen::Index blk = 0; blk < nb; ++blk) p_total += mass[blk];
     double v = u;
-    const Eigen::Index proposals = std::max<Eigen::Index>(residual_proposals, nb);
+    const Eigen::Index proposals = residual_proposals_per_block * nb;
     for (Eigen::Index t = 0; t < proposals; ++t) {
         if (t > 0) v = uniform01(rng);
         const Eigen::Index y = draw_by_blocks(mass, nb, n, p_total, v, buf, fill_p);
@@ -520,12 +522,11 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
 }
 
 /// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
-/// The V x (n + 1) matrix of rows is allocated only when rows are stored.
-inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s,
-                         bool store) {
+/// The V x (n + 1) matrix of rows is allocated only under truncating sampling.
+inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
     if (s.temperature == 0.0f) return;  // greedy rows keep nothing
     const auto cols = static_cast<Eigen::Index>(n + 1);
-    if ((store || truncates(s)) && (ws.rows.rows() != vocab || ws.rows.cols() < cols)) ws.rows.resize(vocab, cols);
+    if (truncates(s) && (ws.rows.rows() != vocab || ws.rows.cols() < cols)) ws.rows.resize(vocab, cols);
     const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(cols);
     if (ws.scale.size() < need) {
         ws.scale.resize(need);
@@ -561,14 +562,14 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
     const std::size_t n = draft_tokens.size();
     const double lenience = opts.lenience;
     const bool check = q != nullptr && opts.check_draft_distributions;
-    reserve_rows(ws, target_logits.rows(), n, sampling, false);
+    reserve_rows(ws, target_logits.rows(), n, sampling);
     // Test x_1..x_γ left to right with r_i ~ U(0, 1); the first failure ends the block.
     // Rows after it are never read. No row is written out: the test needs p(x) only, and a
     // draw recomputes the one block it lands in.
     for (std::size_t i = 0; i < n; ++i) {
         const token_id x = draft_tokens[i];
         const float* check_q = column_to_check(q, check, i, x, sampling, where);
-        const target_row row = prepare_row(target_logits, i, sampling, ws, where, false, check_q);
+        const target_row row = prepare_row(target_logits, i, sampling, ws, where, check_q);
         const double qx = draft_prob(q, i, x);
         const double px = prob_of(row, target_logits, ws, x);
         const double r = uniform01(rng);
@@ -579,7 +580,7 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
         return {i, sample_residual(row, target_logits, q, x, 1.0f, opts.lenience, ws, rng)};
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
-    const target_row row = prepare_row(target_logits, n, sampling, ws, where, false);
+    const target_row row = prepare_row(target_logits, n, sampling, ws, where);
     return {n, sample_target(row, target_logits, ws, uniform01(rng))};
 }
 
@@ -635,7 +636,7 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
                            const char* where) {
     const std::size_t n = draft_tokens.size();
     const bool check = q != nullptr && opts.check_draft_distributions;
-    reserve_rows(ws, target_logits.rows(), n, sampling, false);
+    reserve_rows(ws, target_logits.rows(), n, sampling);
     ws.eta.resize(n);
     for (double& e : ws.eta) e = uniform01(rng);
     ws.weight.resize(n);
@@ -648,7 +649,7 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     for (std::size_t i = 0; i < n; ++i) {
         const token_id x = draft_tokens[i];
         const float* check_q = column_to_check(q, check, i, x, sampling, where);
-        ws.prepared[i] = prepare_row(target_logits, i, sampling, ws, where, false, check_q);
+        ws.prepared[i] = prepare_row(target_logits, i, sampling, ws, where, check_q);
         const double qx = draft_prob(q, i, x);
         const double px = prob_of(ws.prepared[i], target_logits, ws, x);
         ws.p_draft[i] = px;
@@ -689,7 +690,7 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
         }
     }
     if (tau == n) {
-        const target_row last = prepare_row(target_logits, n, sampling, ws, where, false);
+        const target_row last = prepare_row(target_logits, n, sampling, ws, where);
         return {n, sample_target(last, target_logits, ws, uniform01(rng))};
     }
     const double w_tau = tau == 0 ? 1.0 : ws.weight[tau - 1];
@@ -722,8 +723,11 @@ verify_result dispatch_verify(const Eigen::Ref<const Eigen::MatrixXf>& target_lo
 /// i of target_logits.
 ///
 /// Randomness, all from `rng` through uniform01: token scheme, one uniform per tested draft
-/// token, then one for the emitted token; block scheme, γ uniforms η_1..η_γ, then one for
-/// the emitted token.
+/// token; block scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one
+/// uniform when it comes from p (all drafts accepted, temperature 0, or point-mass drafts);
+/// after a rejection with draft distributions, two per rejection-sampling proposal (at most
+/// residual_proposals_per_block per 2048-token block) and, if none is accepted, one more for
+/// the exact draw.
 ///
 /// \param target_logits V x (γ+1) target logits; column j follows context + x_1..x_j.
 /// \param draft_tokens  x_1..x_γ (γ may be 0: then one token is sampled from p_1).
