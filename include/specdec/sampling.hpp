@@ -210,14 +210,28 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
     return sum;
 }
 
-/// exp_pass without output, fused with the check of a draft column block q[0..len): also
-/// returns the minimum and the sum of the q_k (the q loads hide behind the exp arithmetic).
-struct checked_exp_sums {
-    double exp_sum;
-    float q_min;
-    double q_sum;
+/// Elements per chunk of chunked_exp_pass.
+inline constexpr Eigen::Index exp_chunk = 256;
+/// Floats stored per chunk by chunked_exp_pass (the chunk's SIMD lane sums, unreduced).
+inline constexpr Eigen::Index chunk_lanes = 16;
+
+/// Result of chunked_exp_pass.
+struct chunked_exp_sums {
+    double exp_sum = 0.0;
+    float q_min = 0.0f;  // minimum of q (0 without q)
+    double q_sum = 0.0;  // sum of q (NaN or +Inf anywhere make it fail a check)
 };
-inline checked_exp_sums exp_pass_checking(const float* z, const float* q, Eigen::Index len, float m, float inv_t) {
+
+/// Σ exp((z_k − m) inv_t) over len floats (z_k <= m or −Inf) without writing the exponentials,
+/// and for each chunk of exp_chunk elements its lane sums, stored unreduced in
+/// lanes[c·chunk_lanes ..] (the chunk's sum is the sum of those floats), so that a later draw
+/// can skip whole chunks. When q is not null, a draft column block q[0..len) is checked in the
+/// same loop (its loads hide behind the exp): minimum and sum.
+inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
+                                         const float* q) {
+    chunked_exp_sums r;
+    float q_min = std::numeric_limits<float>::infinity();
+    double q_sum = 0.0;
 #if defined(__AVX512F__)
     const __m512 vm = _mm512_set1_ps(m), scale = _mm512_set1_ps(inv_t * 1.44269504088896341f);
     const __m512 lowest = _mm512_set1_ps(-200.0f);
@@ -233,41 +247,84 @@ inline checked_exp_sums exp_pass_checking(const float* z, const float* q, Eigen:
         p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
         return _mm512_scalef_ps(p, n);
     };
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, s0 = a0, s1 = a0;
+    const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    __m512 total = _mm512_setzero_ps(), s0 = total, s1 = total;
     __m512 q0 = _mm512_set1_ps(std::numeric_limits<float>::infinity()), q1 = q0;
-    Eigen::Index k = 0;
-    for (; k + 64 <= len; k += 64) {
-        a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
-        a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
-        a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
-        a3 = _mm512_add_ps(a3, exp2_of(_mm512_loadu_ps(z + k + 48)));
-        const __m512 v0 = _mm512_loadu_ps(q + k), v1 = _mm512_loadu_ps(q + k + 16);
-        const __m512 v2 = _mm512_loadu_ps(q + k + 32), v3 = _mm512_loadu_ps(q + k + 48);
-        s0 = _mm512_add_ps(s0, _mm512_add_ps(v0, v1));
-        s1 = _mm512_add_ps(s1, _mm512_add_ps(v2, v3));
-        q0 = _mm512_min_ps(q0, _mm512_min_ps(v0, v1));
-        q1 = _mm512_min_ps(q1, _mm512_min_ps(v2, v3));
+    for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
+        const Eigen::Index end = std::min(len, start + exp_chunk);
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        Eigen::Index k = start;
+        for (; k + 64 <= end; k += 64) {
+            a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
+            a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
+            a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
+            a3 = _mm512_add_ps(a3, exp2_of(_mm512_loadu_ps(z + k + 48)));
+            if (q != nullptr) {
+                const __m512 v0 = _mm512_loadu_ps(q + k), v1 = _mm512_loadu_ps(q + k + 16);
+                const __m512 v2 = _mm512_loadu_ps(q + k + 32), v3 = _mm512_loadu_ps(q + k + 48);
+                s0 = _mm512_add_ps(s0, _mm512_add_ps(v0, v1));
+                s1 = _mm512_add_ps(s1, _mm512_add_ps(v2, v3));
+                q0 = _mm512_min_ps(q0, _mm512_min_ps(v0, v1));
+                q1 = _mm512_min_ps(q1, _mm512_min_ps(v2, v3));
+            }
+        }
+        for (; k < end; k += 16) {
+            const Eigen::Index left = std::min<Eigen::Index>(16, end - k);
+            const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(left)) - 1u);
+            a0 = _mm512_add_ps(a0, exp2_of(_mm512_mask_loadu_ps(neg_inf, mask, z + k)));
+            if (q != nullptr) {
+                const __m512 v = _mm512_maskz_loadu_ps(mask, q + k);
+                s0 = _mm512_add_ps(s0, v);
+                q0 = _mm512_min_ps(q0, _mm512_mask_loadu_ps(_mm512_set1_ps(std::numeric_limits<float>::infinity()), mask, q + k));
+            }
+        }
+        const __m512 chunk = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
+        _mm512_storeu_ps(lanes + c * chunk_lanes, chunk);
+        total = _mm512_add_ps(total, chunk);
     }
-    alignas(64) float lanes[16], sums[16], mins[16];
-    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    _mm512_store_ps(sums, _mm512_add_ps(s0, s1));
-    _mm512_store_ps(mins, _mm512_min_ps(q0, q1));
-    checked_exp_sums r{0.0, std::numeric_limits<float>::infinity(), 0.0};
+    alignas(64) float t[16], qs[16], qm[16];
+    _mm512_store_ps(t, total);
+    _mm512_store_ps(qs, _mm512_add_ps(s0, s1));
+    _mm512_store_ps(qm, _mm512_min_ps(q0, q1));
     for (int i = 0; i < 16; ++i) {
-        r.exp_sum += static_cast<double>(lanes[i]);
-        r.q_sum += static_cast<double>(sums[i]);
-        r.q_min = std::min(r.q_min, mins[i]);
+        r.exp_sum += static_cast<double>(t[i]);
+        q_sum += static_cast<double>(qs[i]);
+        q_min = std::min(q_min, qm[i]);  // (a NaN shows in the sum)
     }
-    if (k < len) r.exp_sum += exp_pass(z + k, nullptr, len - k, m, inv_t);
-    for (; k < len; ++k) {
-        r.q_sum += static_cast<double>(q[k]);
-        r.q_min = std::min(r.q_min, q[k]);  // (a NaN shows in the sum)
+#else
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size;
+    static_assert(width <= chunk_lanes);
+    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
+    auto exp_of = [&](const float* x) { return ei::pexp(ei::pmul(ei::psub(ei::ploadu<packet>(x), pm), pt)); };
+    for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
+        const Eigen::Index end = std::min(len, start + exp_chunk);
+        packet a0 = ei::pset1<packet>(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        Eigen::Index k = start;
+        for (; k + 4 * width <= end; k += 4 * width) {
+            a0 = ei::padd(a0, exp_of(z + k));
+            a1 = ei::padd(a1, exp_of(z + k + width));
+            a2 = ei::padd(a2, exp_of(z + k + 2 * width));
+            a3 = ei::padd(a3, exp_of(z + k + 3 * width));
+        }
+        float* l = lanes + c * chunk_lanes;
+        std::fill(l, l + chunk_lanes, 0.0f);
+        ei::pstoreu(l, ei::padd(ei::padd(a0, a1), ei::padd(a2, a3)));
+        for (; k < end; ++k) l[0] += std::exp((z[k] - m) * inv_t);
+        for (Eigen::Index i = 0; i < width; ++i) r.exp_sum += static_cast<double>(l[i]);
+        if (q != nullptr) {
+            const Eigen::Map<const Eigen::VectorXf> qb(q + start, end - start);
+            q_min = std::min(q_min, qb.minCoeff());
+            q_sum += static_cast<double>(qb.sum());
+        }
+    }
+#endif
+    if (q != nullptr) {
+        r.q_min = q_min;
+        r.q_sum = q_sum;
     }
     return r;
-#else
-    const Eigen::Map<const Eigen::VectorXf> qb(q, len);
-    return {exp_pass(z, nullptr, len, m, inv_t), qb.minCoeff(), static_cast<double>(qb.sum())};
-#endif
 }
 
 /// Maximum of a block (vectorized; a NaN in the block may or may not show in it, so callers

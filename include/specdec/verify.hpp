@@ -27,6 +27,7 @@
 #include <cstddef>
 #include <random>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "error.hpp"
@@ -116,6 +117,7 @@ struct verify_workspace {
     std::vector<float> block_max;    ///< per row and block: the block's largest logit
     std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
     std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
+    std::vector<float> chunk_lanes;  ///< per row and 256-token chunk: its lane sums of exp((z − m_b) / T)
     std::vector<double> sums;        ///< block weights of an exact residual draw
     std::vector<double> eta;         ///< block verification: η_1..η_γ
     std::vector<double> weight;      ///< block verification: w_1..w_γ
@@ -145,6 +147,16 @@ inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row
 inline std::size_t block_base(const verify_workspace& ws, Eigen::Index vocab, std::size_t j) {
     (void)ws;
     return j * static_cast<std::size_t>(blocks_of(vocab));
+}
+
+/// Chunks of exp_chunk elements per row block, and the lane sums of block b of row j.
+inline constexpr Eigen::Index chunks_per_block = row_block / exp_chunk;
+inline float* chunk_data(verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+    const std::size_t block = j * static_cast<std::size_t>(blocks_of(vocab)) + static_cast<std::size_t>(b);
+    return ws.chunk_lanes.data() + block * static_cast<std::size_t>(chunks_per_block * chunk_lanes);
+}
+inline const float* chunk_data(const verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+    return chunk_data(const_cast<verify_workspace&>(ws), vocab, j, b);
 }
 
 /// Throws unless q_i(k) is a probability (finite, in [0, 1]).
@@ -249,14 +261,12 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
             mass[b] = 0.0;
             continue;
         }
+        const chunked_exp_sums cs = chunked_exp_pass(z.data() + start, len, m, inv_t, chunk_data(ws, n, j, b),
+                                                     check_q == nullptr ? nullptr : check_q + start);
+        mass[b] = cs.exp_sum;
         if (check_q != nullptr) {
-            const checked_exp_sums cs = exp_pass_checking(z.data() + start, check_q + start, len, m, inv_t);
-            mass[b] = cs.exp_sum;
             c.lowest = std::min(c.lowest, cs.q_min);
             c.sum += cs.q_sum;
-        } else {
-            if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
-            mass[b] = exp_pass(z.data() + start, nullptr, len, m, inv_t);
         }
         if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
     }
@@ -359,34 +369,55 @@ inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, do
 
 /// Elements filled at a time during a draw: the scan stops in the chunk where the running
 /// weight crosses the target, so a draw computes about half a block.
-inline constexpr Eigen::Index draw_chunk = 256;
+inline constexpr Eigen::Index draw_chunk = exp_chunk;
+
+/// No chunk weights: a draw fills the chunks of its block one after another.
+struct no_chunk_weights {};
 
 /// Inverse-CDF draw over blocks with one uniform u: `sums` holds the weight of each of nb
 /// blocks of a row of n elements; fill(b, off, len, out) writes the weights of elements
-/// off..off+len−1 of block b to out[0..len). Returns the first element whose running weight
-/// exceeds u·total, never one of weight 0 (on rounding overshoot: the last element with
-/// weight). On return, buf[y % row_block] holds the weight of the returned element y.
-template <class Fill>
+/// off..off+len−1 of block b to out[0..len). With chunk weights (chunk(b, c): the weight of
+/// chunk c of block b), chunks the running weight does not cross are skipped without being
+/// filled. Returns the first element whose running weight exceeds u·total, never one of
+/// weight 0 (on rounding overshoot: the last element with weight). On return,
+/// buf[y % row_block] holds the weight of the returned element y.
+/// `prefix`, when not null, holds the running sums of `sums` (prefix[b] = sums[0] + ... +
+/// sums[b]): the block is then found by binary search (for repeated draws from one row).
+template <class Fill, class Chunk = no_chunk_weights>
 Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n, double total, double u, float* buf,
-                            Fill&& fill) {
+                            Fill&& fill, Chunk&& chunk = {}, const double* prefix = nullptr) {
+    constexpr bool skip_chunks = !std::is_same_v<std::remove_cvref_t<Chunk>, no_chunk_weights>;
     const double target = u * total;
     double acc = 0.0;
     Eigen::Index b = 0;
-    while (b + 1 < nb && acc + sums[b] <= target) acc += sums[b++];
+    if (prefix != nullptr) {
+        b = std::min<Eigen::Index>(nb - 1, std::upper_bound(prefix, prefix + nb, target) - prefix);
+        acc = b > 0 ? prefix[b - 1] : 0.0;
+    } else {
+        while (b + 1 < nb && acc + sums[b] <= target) acc += sums[b++];
+    }
     Eigen::Index last_block = -1;
     for (Eigen::Index c = b; c < nb; ++c) {
         if (c > b && !(sums[c] > 0.0)) continue;
         const Eigen::Index len = block_len(n, c);
-        Eigen::Index last = -1;
+        bool any = false;
         for (Eigen::Index off = 0; off < len; off += draw_chunk) {
             const Eigen::Index cl = std::min(draw_chunk, len - off);
+            if constexpr (skip_chunks) {
+                const double cw = chunk(c, off / draw_chunk);
+                if (acc + cw <= target) {
+                    acc += cw;
+                    any = any || cw > 0.0;
+                    continue;
+                }
+            }
             fill(c, off, cl, buf + off);
             Eigen::Index chunk_last = -1;
             const Eigen::Index k = scan_block(buf + off, cl, acc, target, chunk_last);
             if (k >= 0) return c * row_block + off + k;
-            if (chunk_last >= 0) last = off + chunk_last;
+            any = any || chunk_last >= 0;
         }
-        if (last >= 0) last_block = c;
+        if (any) last_block = c;
     }
     // Rounding overshoot: the last element with weight, its block refilled into buf.
     for (Eigen::Index c = last_block >= 0 ? last_block : b - 1; c >= 0; --c) {
@@ -400,6 +431,16 @@ Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n,
     return 0;
 }
 
+/// The probability mass of chunk c of block b of a plain row (from the lane sums of the
+/// normalizing pass).
+inline double chunk_mass(const target_row& r, Eigen::Index vocab, const verify_workspace& ws, Eigen::Index b,
+                         Eigen::Index c) {
+    const float* l = chunk_data(ws, vocab, r.column, b) + c * chunk_lanes;
+    double sum = 0.0;
+    for (Eigen::Index i = 0; i < chunk_lanes; ++i) sum += static_cast<double>(l[i]);
+    return sum * ws.scale[block_base(ws, vocab, r.column) + static_cast<std::size_t>(b)];
+}
+
 /// Draws a token from p itself (after full acceptance, or as the fallback of an empty
 /// residual): block by mass, then one block recomputed.
 inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
@@ -409,9 +450,13 @@ inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen:
     const double* mass = ws.block_mass.data() + block_base(ws, n, r.column);
     double total = 0.0;
     for (Eigen::Index b = 0; b < nb; ++b) total += mass[b];
-    return static_cast<token_id>(draw_by_blocks(
-        mass, nb, n, total, u, ws.block.data(),
-        [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) { fill_block(r, logits, ws, b, off, len, out); }));
+    auto fill = [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
+        fill_block(r, logits, ws, b, off, len, out);
+    };
+    if (r.kind == target_row::form::plain)
+        return static_cast<token_id>(draw_by_blocks(mass, nb, n, total, u, ws.block.data(), fill,
+                                                    [&](Eigen::Index b, Eigen::Index c) { return chunk_mass(r, n, ws, b, c); }));
+    return static_cast<token_id>(draw_by_blocks(mass, nb, n, total, u, ws.block.data(), fill));
 }
 
 /// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
@@ -468,12 +513,18 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     }
     const auto qc = q->col(j);
     double p_total = 0.0;
-    for (Eigen::Index blk = 0; blk < nb; ++blk) p_total += mass[blk];
+    for (Eigen::Index blk = 0; blk < nb; ++blk) ws.sums[static_cast<std::size_t>(blk)] = p_total += mass[blk];
+    const double* prefix = ws.sums.data();  // running block masses, for the proposals
     double v = u;
     const Eigen::Index proposals = residual_proposals_per_block * nb;
     for (Eigen::Index t = 0; t < proposals; ++t) {
         if (t > 0) v = uniform01(rng);
-        const Eigen::Index y = draw_by_blocks(mass, nb, n, p_total, v, buf, fill_p);
+        const Eigen::Index y =
+            r.kind == target_row::form::plain
+                ? draw_by_blocks(
+                      mass, nb, n, p_total, v, buf, fill_p,
+                      [&](Eigen::Index blk, Eigen::Index c) { return chunk_mass(r, n, ws, blk, c); }, prefix)
+                : draw_by_blocks(mass, nb, n, p_total, v, buf, fill_p, no_chunk_weights{}, prefix);
         const double py = static_cast<double>(a) * buf[y % row_block];  // the weight y was drawn with
         const double ry = py - static_cast<double>(b) * qc[y];
         if (uniform01(rng) * py < ry) return static_cast<token_id>(y);
@@ -532,6 +583,7 @@ inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n
         ws.scale.resize(need);
         ws.block_max.resize(need);
         ws.block_mass.resize(need);
+        ws.chunk_lanes.resize(need * static_cast<std::size_t>(chunks_per_block * chunk_lanes));
     }
     if (ws.block.size() < static_cast<std::size_t>(row_block)) ws.block.resize(static_cast<std::size_t>(row_block));
 }
