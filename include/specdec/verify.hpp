@@ -13,7 +13,8 @@
 /// that yields p(x) for the draft token without writing the distribution anywhere; at
 /// temperature 0 a row costs one max pass (with the NaN check fused into it). No row is ever
 /// written out (except under top-k / top-p, which need the whole distribution): a token is
-/// drawn by choosing a block by its mass and recomputing that block's exponentials. Token
+/// drawn by choosing a block by its mass, then a 256-token chunk by the chunk sums the pass
+/// kept, and recomputing that chunk's exponentials. Token
 /// verification never touches rows after the first rejection. After a rejection the
 /// correction is drawn by rejection sampling from p (a fraction of a block per proposal),
 /// with one exact pass over the residual as the fallback. Block verification computes its
@@ -129,9 +130,9 @@ struct verify_workspace {
 };
 
 /// After a rejection the correction is drawn from the residual by rejection sampling from p
-/// with at most this many proposals per 2048-token block of the row — each costs about half
-/// a block, so all of them together cost about one pass over the row — then, if none was
-/// accepted, by one exact pass over the residual (see detail::sample_residual). The cap
+/// with at most this many proposals per 2048-token block of the row — each recomputes one
+/// 256-token chunk, so all of them together cost less than one pass over the row — then, if
+/// none was accepted, by one exact pass over the residual (see detail::sample_residual). The cap
 /// changes the cost, never the distribution.
 inline constexpr Eigen::Index residual_proposals_per_block = 2;
 
@@ -367,8 +368,9 @@ inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, do
     return -1;
 }
 
-/// Elements filled at a time during a draw: the scan stops in the chunk where the running
-/// weight crosses the target, so a draw computes about half a block.
+/// Elements filled at a time during a draw (the chunks of the normalizing pass): with chunk
+/// weights a draw fills only the chunk where the running weight crosses the target; without,
+/// it stops in that chunk, about half a block.
 inline constexpr Eigen::Index draw_chunk = exp_chunk;
 
 /// No chunk weights: a draw fills the chunks of its block one after another.
@@ -466,7 +468,7 @@ inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen:
 ///
 /// With draft distributions the residual is drawn by rejection sampling from p: propose y ~ p
 /// (block masses, then one block), accept with probability max(0, a·p(y) − b·q(y)) / (a·p(y)).
-/// Each proposal costs about half a block, not a row, and is accepted with probability R / a,
+/// Each proposal costs one 256-token chunk, not a row, and is accepted with probability R / a,
 /// where R is the residual mass. If none of the proposals (see residual_proposals_per_block) is accepted, one exact pass
 /// over the residual (block sums, then one block) draws it. Either way the token has exactly
 /// the normalized residual's distribution: each attempt that accepts returns y with
