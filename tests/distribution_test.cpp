@@ -79,14 +79,17 @@ const char* name(specdec::verification_scheme s) {
     return s == specdec::verification_scheme::token ? "token verification" : "block verification";
 }
 
-/// Runs speculative_decode with drafter `d` and verifier `v`, under token and under block
-/// verification, and tests the result; also checks that every draft position below
+/// Runs speculative_decode with drafter `d` and verifier `v` from `prompt`, under token and
+/// under block verification, and tests the result (after `to_model`, which maps emitted ids to
+/// the target's, `samples` sequences); also checks that every draft position below
 /// `rejection_positions` saw a rejection (the accepted prefix ended there).
-template <class D, class V>
+template <class D, class V, class Map>
 void check_equivalence(D& drafter, V& verifier, const markov_model& target, const equivalence_case& c,
-                       std::size_t rejection_positions) {
-    const std::vector<token_id> prompt{0};
-    const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+                       std::size_t rejection_positions, const std::vector<token_id>& prompt, Map to_model,
+                       std::uint64_t seed, std::size_t samples) {
+    std::vector<token_id> model_prompt;
+    for (token_id t : prompt) model_prompt.push_back(to_model(t));
+    const auto exact = exact_sequence_distribution(target, model_prompt, kLength, c.sampling);
     for (const auto scheme : kSchemes) {
         INFO(name(scheme));
         std::vector<std::size_t> rejected_at(c.gamma, 0);
@@ -95,8 +98,12 @@ void check_equivalence(D& drafter, V& verifier, const markov_model& target, cons
             if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
         };
         const auto r = sequence_test(
-            [&](std::mt19937_64& rng) { return specdec::speculative_decode(drafter, verifier, prompt, opts, rng).tokens; },
-            exact, c.vocab, 1000 + c.target_seed);
+            [&](std::mt19937_64& rng) {
+                auto tokens = specdec::speculative_decode(drafter, verifier, prompt, opts, rng).tokens;
+                for (auto& t : tokens) t = to_model(t);
+                return tokens;
+            },
+            exact, c.vocab, seed, samples);
         INFO(describe(r));
         CHECK(r.p_value >= kFalseAlarm);
         for (std::size_t i = 0; i < rejection_positions; ++i) {
@@ -104,6 +111,14 @@ void check_equivalence(D& drafter, V& verifier, const markov_model& target, cons
             CHECK(rejected_at[i] > 0);
         }
     }
+}
+
+/// The same for models over the target's own vocabulary, from the prompt {0}.
+template <class D, class V>
+void check_equivalence(D& drafter, V& verifier, const markov_model& target, const equivalence_case& c,
+                       std::size_t rejection_positions) {
+    check_equivalence(drafter, verifier, target, c, rejection_positions, {0}, [](token_id t) { return t; },
+                      1000 + c.target_seed, kSamples);
 }
 
 void check_model_pair(const equivalence_case& c) {
@@ -205,29 +220,9 @@ TEST_CASE("Speculative decoding over a sparse 7000-token vocabulary (several blo
     auto target_small = markov_model::random(c.vocab, 2, c.target_seed);
     auto draft_small = markov_model::random(c.vocab, 2, c.draft_seed);
     sparse_model target{&target_small}, draft{&draft_small};
-    const auto exact = exact_sequence_distribution(target_small, {0}, kLength, c.sampling);
-    const std::vector<token_id> prompt{sparse_model::ids[0]};
-    for (const auto scheme : kSchemes) {
-        INFO(name(scheme));
-        std::vector<std::size_t> rejected_at(c.gamma, 0);
-        specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
-        opts.on_step = [&](const specdec::step_event& e) {
-            if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
-        };
-        const auto r = sequence_test(
-            [&](std::mt19937_64& rng) {
-                auto tokens = specdec::speculative_decode(draft, target, prompt, opts, rng).tokens;
-                for (auto& t : tokens) t = sparse_model::small_of(t);
-                return tokens;
-            },
-            exact, c.vocab, 1121, kSamples / 5);  // 7000-logit rows: fewer sequences, same false-alarm rate
-        INFO(describe(r));
-        CHECK(r.p_value >= kFalseAlarm);
-        for (std::size_t i = 0; i < 3; ++i) {
-            INFO("rejections at draft position " << i << ": " << rejected_at[i]);
-            CHECK(rejected_at[i] > 0);
-        }
-    }
+    // 7000-logit rows: fewer sequences, same false-alarm rate.
+    check_equivalence(draft, target, target_small, c, 3, {sparse_model::ids[0]}, sparse_model::small_of, 1121,
+                      kSamples / 5);
 }
 
 TEST_CASE("A draft equal to the target is always accepted and keeps the target distribution",

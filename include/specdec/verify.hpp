@@ -145,15 +145,14 @@ inline constexpr Eigen::Index row_block = 2048;
 inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
 
 /// Offset of row j's per-block entries in ws.block_max / scale / block_mass.
-inline std::size_t block_base(const verify_workspace& ws, Eigen::Index vocab, std::size_t j) {
-    (void)ws;
+inline std::size_t block_base(Eigen::Index vocab, std::size_t j) {
     return j * static_cast<std::size_t>(blocks_of(vocab));
 }
 
 /// Chunks of exp_chunk elements per row block, and the lane sums of block b of row j.
 inline constexpr Eigen::Index chunks_per_block = row_block / exp_chunk;
 inline float* chunk_data(verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
-    const std::size_t block = j * static_cast<std::size_t>(blocks_of(vocab)) + static_cast<std::size_t>(b);
+    const std::size_t block = block_base(vocab, j) + static_cast<std::size_t>(b);
     return ws.chunk_lanes.data() + block * static_cast<std::size_t>(chunks_per_block * chunk_lanes);
 }
 inline const float* chunk_data(const verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
@@ -194,13 +193,15 @@ struct column_check {
     }
 };
 
-/// Checks draft column i blockwise (one pass). The sum catches NaN and +Inf.
-inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t i, const char* where) {
-    const auto col = q.col(static_cast<Eigen::Index>(i));
+/// Checks draft column i, n floats at q, blockwise (one pass). The sum catches NaN and +Inf.
+inline void check_column(const float* q, Eigen::Index n, std::size_t i, const char* where) {
     column_check c;
-    const Eigen::Index n = col.size();
-    for (Eigen::Index start = 0; start < n; start += row_block) c.add(col.segment(start, std::min(row_block, n - start)));
-    c.finish(col, i, where);
+    for (Eigen::Index start = 0; start < n; start += row_block)
+        c.add(Eigen::Map<const Eigen::VectorXf>(q + start, std::min(row_block, n - start)));
+    c.finish(Eigen::Map<const Eigen::VectorXf>(q, n), i, where);
+}
+inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t i, const char* where) {
+    check_column(q.col(static_cast<Eigen::Index>(i)).data(), q.rows(), i, where);
 }
 
 /// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
@@ -220,7 +221,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
         return r;
     }
     const Eigen::Index n = z.size(), nb = blocks_of(n);
-    const std::size_t base = block_base(ws, n, j);
+    const std::size_t base = block_base(n, j);
     float* bmax = ws.block_max.data() + base;
     float* scale = ws.scale.data() + base;
     double* mass = ws.block_mass.data() + base;
@@ -235,12 +236,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
             bmax[b] = 0.0f;
             mass[b] = e.segment(start, len).sum();
         }
-        if (check_q != nullptr) {
-            column_check c;
-            for (Eigen::Index start = 0; start < n; start += row_block)
-                c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, std::min(row_block, n - start)));
-            c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
-        }
+        if (check_q != nullptr) check_column(check_q, n, j, where);
         return r;
     }
     r.kind = target_row::form::plain;
@@ -305,7 +301,7 @@ inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixX
                       Eigen::Index x) {
     if (r.kind == target_row::form::greedy) return x == r.argmax ? 1.0 : 0.0;
     const Eigen::Index vocab = logits.rows();
-    const std::size_t at = block_base(ws, vocab, r.column) + static_cast<std::size_t>(x / row_block);
+    const std::size_t at = block_base(vocab, r.column) + static_cast<std::size_t>(x / row_block);
     const auto col = static_cast<Eigen::Index>(r.column);
     if (r.kind == target_row::form::stored) return static_cast<double>(ws.rows(x, col));
     if (ws.block_mass[at] == 0.0) return 0.0;  // every logit of the block is -Inf
@@ -321,7 +317,7 @@ inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(
 inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                        const verify_workspace& ws, Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
     const Eigen::Index start = b * row_block + off;
-    const std::size_t at = block_base(ws, logits.rows(), r.column) + static_cast<std::size_t>(b);
+    const std::size_t at = block_base(logits.rows(), r.column) + static_cast<std::size_t>(b);
     const auto col = static_cast<Eigen::Index>(r.column);
     Eigen::Map<Eigen::VectorXf> o(out, len);
     if (ws.block_mass[at] == 0.0) {
@@ -368,11 +364,6 @@ inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, do
     return -1;
 }
 
-/// Elements filled at a time during a draw (the chunks of the normalizing pass): with chunk
-/// weights a draw fills only the chunk where the running weight crosses the target; without,
-/// it stops in that chunk, about half a block.
-inline constexpr Eigen::Index draw_chunk = exp_chunk;
-
 /// No chunk weights: a draw fills the chunks of its block one after another.
 struct no_chunk_weights {};
 
@@ -403,10 +394,10 @@ Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n,
         if (c > b && !(sums[c] > 0.0)) continue;
         const Eigen::Index len = block_len(n, c);
         bool any = false;
-        for (Eigen::Index off = 0; off < len; off += draw_chunk) {
-            const Eigen::Index cl = std::min(draw_chunk, len - off);
+        for (Eigen::Index off = 0; off < len; off += exp_chunk) {
+            const Eigen::Index cl = std::min(exp_chunk, len - off);
             if constexpr (skip_chunks) {
-                const double cw = chunk(c, off / draw_chunk);
+                const double cw = chunk(c, off / exp_chunk);
                 if (acc + cw <= target) {
                     acc += cw;
                     any = any || cw > 0.0;
@@ -439,7 +430,7 @@ inline double chunk_mass(const target_row& r, Eigen::Index vocab, const verify_w
                          Eigen::Index c) {
     const float* l = chunk_data(ws, vocab, r.column, b) + c * chunk_lanes;
     const double sum = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(l).sum();  // one vector reduction
-    return sum * ws.scale[block_base(ws, vocab, r.column) + static_cast<std::size_t>(b)];
+    return sum * ws.scale[block_base(vocab, r.column) + static_cast<std::size_t>(b)];
 }
 
 /// Draws a token from p itself (after full acceptance, or as the fallback of an empty
@@ -448,7 +439,7 @@ inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen:
                               verify_workspace& ws, double u) {
     if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
-    const double* mass = ws.block_mass.data() + block_base(ws, n, r.column);
+    const double* mass = ws.block_mass.data() + block_base(n, r.column);
     double total = 0.0;
     for (Eigen::Index b = 0; b < nb; ++b) total += mass[b];
     auto fill = [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
@@ -485,7 +476,7 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
     const auto j = static_cast<Eigen::Index>(r.column);
-    const double* mass = ws.block_mass.data() + block_base(ws, n, r.column);
+    const double* mass = ws.block_mass.data() + block_base(n, r.column);
     float* buf = ws.block.data();
     auto fill_p = [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
         fill_block(r, logits, ws, blk, off, len, out);
