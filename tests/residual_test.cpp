@@ -1,6 +1,7 @@
 // The pieces of the hot core that small-vocabulary tests cannot reach: rows that span several
 // 2048-token blocks, the residual draw by rejection sampling from p with its exact fallback,
-// the blockwise inverse CDF with group skipping, and the fused argmax pass.
+// the blockwise inverse CDF with group skipping, the lane-wise draw from a prepared row, and
+// the fused argmax pass.
 //
 // Statistical cases: 100,000 draws each, Pearson's chi-square against the exact residual
 // computed in double precision; a case fails at p < 1e-4 (false alarm rate below 1e-4 per
@@ -161,6 +162,56 @@ TEST_CASE("The blockwise inverse CDF returns the index a plain running sum gives
         const double before = k > 0 ? cum[static_cast<std::size_t>(k - 1)] : 0.0;
         CHECK(before <= target + slack);
         CHECK(cum[static_cast<std::size_t>(k)] >= target - slack);
+    }
+}
+
+TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) order of the cumulative p",
+          "[residual]") {
+    // 5000 tokens: blocks of 2048, 2048 and 904 (a partial chunk and partial lanes at the end);
+    // block 1 is all -Inf, and a third of the other logits are -Inf too.
+    std::mt19937_64 g(11);
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    std::bernoulli_distribution hole(0.3);
+    const Eigen::Index vocab = 5000;
+    Eigen::MatrixXf logits(vocab, 1);
+    for (Eigen::Index k = 0; k < vocab; ++k) logits(k, 0) = hole(g) || (k >= 2048 && k < 4096) ? kNegInf : n(g);
+    const specdec::sampling_config s{.temperature = 0.7f};
+    specdec::verify_workspace ws;
+    specdec::detail::reserve_rows(ws, vocab, 0, s);
+    const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test");
+    // The cumulative p in the draw's order: block, 256-token chunk, lane (offset mod 16), element.
+    using specdec::detail::exp_chunk;
+    using specdec::detail::row_block;
+    std::vector<Eigen::Index> order;
+    for (Eigen::Index b = 0; b * row_block < vocab; ++b)
+        for (Eigen::Index c = 0; c < row_block / exp_chunk; ++c)
+            for (Eigen::Index l = 0; l < 16; ++l)
+                for (Eigen::Index k = 0; k < exp_chunk / 16; ++k) {
+                    const Eigen::Index at = b * row_block + c * exp_chunk + l + 16 * k;
+                    if (at < vocab) order.push_back(at);
+                }
+    REQUIRE(order.size() == static_cast<std::size_t>(vocab));
+    std::vector<double> cum_at(static_cast<std::size_t>(vocab)), cum_before(static_cast<std::size_t>(vocab));
+    double acc = 0.0;
+    for (const Eigen::Index at : order) {
+        cum_before[static_cast<std::size_t>(at)] = acc;
+        cum_at[static_cast<std::size_t>(at)] = acc += specdec::detail::prob_of(row, logits, ws, at);
+    }
+    CHECK(acc == Approx(1.0).epsilon(1e-5));
+    const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    for (int t = 0; t < 20000; ++t) {
+        const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
+        const auto y = specdec::detail::draw_plain(row, logits, ws, prefix, u);
+        REQUIRE(y.index >= 0);
+        REQUIRE(y.index < vocab);
+        const double py = specdec::detail::prob_of(row, logits, ws, y.index);
+        REQUIRE(py > 0.0);  // never a token of probability 0
+        CHECK(y.weight == Approx(py).epsilon(1e-5));
+        // The cumulative p crosses u at y, up to float rounding of the lane sums.
+        const double slack = 1e-5;
+        CHECK(cum_before[static_cast<std::size_t>(y.index)] <= u + slack);
+        CHECK(cum_at[static_cast<std::size_t>(y.index)] >= u - slack);
     }
 }
 

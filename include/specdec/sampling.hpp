@@ -149,6 +149,19 @@ struct exp2_avx512 {
 };
 #endif
 
+#if !defined(__AVX512F__)
+/// exp((x − m) inv_t) of one Eigen packet. Eigen's pexp clamps its argument, so exp(−Inf) would
+/// come out as a tiny positive number rather than 0 and a token of probability 0 could be
+/// drawn; arguments below −87 (exp < 2e-38, far below any probability that can matter) give
+/// exactly 0 instead, as in the AVX-512 path. NaN stays NaN.
+template <class Packet>
+Packet exp_shifted(const Packet& x, const Packet& m, const Packet& inv_t) {
+    namespace ei = Eigen::internal;
+    const Packet y = ei::pmul(ei::psub(x, m), inv_t);
+    return ei::pselect(ei::pcmp_lt(y, ei::pset1<Packet>(-87.0f)), ei::pzero(y), ei::pexp(y));
+}
+#endif
+
 /// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), and, when `out` is not null,
 /// the exponentials written to out: one vectorized pass, four accumulators for instruction-level
 /// parallelism. A NaN among the z_k makes the sum NaN; −Inf gives exactly 0.
@@ -199,8 +212,8 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
     const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
     packet a0 = ei::pset1<packet>(0.0f), a1 = a0;
     for (; k + 2 * width <= len; k += 2 * width) {
-        const packet e0 = ei::pexp(ei::pmul(ei::psub(ei::ploadu<packet>(z + k), pm), pt));
-        const packet e1 = ei::pexp(ei::pmul(ei::psub(ei::ploadu<packet>(z + k + width), pm), pt));
+        const packet e0 = exp_shifted(ei::ploadu<packet>(z + k), pm, pt);
+        const packet e1 = exp_shifted(ei::ploadu<packet>(z + k + width), pm, pt);
         if (out != nullptr) {
             ei::pstoreu(out + k, e0);
             ei::pstoreu(out + k + width, e1);
@@ -231,9 +244,10 @@ struct chunked_exp_sums {
 };
 
 /// Σ exp((z_k − m) inv_t) over len floats (z_k <= m or −Inf) without writing the exponentials,
-/// and for each chunk of exp_chunk elements its lane sums, stored unreduced in
-/// lanes[c·chunk_lanes ..] (the chunk's sum is the sum of those floats), so that a later draw
-/// can skip whole chunks. When q is not null, a draft column block q[0..len) is checked in the
+/// and for each chunk of exp_chunk elements its 16 lane sums, stored unreduced in
+/// lanes[c·chunk_lanes ..]: lane l of a chunk sums the elements at offsets l, l + 16, ...,
+/// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
+/// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft column block q[0..len) is checked in the
 /// same loop (its loads hide behind the exp): minimum and sum.
 inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
                                          const float* q) {
@@ -290,24 +304,34 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
-    static_assert(width <= chunk_lanes);
+    static_assert(chunk_lanes % width == 0);
+    constexpr Eigen::Index per_group = chunk_lanes / width;  // packets per 16 consecutive floats
     const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
-    auto exp_of = [&](const float* x) { return ei::pexp(ei::pmul(ei::psub(ei::ploadu<packet>(x), pm), pt)); };
+    auto exp_of = [&](const float* x) { return exp_shifted(ei::ploadu<packet>(x), pm, pt); };
     for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
         const Eigen::Index end = std::min(len, start + exp_chunk);
-        packet a0 = ei::pset1<packet>(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        // Lane l of the chunk sums the elements at offsets l, l + 16, ... (as the AVX-512 path).
+        packet a[2][per_group];
+        for (auto& row : a)
+            for (packet& x : row) x = ei::pset1<packet>(0.0f);
         Eigen::Index k = start;
-        for (; k + 4 * width <= end; k += 4 * width) {
-            a0 = ei::padd(a0, exp_of(z + k));
-            a1 = ei::padd(a1, exp_of(z + k + width));
-            a2 = ei::padd(a2, exp_of(z + k + 2 * width));
-            a3 = ei::padd(a3, exp_of(z + k + 3 * width));
+        for (; k + 2 * chunk_lanes <= end; k += 2 * chunk_lanes)
+            for (Eigen::Index g = 0; g < per_group; ++g) {
+                a[0][g] = ei::padd(a[0][g], exp_of(z + k + g * width));
+                a[1][g] = ei::padd(a[1][g], exp_of(z + k + chunk_lanes + g * width));
+            }
+        for (; k < end; k += chunk_lanes) {
+            // The last (partial) groups of 16, padded with -Inf (whose exp is 0).
+            alignas(64) float group[chunk_lanes];
+            std::fill(group, group + chunk_lanes, -std::numeric_limits<float>::infinity());
+            std::copy(z + k, z + std::min(end, k + chunk_lanes), group);
+            for (Eigen::Index g = 0; g < per_group; ++g) a[0][g] = ei::padd(a[0][g], exp_of(group + g * width));
         }
         float* l = lanes + c * chunk_lanes;
-        std::fill(l, l + chunk_lanes, 0.0f);
-        ei::pstoreu(l, ei::padd(ei::padd(a0, a1), ei::padd(a2, a3)));
-        for (; k < end; ++k) l[0] += std::exp((z[k] - m) * inv_t);
-        for (Eigen::Index i = 0; i < width; ++i) r.exp_sum += static_cast<double>(l[i]);
+        for (Eigen::Index g = 0; g < per_group; ++g) {
+            ei::pstoreu(l + g * width, ei::padd(a[0][g], a[1][g]));
+            for (Eigen::Index i = 0; i < width; ++i) r.exp_sum += static_cast<double>(l[g * width + i]);
+        }
         if (q != nullptr) {
             const Eigen::Map<const Eigen::VectorXf> qb(q + start, end - start);
             q_min = std::min(q_min, qb.minCoeff());
@@ -322,10 +346,25 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
     return r;
 }
 
-/// Maximum of a block (vectorized; a NaN in the block may or may not show in it, so callers
-/// detect NaN through a sum over the block, which a NaN always turns into NaN).
+/// Maximum of a block: one vectorized pass with four independent accumulators (a single one
+/// would wait on the latency of each max). A NaN in the block may or may not show in it, so
+/// callers detect NaN through a sum over the block, which a NaN always turns into NaN.
 inline float block_max(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index start, Eigen::Index len) {
-    return z.segment(start, len).maxCoeff();
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size;
+    const float* x = z.data() + start;
+    packet m0 = ei::pset1<packet>(-std::numeric_limits<float>::infinity()), m1 = m0, m2 = m0, m3 = m0;
+    Eigen::Index k = 0;
+    for (; k + 4 * width <= len; k += 4 * width) {
+        m0 = ei::pmax(m0, ei::ploadu<packet>(x + k));
+        m1 = ei::pmax(m1, ei::ploadu<packet>(x + k + width));
+        m2 = ei::pmax(m2, ei::ploadu<packet>(x + k + 2 * width));
+        m3 = ei::pmax(m3, ei::ploadu<packet>(x + k + 3 * width));
+    }
+    float m = ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
+    for (; k < len; ++k) m = std::max(m, x[k]);
+    return m;
 }
 
 /// Elements per block of the temperature-0 pass: with no exp to hide it behind, the

@@ -364,22 +364,17 @@ inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, do
     return -1;
 }
 
-/// No chunk weights: a draw fills the chunks of its block one after another.
-struct no_chunk_weights {};
-
 /// Inverse-CDF draw over blocks with one uniform u: `sums` holds the weight of each of nb
 /// blocks of a row of n elements; fill(b, off, len, out) writes the weights of elements
-/// off..off+len−1 of block b to out[0..len). With chunk weights (chunk(b, c): the weight of
-/// chunk c of block b), chunks the running weight does not cross are skipped without being
-/// filled. Returns the first element whose running weight exceeds u·total, never one of
+/// off..off+len−1 of block b to out[0..len); a block is filled and scanned 256 elements at a
+/// time, up to the crossing. Returns the first element whose running weight exceeds u·total, never one of
 /// weight 0 (on rounding overshoot: the last element with weight). On return,
 /// buf[y % row_block] holds the weight of the returned element y.
 /// `prefix`, when not null, holds the running sums of `sums` (prefix[b] = sums[0] + ... +
 /// sums[b]): the block is then found by binary search (for repeated draws from one row).
-template <class Fill, class Chunk = no_chunk_weights>
+template <class Fill>
 Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n, double total, double u, float* buf,
-                            Fill&& fill, Chunk&& chunk = {}, const double* prefix = nullptr) {
-    constexpr bool skip_chunks = !std::is_same_v<std::remove_cvref_t<Chunk>, no_chunk_weights>;
+                            Fill&& fill, const double* prefix = nullptr) {
     const double target = u * total;
     double acc = 0.0;
     Eigen::Index b = 0;
@@ -396,14 +391,6 @@ Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n,
         bool any = false;
         for (Eigen::Index off = 0; off < len; off += exp_chunk) {
             const Eigen::Index cl = std::min(exp_chunk, len - off);
-            if constexpr (skip_chunks) {
-                const double cw = chunk(c, off / exp_chunk);
-                if (acc + cw <= target) {
-                    acc += cw;
-                    any = any || cw > 0.0;
-                    continue;
-                }
-            }
             fill(c, off, cl, buf + off);
             Eigen::Index chunk_last = -1;
             const Eigen::Index k = scan_block(buf + off, cl, acc, target, chunk_last);
@@ -424,31 +411,92 @@ Eigen::Index draw_by_blocks(const double* sums, Eigen::Index nb, Eigen::Index n,
     return 0;
 }
 
-/// The probability mass of chunk c of block b of a plain row (from the lane sums of the
-/// normalizing pass).
-inline double chunk_mass(const target_row& r, Eigen::Index vocab, const verify_workspace& ws, Eigen::Index b,
-                         Eigen::Index c) {
-    const float* l = chunk_data(ws, vocab, r.column, b) + c * chunk_lanes;
-    const double sum = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(l).sum();  // one vector reduction
-    return sum * ws.scale[block_base(vocab, r.column) + static_cast<std::size_t>(b)];
+/// Over w[0..count): the first i at which acc + w[0] + ... + w[i] exceeds target (w[i] > 0),
+/// with the weights before it added to acc; when none does (rounding overshoot), the last i
+/// with weight and target set to +Inf, so that the levels below take their last element with
+/// weight too. -1 when every weight is 0.
+inline int pick_crossing(const double* w, int count, double& acc, double& target) {
+    int last = -1;
+    for (int i = 0; i < count; ++i) {
+        if (!(w[i] > 0.0)) continue;
+        if (acc + w[i] > target) return i;
+        acc += w[i];
+        last = i;
+    }
+    target = std::numeric_limits<double>::infinity();
+    return last;
+}
+
+/// An element of a row and the weight it was drawn with.
+struct weighted_index {
+    Eigen::Index index = 0;
+    double weight = 0.0;  ///< p(index) as the draw computed it
+};
+
+/// One inverse-CDF draw from a plain row with uniform u, in (block, chunk, lane, element)
+/// order: the block by binary search on the running block masses `prefix`, the 256-token chunk
+/// and then the lane by the lane sums the normalizing pass kept (see chunked_exp_pass), and
+/// finally one of the lane's 16 elements, whose exponentials are the only ones recomputed. Any
+/// fixed order of the elements gives a draw from p; this one costs O(blocks) nothing and about
+/// 16 exps + 150 scalar adds per draw.
+inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                                 const verify_workspace& ws, const double* prefix, double u) {
+    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
+    const std::size_t base = block_base(n, r.column);
+    const double* mass = ws.block_mass.data() + base;
+    double target = u * prefix[nb - 1];
+    Eigen::Index b = std::min<Eigen::Index>(nb - 1, std::upper_bound(prefix, prefix + nb, target) - prefix);
+    while (b > 0 && !(mass[b] > 0.0)) --b;  // rounding overshoot past the last block with mass
+    const double scale = ws.scale[base + static_cast<std::size_t>(b)];
+    // From here on, weights are the block's exp((z − ref_b) / T), before scaling.
+    target = (target - (b > 0 ? prefix[b - 1] : 0.0)) / scale;
+    double acc = 0.0;
+    const Eigen::Index len = block_len(n, b), chunks = (len + exp_chunk - 1) / exp_chunk;
+    const float* lanes = chunk_data(ws, n, r.column, b);
+    double w[chunk_lanes];
+    for (Eigen::Index c = 0; c < chunks; ++c)
+        w[c] = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(lanes + c * chunk_lanes).sum();
+    const int c = pick_crossing(w, static_cast<int>(chunks), acc, target);
+    for (Eigen::Index l = 0; l < chunk_lanes; ++l) w[l] = lanes[c * chunk_lanes + l];
+    const int l = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
+    // The lane's elements, -Inf past the end of the row, through the pass's own exp.
+    const Eigen::Index first = static_cast<Eigen::Index>(c) * exp_chunk + l;
+    const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
+    alignas(64) float in[chunk_lanes], e[chunk_lanes];
+    for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
+        const Eigen::Index at = first + k * chunk_lanes;
+        in[k] = at < len ? z[at] : -std::numeric_limits<float>::infinity();
+    }
+    exp_pass(in, e, chunk_lanes, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
+    for (Eigen::Index k = 0; k < chunk_lanes; ++k) w[k] = e[k];
+    const int k = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
+    SPECDEC_ASSERT(c >= 0 && l >= 0 && k >= 0, "draw_plain: a block with mass has no element with weight");
+    return {b * row_block + first + k * chunk_lanes, static_cast<double>(e[k] * static_cast<float>(scale))};
+}
+
+/// Running sums of row r's block masses into ws.sums (for draw_plain); returns the total.
+inline const double* block_prefix(const target_row& r, Eigen::Index vocab, verify_workspace& ws) {
+    const Eigen::Index nb = blocks_of(vocab);
+    const double* mass = ws.block_mass.data() + block_base(vocab, r.column);
+    ws.sums.resize(static_cast<std::size_t>(nb));
+    double acc = 0.0;
+    for (Eigen::Index b = 0; b < nb; ++b) ws.sums[static_cast<std::size_t>(b)] = acc += mass[b];
+    return ws.sums.data();
 }
 
 /// Draws a token from p itself (after full acceptance, or as the fallback of an empty
-/// residual): block by mass, then one block recomputed.
+/// residual): plain rows by draw_plain, stored rows blockwise.
 inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                               verify_workspace& ws, double u) {
     if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
+    const double* prefix = block_prefix(r, n, ws);
+    if (r.kind == target_row::form::plain) return static_cast<token_id>(draw_plain(r, logits, ws, prefix, u).index);
     const double* mass = ws.block_mass.data() + block_base(n, r.column);
-    double total = 0.0;
-    for (Eigen::Index b = 0; b < nb; ++b) total += mass[b];
-    auto fill = [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
-        fill_block(r, logits, ws, b, off, len, out);
-    };
-    if (r.kind == target_row::form::plain)
-        return static_cast<token_id>(draw_by_blocks(mass, nb, n, total, u, ws.block.data(), fill,
-                                                    [&](Eigen::Index b, Eigen::Index c) { return chunk_mass(r, n, ws, b, c); }));
-    return static_cast<token_id>(draw_by_blocks(mass, nb, n, total, u, ws.block.data(), fill));
+    return static_cast<token_id>(draw_by_blocks(
+        mass, nb, n, prefix[nb - 1], u, ws.block.data(),
+        [&](Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) { fill_block(r, logits, ws, b, off, len, out); },
+        prefix));
 }
 
 /// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
@@ -504,22 +552,21 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
             }));
     }
     const auto qc = q->col(j);
-    double p_total = 0.0;
-    for (Eigen::Index blk = 0; blk < nb; ++blk) ws.sums[static_cast<std::size_t>(blk)] = p_total += mass[blk];
-    const double* prefix = ws.sums.data();  // running block masses, for the proposals
+    const double* prefix = block_prefix(r, n, ws);  // running block masses, for the proposals
     double v = u;
     const Eigen::Index proposals = residual_proposals_per_block * nb;
     for (Eigen::Index t = 0; t < proposals; ++t) {
         if (t > 0) v = uniform01(rng);
-        const Eigen::Index y =
-            r.kind == target_row::form::plain
-                ? draw_by_blocks(
-                      mass, nb, n, p_total, v, buf, fill_p,
-                      [&](Eigen::Index blk, Eigen::Index c) { return chunk_mass(r, n, ws, blk, c); }, prefix)
-                : draw_by_blocks(mass, nb, n, p_total, v, buf, fill_p, no_chunk_weights{}, prefix);
-        const double py = static_cast<double>(a) * buf[y % row_block];  // the weight y was drawn with
-        const double ry = py - static_cast<double>(b) * qc[y];
-        if (uniform01(rng) * py < ry) return static_cast<token_id>(y);
+        weighted_index y;
+        if (r.kind == target_row::form::plain) {
+            y = draw_plain(r, logits, ws, prefix, v);
+        } else {
+            y.index = draw_by_blocks(mass, nb, n, prefix[nb - 1], v, buf, fill_p, prefix);
+            y.weight = buf[y.index % row_block];
+        }
+        const double py = static_cast<double>(a) * y.weight;  // the weight y was drawn with
+        const double ry = py - static_cast<double>(b) * qc[y.index];
+        if (uniform01(rng) * py < ry) return static_cast<token_id>(y.index);
     }
     // No proposal accepted: one exact pass (block sums of the residual, then one block).
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
