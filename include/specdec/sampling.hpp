@@ -231,6 +231,51 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
     return sum;
 }
 
+/// Σ max(0, a·exp((z_k − m) inv_t) − b·q_k) over len floats (z_k <= m or −Inf): the mass of a
+/// residual over one block in one vectorized pass, with nothing written (a NaN among the z_k
+/// may be lost to the max, so only call it on rows whose pass already checked them).
+inline double residual_sum(const float* z, const float* q, Eigen::Index len, float m, float inv_t, float a, float b) {
+    Eigen::Index k = 0;
+    double sum = 0.0;
+#if defined(__AVX512F__)
+    {
+        const exp2_avx512 exp2_of{m, inv_t};
+        const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps();
+        auto term = [&](const float* x, const float* y) {
+            return _mm512_max_ps(zero, _mm512_fmsub_ps(exp2_of(_mm512_loadu_ps(x)), va, _mm512_mul_ps(vb, _mm512_loadu_ps(y))));
+        };
+        __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
+        for (; k + 64 <= len; k += 64) {
+            a0 = _mm512_add_ps(a0, term(z + k, q + k));
+            a1 = _mm512_add_ps(a1, term(z + k + 16, q + k + 16));
+            a2 = _mm512_add_ps(a2, term(z + k + 32, q + k + 32));
+            a3 = _mm512_add_ps(a3, term(z + k + 48, q + k + 48));
+        }
+        alignas(64) float lanes[16];
+        _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+        for (const float v : lanes) sum += static_cast<double>(v);
+    }
+#else
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size;
+    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t), pa = ei::pset1<packet>(a),
+                 pb = ei::pset1<packet>(b), zero = ei::pzero(pm);
+    auto term = [&](const float* x, const float* y) {
+        return ei::pmax(zero, ei::psub(ei::pmul(exp_shifted(ei::ploadu<packet>(x), pm, pt), pa),
+                                       ei::pmul(pb, ei::ploadu<packet>(y))));
+    };
+    packet a0 = zero, a1 = zero;
+    for (; k + 2 * width <= len; k += 2 * width) {
+        a0 = ei::padd(a0, term(z + k, q + k));
+        a1 = ei::padd(a1, term(z + k + width, q + k + width));
+    }
+    sum = static_cast<double>(ei::predux(ei::padd(a0, a1)));
+#endif
+    for (; k < len; ++k) sum += static_cast<double>(std::max(0.0f, a * std::exp((z[k] - m) * inv_t) - b * q[k]));
+    return sum;
+}
+
 /// Elements per chunk of chunked_exp_pass.
 inline constexpr Eigen::Index exp_chunk = 256;
 /// Floats stored per chunk by chunked_exp_pass (the chunk's SIMD lane sums, unreduced).

@@ -499,6 +499,22 @@ inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen:
         prefix));
 }
 
+/// Σ max(0, a·p(y) − b·q(y)) over block blk of a prepared (non-greedy) row, q being the draft
+/// column's data: one fused pass (exp, scale, subtract, clamp, sum) with nothing written.
+inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                             const verify_workspace& ws, const float* q, Eigen::Index blk, float a, float b) {
+    const Eigen::Index n = logits.rows(), start = blk * row_block, len = block_len(n, blk);
+    const std::size_t at = block_base(n, r.column) + static_cast<std::size_t>(blk);
+    if (ws.block_mass[at] == 0.0) return 0.0;  // p = 0 on the block: max(0, −b·q) = 0
+    const auto col = static_cast<Eigen::Index>(r.column);
+    if (r.kind == target_row::form::stored)
+        return (ws.rows.col(col).segment(start, len).array() * a -
+                b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
+            .max(0.0f)
+            .sum();
+    return residual_sum(logits.col(col).data() + start, q + start, len, ws.block_max[at], r.inv_t, a * ws.scale[at], b);
+}
+
 /// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
 /// r.column (Leviathan et al. 2023, Sec. 2.3 with a = 1, b = l (App. A.5); Sun et al.'s
 /// residual with a = w_τ, b = 1), or from p when that residual is empty. q == nullptr: point
@@ -570,10 +586,7 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     }
     // No proposal accepted: one exact pass (block sums of the residual, then one block).
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        const Eigen::Index len = block_len(n, blk), start = blk * row_block;
-        fill_p(blk, 0, len, buf);
-        const double bs =
-            (Eigen::Map<const Eigen::ArrayXf>(buf, len) * a - b * qc.segment(start, len).array()).max(0.0f).sum();
+        const double bs = block_residual(r, logits, ws, qc.data(), blk, a, b);
         ws.sums[static_cast<std::size_t>(blk)] = bs;
         total += bs;
     }
@@ -676,7 +689,7 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
 }
 
 /// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (or a point mass at
-/// x); checks the draft column on the way when `check` (at temperature 0: the entry read).
+/// x); at temperature 0 checks the one draft entry it reads when `check`.
 inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                             const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, double w, bool check,
                             verify_workspace& ws, const char* where) {
@@ -692,18 +705,11 @@ inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::M
         if (check) check_draft_entry(*q, r.argmax, r.column, where);
         return std::max(0.0, w - static_cast<double>(qc[r.argmax]));
     }
-    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
-    float* buf = ws.block.data();
-    column_check c;
+    // (Plain and stored rows have temperature > 0: their draft column was checked in the pass
+    // that prepared them.)
     double total = 0.0;
-    for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        const Eigen::Index start = blk * row_block, len = block_len(n, blk);
-        fill_block(r, logits, ws, blk, 0, len, buf);
-        const auto qb = qc.segment(start, len);
-        if (check) c.add(qb);
-        total += ((Eigen::Map<const Eigen::ArrayXf>(buf, len) * static_cast<float>(w)) - qb.array()).max(0.0f).sum();
-    }
-    if (check) c.finish(qc, r.column, where);
+    for (Eigen::Index blk = 0; blk < blocks_of(logits.rows()); ++blk)
+        total += block_residual(r, logits, ws, qc.data(), blk, static_cast<float>(w), 1.0f);
     return total;
 }
 
