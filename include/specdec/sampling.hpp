@@ -124,6 +124,17 @@ inline Eigen::Index sample_with_block_sums(const Eigen::Ref<const Eigen::VectorX
     fail_invalid(where, ": every logit is -Inf (no token is possible)");
 }
 
+/// Asks for the cache line holding p (a hint; never faults). The blockwise passes use it to
+/// fetch the next block of a row while the exps of the current one run, so that a row coming
+/// from memory rather than cache streams at the rate of the arithmetic.
+inline void prefetch(const float* p) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p, 0, 3);
+#else
+    (void)p;
+#endif
+}
+
 #if defined(__AVX512F__)
 /// exp((x − m) inv_t) of 16 floats with x <= m (or −Inf): exp(y) = 2^t, t = y log2(e) = n + f
 /// with n = round(t), |f| <= 1/2: 2^f by its degree-6 Taylor polynomial ((ln 2)^i / i!,
@@ -233,8 +244,10 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
 
 /// Σ max(0, a·exp((z_k − m) inv_t) − b·q_k) over len floats (z_k <= m or −Inf): the mass of a
 /// residual over one block in one vectorized pass, with nothing written (a NaN among the z_k
-/// may be lost to the max, so only call it on rows whose pass already checked them).
-inline double residual_sum(const float* z, const float* q, Eigen::Index len, float m, float inv_t, float a, float b) {
+/// may be lost to the max, so only call it on rows whose pass already checked them). `next_len`
+/// as in chunked_exp_pass.
+inline double residual_sum(const float* z, const float* q, Eigen::Index len, float m, float inv_t, float a, float b,
+                           Eigen::Index next_len = 0) {
     Eigen::Index k = 0;
     double sum = 0.0;
 #if defined(__AVX512F__)
@@ -246,6 +259,11 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
         };
         __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
         for (; k + 64 <= len; k += 64) {
+            if (k < next_len)
+                for (int line = 0; line < 64; line += 16) {
+                    prefetch(z + len + k + line);
+                    prefetch(q + len + k + line);
+                }
             a0 = _mm512_add_ps(a0, term(z + k, q + k));
             a1 = _mm512_add_ps(a1, term(z + k + 16, q + k + 16));
             a2 = _mm512_add_ps(a2, term(z + k + 32, q + k + 32));
@@ -267,6 +285,10 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
     };
     packet a0 = zero, a1 = zero;
     for (; k + 2 * width <= len; k += 2 * width) {
+        if (k % 16 == 0 && k < next_len) {
+            prefetch(z + len + k);
+            prefetch(q + len + k);
+        }
         a0 = ei::padd(a0, term(z + k, q + k));
         a1 = ei::padd(a1, term(z + k + width, q + k + width));
     }
@@ -292,10 +314,12 @@ struct chunked_exp_sums {
 /// and for each chunk of exp_chunk elements its 16 lane sums, stored unreduced in
 /// lanes[c·chunk_lanes ..]: lane l of a chunk sums the elements at offsets l, l + 16, ...,
 /// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
-/// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft column block q[0..len) is checked in the
-/// same loop (its loads hide behind the exp): minimum and sum.
+/// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft
+/// column block q[0..len) is checked in the same loop (its loads hide behind the exp): minimum
+/// and sum. `next_len` > 0 says that the row goes on for that many floats after z + len (and
+/// after q + len): they are prefetched, so the next block's max pass finds them in cache.
 inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
-                                         const float* q) {
+                                         const float* q, Eigen::Index next_len = 0) {
     chunked_exp_sums r;
     float q_min = std::numeric_limits<float>::infinity();
     double q_sum = 0.0;
@@ -309,6 +333,11 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
         Eigen::Index k = start;
         for (; k + 64 <= end; k += 64) {
+            if (k < next_len)
+                for (int line = 0; line < 64; line += 16) {
+                    prefetch(z + len + k + line);
+                    if (q != nullptr) prefetch(q + len + k + line);
+                }
             a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
             a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
             a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
@@ -360,11 +389,17 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
         for (auto& row : a)
             for (packet& x : row) x = ei::pset1<packet>(0.0f);
         Eigen::Index k = start;
-        for (; k + 2 * chunk_lanes <= end; k += 2 * chunk_lanes)
+        for (; k + 2 * chunk_lanes <= end; k += 2 * chunk_lanes) {
+            if (k < next_len)
+                for (int line = 0; line < 2 * chunk_lanes; line += 16) {
+                    prefetch(z + len + k + line);
+                    if (q != nullptr) prefetch(q + len + k + line);
+                }
             for (Eigen::Index g = 0; g < per_group; ++g) {
                 a[0][g] = ei::padd(a[0][g], exp_of(z + k + g * width));
                 a[1][g] = ei::padd(a[1][g], exp_of(z + k + chunk_lanes + g * width));
             }
+        }
         for (; k < end; k += chunk_lanes) {
             // The last (partial) groups of 16, padded with -Inf (whose exp is 0).
             alignas(64) float group[chunk_lanes];

@@ -144,6 +144,9 @@ inline constexpr Eigen::Index row_block = 2048;
 
 inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
 
+/// Length of block b of a row of n elements (<= 0 past the last block).
+inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(row_block, n - b * row_block); }
+
 /// Offset of row j's per-block entries in ws.block_max / scale / block_mass.
 inline std::size_t block_base(Eigen::Index vocab, std::size_t j) {
     return j * static_cast<std::size_t>(blocks_of(vocab));
@@ -259,7 +262,8 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
             continue;
         }
         const chunked_exp_sums cs = chunked_exp_pass(z.data() + start, len, m, inv_t, chunk_data(ws, n, j, b),
-                                                     check_q == nullptr ? nullptr : check_q + start);
+                                                     check_q == nullptr ? nullptr : check_q + start,
+                                                     block_len(n, b + 1));
         mass[b] = cs.exp_sum;
         if (check_q != nullptr) {
             c.lowest = std::min(c.lowest, cs.q_min);
@@ -307,9 +311,6 @@ inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixX
     if (ws.block_mass[at] == 0.0) return 0.0;  // every logit of the block is -Inf
     return std::exp(static_cast<double>(logits(x, col) - ws.block_max[at]) * r.inv_t) * ws.scale[at];
 }
-
-/// Length of block b of a row of n elements.
-inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(row_block, n - b * row_block); }
 
 /// Writes p of elements off..off+len−1 of block b of a prepared (non-greedy) row to out. Plain
 /// rows recompute the exponentials (the same exp_pass relative to the same reference as the
@@ -512,7 +513,8 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
                 b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
             .max(0.0f)
             .sum();
-    return residual_sum(logits.col(col).data() + start, q + start, len, ws.block_max[at], r.inv_t, a * ws.scale[at], b);
+    return residual_sum(logits.col(col).data() + start, q + start, len, ws.block_max[at], r.inv_t, a * ws.scale[at], b,
+                        block_len(n, blk + 1));
 }
 
 /// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
