@@ -215,6 +215,41 @@ TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) 
     }
 }
 
+TEST_CASE("The lane-level residual mass bound never exceeds the exact residual mass", "[residual][block]") {
+    // Over 5000 tokens (three blocks, one all -Inf): R = Σ max(0, w p − q) against the bound from
+    // the lane sums the checking pass keeps, for drafts close to and far from the target.
+    std::mt19937_64 g(13);
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    const Eigen::Index vocab = 5000;
+    const specdec::sampling_config s{.temperature = 0.9f};
+    for (int trial = 0; trial < 12; ++trial) {
+        Eigen::MatrixXf logits(vocab, 1), draft(vocab, 1);
+        const float noise = trial % 3 == 0 ? 0.0f : trial % 3 == 1 ? 0.3f : 3.0f;
+        for (Eigen::Index k = 0; k < vocab; ++k) {
+            logits(k, 0) = k >= 2048 && k < 4096 ? kNegInf : n(g);
+            draft(k, 0) = (k >= 2048 && k < 4096 ? n(g) : logits(k, 0)) + noise * n(g);
+        }
+        Eigen::VectorXf qcol(vocab);
+        specdec::sampling_workspace sw;
+        specdec::standardize(draft.col(0), s, qcol, sw, "test");
+        const Eigen::MatrixXf q = qcol;
+        const Eigen::Ref<const Eigen::MatrixXf> qref(q);
+        specdec::verify_workspace ws;
+        specdec::detail::reserve_rows(ws, vocab, 0, s);
+        const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test", q.col(0).data());
+        REQUIRE(row.q_lanes);
+        for (const double w : {0.05, 0.3, 0.7, 1.0}) {
+            const double exact = specdec::detail::residual_mass(row, logits, &qref, 0, w, false, ws, "test");
+            const double low = specdec::detail::residual_mass_lower_bound(row, vocab, ws, w);
+            INFO("trial " << trial << ", noise " << noise << ", w " << w << ": R = " << exact << ", bound " << low);
+            CHECK(low >= 0.0);
+            CHECK(low <= exact + 1e-6);
+            // Drafts equal to the target up to scaling inside each lane: the bound is exact.
+            if (noise == 0.0f) CHECK(low == Approx(exact).margin(1e-6));
+        }
+    }
+}
+
 TEST_CASE("The fused argmax pass finds the lowest index of the maximum in every lane, block and tail", "[residual]") {
     std::mt19937_64 g(5);
     std::normal_distribution<float> n(0.0f, 3.0f);

@@ -316,21 +316,23 @@ struct chunked_exp_sums {
 /// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
 /// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft
 /// column block q[0..len) is checked in the same loop (its loads hide behind the exp): minimum
-/// and sum. `next_len` > 0 says that the row goes on for that many floats after z + len (and
+/// and sum, and its lane sums, laid out as those of the exponentials, go to q_lanes (required
+/// with q). `next_len` > 0 says that the row goes on for that many floats after z + len (and
 /// after q + len): they are prefetched, so the next block's max pass finds them in cache.
 inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
-                                         const float* q, Eigen::Index next_len = 0) {
+                                         const float* q = nullptr, float* q_lanes = nullptr,
+                                         Eigen::Index next_len = 0) {
     chunked_exp_sums r;
     float q_min = std::numeric_limits<float>::infinity();
     double q_sum = 0.0;
 #if defined(__AVX512F__)
     const exp2_avx512 exp2_of{m, inv_t};
     const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    __m512 total = _mm512_setzero_ps(), s0 = total, s1 = total;
+    __m512 total = _mm512_setzero_ps(), q_total = total;
     __m512 q0 = _mm512_set1_ps(std::numeric_limits<float>::infinity()), q1 = q0;
     for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
         const Eigen::Index end = std::min(len, start + exp_chunk);
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, s0 = a0, s1 = a0;
         Eigen::Index k = start;
         for (; k + 64 <= end; k += 64) {
             if (k < next_len)
@@ -364,10 +366,15 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
         const __m512 chunk = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
         _mm512_storeu_ps(lanes + c * chunk_lanes, chunk);
         total = _mm512_add_ps(total, chunk);
+        if (q != nullptr) {
+            const __m512 q_chunk = _mm512_add_ps(s0, s1);
+            _mm512_storeu_ps(q_lanes + c * chunk_lanes, q_chunk);
+            q_total = _mm512_add_ps(q_total, q_chunk);
+        }
     }
     alignas(64) float t[16], qs[16], qm[16];
     _mm512_store_ps(t, total);
-    _mm512_store_ps(qs, _mm512_add_ps(s0, s1));
+    _mm512_store_ps(qs, q_total);
     _mm512_store_ps(qm, _mm512_min_ps(q0, q1));
     for (int i = 0; i < 16; ++i) {
         r.exp_sum += static_cast<double>(t[i]);
@@ -413,9 +420,20 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
             for (Eigen::Index i = 0; i < width; ++i) r.exp_sum += static_cast<double>(l[g * width + i]);
         }
         if (q != nullptr) {
-            const Eigen::Map<const Eigen::VectorXf> qb(q + start, end - start);
-            q_min = std::min(q_min, qb.minCoeff());
-            q_sum += static_cast<double>(qb.sum());
+            // The draft column's lane sums (zero-padded tail) and minimum, while in L1.
+            packet qa[per_group];
+            for (packet& x : qa) x = ei::pset1<packet>(0.0f);
+            for (Eigen::Index at = start; at < end; at += chunk_lanes) {
+                alignas(64) float group[chunk_lanes] = {};
+                std::copy(q + at, q + std::min(end, at + chunk_lanes), group);
+                for (Eigen::Index g = 0; g < per_group; ++g) qa[g] = ei::padd(qa[g], ei::pload<packet>(group + g * width));
+            }
+            float* ql = q_lanes + c * chunk_lanes;
+            for (Eigen::Index g = 0; g < per_group; ++g) {
+                ei::pstoreu(ql + g * width, qa[g]);
+                for (Eigen::Index i = 0; i < width; ++i) q_sum += static_cast<double>(ql[g * width + i]);
+            }
+            q_min = std::min(q_min, Eigen::Map<const Eigen::VectorXf>(q + start, end - start).minCoeff());
         }
     }
 #endif

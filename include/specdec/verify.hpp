@@ -105,6 +105,7 @@ struct target_row {
     form kind = form::plain;
     Eigen::Index argmax = 0;  // greedy rows
     float inv_t = 1.0f;
+    bool q_lanes = false;  // plain rows: the pass also kept the draft column's lane sums (ws.q_lanes)
 };
 
 }  // namespace detail
@@ -119,6 +120,7 @@ struct verify_workspace {
     std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
     std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
     std::vector<float> chunk_lanes;  ///< per row and 256-token chunk: its lane sums of exp((z − m_b) / T)
+    std::vector<float> q_lanes;      ///< the same lane sums of the draft column, for rows whose pass checked it
     std::vector<double> sums;        ///< block weights of an exact residual draw
     std::vector<double> eta;         ///< block verification: η_1..η_γ
     std::vector<double> weight;      ///< block verification: w_1..w_γ
@@ -154,12 +156,15 @@ inline std::size_t block_base(Eigen::Index vocab, std::size_t j) {
 
 /// Chunks of exp_chunk elements per row block, and the lane sums of block b of row j.
 inline constexpr Eigen::Index chunks_per_block = row_block / exp_chunk;
-inline float* chunk_data(verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+inline std::size_t chunk_offset(Eigen::Index vocab, std::size_t j, Eigen::Index b) {
     const std::size_t block = block_base(vocab, j) + static_cast<std::size_t>(b);
-    return ws.chunk_lanes.data() + block * static_cast<std::size_t>(chunks_per_block * chunk_lanes);
+    return block * static_cast<std::size_t>(chunks_per_block * chunk_lanes);
+}
+inline float* chunk_data(verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+    return ws.chunk_lanes.data() + chunk_offset(vocab, j, b);
 }
 inline const float* chunk_data(const verify_workspace& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
-    return chunk_data(const_cast<verify_workspace&>(ws), vocab, j, b);
+    return ws.chunk_lanes.data() + chunk_offset(vocab, j, b);
 }
 
 /// Throws unless q_i(k) is a probability (finite, in [0, 1]).
@@ -243,6 +248,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
         return r;
     }
     r.kind = target_row::form::plain;
+    r.q_lanes = check_q != nullptr;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const float inv_t = r.inv_t;
     // Each block is exponentiated relative to the running maximum m (never above the block's
@@ -261,9 +267,10 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
             mass[b] = 0.0;
             continue;
         }
-        const chunked_exp_sums cs = chunked_exp_pass(z.data() + start, len, m, inv_t, chunk_data(ws, n, j, b),
-                                                     check_q == nullptr ? nullptr : check_q + start,
-                                                     block_len(n, b + 1));
+        const chunked_exp_sums cs =
+            chunked_exp_pass(z.data() + start, len, m, inv_t, chunk_data(ws, n, j, b),
+                             check_q == nullptr ? nullptr : check_q + start,
+                             check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b), block_len(n, b + 1));
         mass[b] = cs.exp_sum;
         if (check_q != nullptr) {
             c.lowest = std::min(c.lowest, cs.q_min);
@@ -638,6 +645,7 @@ inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n
         ws.block_max.resize(need);
         ws.block_mass.resize(need);
         ws.chunk_lanes.resize(need * static_cast<std::size_t>(chunks_per_block * chunk_lanes));
+        ws.q_lanes.resize(ws.chunk_lanes.size());
     }
     if (ws.block.size() < static_cast<std::size_t>(row_block)) ws.block.resize(static_cast<std::size_t>(row_block));
 }
@@ -715,6 +723,24 @@ inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::M
     return total;
 }
 
+/// A lower bound on Σ_x max(0, w p(x) − q(x)) for a plain row whose pass kept the draft
+/// column's lane sums: Σ over lanes L of max(0, w p(L) − q(L)) (the positive part of a sum is
+/// at most the sum of the positive parts). Reads V/16 floats of each, no exp; within rounding of
+/// the exact value when p − q keeps one sign inside each lane of 16 tokens.
+inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab, const verify_workspace& ws, double w) {
+    const std::size_t base = block_base(vocab, r.column);
+    double total = 0.0;
+    for (Eigen::Index b = 0; b < blocks_of(vocab); ++b) {
+        const auto at = base + static_cast<std::size_t>(b);
+        if (ws.block_mass[at] == 0.0) continue;  // p = 0 there: no positive part
+        const Eigen::Index count = (block_len(vocab, b) + exp_chunk - 1) / exp_chunk * chunk_lanes;
+        const std::size_t off = chunk_offset(vocab, r.column, b);
+        const Eigen::Map<const Eigen::ArrayXf> p(ws.chunk_lanes.data() + off, count), q(ws.q_lanes.data() + off, count);
+        total += (p * static_cast<float>(w * ws.scale[at]) - q).max(0.0f).sum();
+    }
+    return total;
+}
+
 /// Block verification (Sun et al. 2024, Alg. 2), in Leviathan's notation:
 ///   w_0 = 1; w_i = min(1, w_{i−1} p_i(x_i) / q_i(x_i));
 ///   h_i = R_i / (R_i + 1 − w_i) with R_i = Σ_x max(0, w_i p_{i+1}(x) − q_{i+1}(x)) for i < γ,
@@ -725,9 +751,11 @@ inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::M
 /// position where w_k = 0 (or γ), and records w_i, p_i(x_i), q_i(x_i); then τ is searched
 /// from the end, i = k down to 1, stopping at the first hit. R_i, the only quantity that needs
 /// a second pass over a row (and over q_{i+1}), is computed only when bounds cannot decide:
-/// R_i <= w_i gives h_i <= w_i (no hit when η_i >= w_i), and R_i >= w_i p_{i+1}(x_{i+1}) −
-/// q_{i+1}(x_{i+1}) gives a lower bound on h_i (a hit when η_i is below it). So block
-/// verification usually costs the token scheme's passes plus at most one residual pass.
+/// R_i <= w_i gives h_i <= w_i (no hit when η_i >= w_i), and lower bounds on R_i give lower
+/// bounds on h_i (a hit when η_i is below one): R_i >= w_i p_{i+1}(x_{i+1}) − q_{i+1}(x_{i+1}),
+/// and, when the draft columns are checked (their pass keeps lane sums of q), the lane-level
+/// bound of residual_mass_lower_bound, which decides nearly every hit. So block verification
+/// usually costs the token scheme's passes plus, on a miss, one residual pass.
 template <class G>
 verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                            std::span<const token_id> draft_tokens, const Eigen::Ref<const Eigen::MatrixXf>* q,
@@ -777,6 +805,11 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
         // R_i needs row i (p_{i+1}) and draft token i (x_{i+1}), both seen in the forward pass.
         const double low = wi * ws.p_draft[i] - (q == nullptr ? 1.0 : ws.q_draft[i]);
         bool hit = low > 0.0 && eta < low / (low + 1.0 - wi);
+        if (!hit && ws.prepared[i].q_lanes) {
+            // A tighter lower bound from the lane sums the checking pass kept: no second pass.
+            const double lanes_low = residual_mass_lower_bound(ws.prepared[i], target_logits.rows(), ws, wi);
+            hit = lanes_low > 0.0 && eta < lanes_low / (lanes_low + 1.0 - wi);
+        }
         if (!hit) {
             const double big_r = residual_mass(ws.prepared[i], target_logits, q, draft_tokens[i], wi,
                                                  check && sampling.temperature == 0.0f, ws, where);
