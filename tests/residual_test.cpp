@@ -121,7 +121,8 @@ TEST_CASE("The residual draw over a multi-block vocabulary has the residual dist
 
 TEST_CASE("The residual draw has the residual distribution when proposals mostly fail and the exact pass draws",
           "[statistical][residual]") {
-    // Residual mass 0.01: the 8 proposals (2 per block, 4 blocks) all fail with probability 0.92.
+    // Residual mass 0.01, known to be at least q(draft) = 0.01: 32 proposals (the most, 8 per
+    // block over 4 blocks) all fail with probability 0.99^32 = 0.72.
     const residual_case c = make_case(0.01, 1.0f, 1.0, 8);
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 200);
 }
