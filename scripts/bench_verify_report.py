@@ -7,7 +7,8 @@
 
 For every case (the benchmark name after "BM_<impl>/") it prints the median time of one call of
 specdec::verify, of the log-sum-exp bound and of the naive implementation, and the ratios
-verify/bound and naive/verify; then the same for drafter-side sampling. A benchmark iteration of
+verify/bound and naive/verify; then the median ratios to the bound per regime over V >= 32000;
+then the same for drafter-side sampling. A benchmark iteration of
 verify_bench runs a batch of K calls (counter "calls"); times here are per call. Medians come
 from the "median" aggregates when the run had --benchmark_repetitions, else from the median of the
 plain runs of each benchmark. Reads a file or, with "-", standard input. Standard library only.
@@ -148,6 +149,45 @@ def verify_table(data):
     return lines + ([""] + errors if errors else [])
 
 
+SUMMARY_COLUMNS = (
+    # (title, implementation, bound, drafts, temperature)
+    ("T = 0, token", "BM_verify_token", "BM_bound", ("dist", "point"), "0"),
+    ("T = 0, block", "BM_verify", "BM_bound_block", ("dist", "point"), "0"),
+    ("T = 1, token, default check", "BM_verify_token", "BM_bound", ("dist",), "1"),
+    ("T = 1, token, unchecked", "BM_verify_nocheck", "BM_bound", ("dist",), "1"),
+    ("T = 1, point-mass drafts", "BM_verify_token", "BM_bound", ("point",), "1"),
+    ("T = 1, block, default check", "BM_verify", "BM_bound_block", ("dist", "point"), "1"),
+)
+
+
+def summary_table(data, min_vocab=32000):
+    """Median (min–max) ratio to the bound per regime and column, over plain sampling at V >= min_vocab."""
+    cases = sorted({case for (impl, case) in data if impl in VERIFY_IMPLS}, key=sort_key)
+    head = ["regime"] + [c[0] for c in SUMMARY_COLUMNS]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    any_value = False
+    for regime, title in (("all_accepted", "all accepted"), ("mix", "typical mix"), ("first_reject", "first reject")):
+        row = [title]
+        for _, impl, bound, drafts, temp in SUMMARY_COLUMNS:
+            ratios = []
+            for case in cases:
+                parts, args = case_label(case)
+                draft, filt, reg = (parts + ["", "", ""])[:3]
+                if (filt != "plain" or reg != regime or draft not in drafts or args.get("T") != temp
+                        or int(args.get("V", 0)) < min_vocab):
+                    continue
+                v, b = value(data, impl, case), value(data, bound, case)
+                if v is not None and b:
+                    ratios.append(v / b)
+            if ratios:
+                any_value = True
+                row.append(f"{statistics.median(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}, n = {len(ratios)})")
+            else:
+                row.append("–")
+        lines.append("| " + " | ".join(row) + " |")
+    return lines if any_value else []
+
+
 def sample_table(data):
     cases = sorted({case for (impl, case) in data if impl in SAMPLE_IMPLS},
                    key=lambda c: (c.split("/")[0] != "plain", int(case_label(c)[1].get("V", 0))))
@@ -187,10 +227,17 @@ def main():
     print()
     for line in verify_table(data):
         print(line)
+    summary = summary_table(data)
+    if summary:
+        print()
+        print("Ratio to the bound, median (min–max, number of cases) over plain sampling at V >= 32000, every γ:")
+        print()
+        for line in summary:
+            print(line)
     st = sample_table(data)
     if st:
         print()
-        print("Drafter side: standardize + sample_from_weights vs naive softmax + std::discrete_distribution; "
+        print("Drafter side: standardize_and_sample vs naive softmax + std::discrete_distribution; "
               "bound: log-sum-exp of the row.")
         print()
         for line in st:

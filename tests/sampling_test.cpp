@@ -145,3 +145,50 @@ TEST_CASE("Blocked sampling over a large vocabulary inverts the same running sum
         CHECK(agree_or_boundary);
     }
 }
+
+TEST_CASE("standardize_and_sample writes standardize's distribution and inverts its running sum", "[sampling]") {
+    // Rows of 5 to 9000 tokens (several 2048-token blocks, a block of -Inf, -Inf scattered),
+    // plain sampling at three temperatures and the truncating / greedy paths.
+    std::mt19937_64 g(17);
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    std::bernoulli_distribution hole(0.2);
+    const specdec::sampling_config settings[] = {
+        {.temperature = 1.0f}, {.temperature = 0.6f}, {.temperature = 2.5f}, {.temperature = 1.0f, .top_k = 40},
+        {.temperature = 0.0f}};
+    for (const Eigen::Index size : {Eigen::Index{5}, Eigen::Index{2048}, Eigen::Index{2049}, Eigen::Index{9000}}) {
+        Eigen::VectorXf z(size);
+        for (Eigen::Index k = 0; k < size; ++k)
+            z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g)) ? -std::numeric_limits<float>::infinity()
+                                                                               : n(g);
+        for (const auto& s : settings) {
+            INFO("size " << size << ", temperature " << s.temperature << ", top_k " << s.top_k);
+            specdec::sampling_workspace ws;
+            Eigen::VectorXf expected(size), got(size);
+            specdec::standardize(z, s, expected, ws);
+            std::vector<double> cum(static_cast<std::size_t>(size));
+            double acc = 0.0;
+            for (Eigen::Index k = 0; k < size; ++k) cum[static_cast<std::size_t>(k)] = acc += expected[k];
+            for (int trial = 0; trial < 400; ++trial) {
+                const double u = trial == 0 ? 0.0 : trial == 1 ? std::nextafter(1.0, 0.0) : specdec::uniform01(g);
+                const Eigen::Index y = specdec::standardize_and_sample(z, s, got, u, ws);
+                REQUIRE(y >= 0);
+                REQUIRE(y < size);
+                REQUIRE(got[y] > 0.0f);  // never a token of probability 0
+                if (trial == 0) {
+                    for (Eigen::Index k = 0; k < size; ++k)
+                        REQUIRE(got[k] == Approx(expected[k]).epsilon(1e-5).margin(1e-12));
+                }
+                // The running probability crosses u at y, up to float rounding.
+                const double before = y > 0 ? cum[static_cast<std::size_t>(y - 1)] : 0.0;
+                CHECK(before <= u + 1e-5);
+                CHECK(cum[static_cast<std::size_t>(y)] >= u - 1e-5);
+            }
+        }
+    }
+    Eigen::VectorXf bad = Eigen::VectorXf::Zero(3000), out(3000);
+    bad[2500] = std::numeric_limits<float>::quiet_NaN();
+    specdec::sampling_workspace ws;
+    CHECK_THROWS_WITH(specdec::standardize_and_sample(bad, {}, out, 0.5, ws), specdec_test::contains("logit 2500 is NaN"));
+    bad.setConstant(-std::numeric_limits<float>::infinity());
+    CHECK_THROWS_WITH(specdec::standardize_and_sample(bad, {}, out, 0.5, ws), specdec_test::contains("-Inf"));
+}

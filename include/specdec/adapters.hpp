@@ -44,8 +44,7 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
         checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
         ++out.model_calls;
         auto q = out.probs.col(static_cast<Eigen::Index>(i));
-        standardize(logits, sampling, q, sws, where);
-        const auto x = static_cast<token_id>(sample_from_weights(q, uniforms(), sws));
+        const auto x = static_cast<token_id>(standardize_and_sample(logits, sampling, q, uniforms(), sws, where));
         out.tokens.push_back(x);
         scratch.push_back(x);
     }

@@ -46,6 +46,7 @@ struct sampling_workspace {
     std::vector<float> values;        ///< scratch copy for selection (top-k, top-p)
     std::vector<double> block_sums;   ///< per-block sums for blocked inverse-CDF sampling
     std::vector<double> buckets;      ///< per-magnitude masses for top-p
+    std::vector<float> block_refs;    ///< per-block exp references of standardize_and_sample
 };
 
 namespace detail {
@@ -62,6 +63,11 @@ inline double sum_in_double(const Eigen::Ref<const Eigen::VectorXf>& w) {
     for (Eigen::Index i = 0; i < w.size(); ++i) s += w[i];
     return s;
 }
+
+/// Elements per block of a row in the blockwise passes over logits (8 KiB: stays in L1 between
+/// the block's max pass and its exp pass, and long enough that the per-block reductions cost
+/// little).
+inline constexpr Eigen::Index row_block = 2048;
 
 /// Elements per block in the two-level passes: small enough to stay in L1 between the
 /// vectorized reduction of a block and the scalar work that may follow on it.
@@ -106,6 +112,40 @@ Eigen::Index draw_blocked(const std::vector<double>& sums, double total, Eigen::
         if (weight(k) > 0.0) return k;
     SPECDEC_ASSERT(false, "draw_blocked: all weights are zero");
     return 0;
+}
+
+/// Scans the weights w[0..len) of one block on top of the running sum acc: returns the first k
+/// at which acc + w[0] + ... + w[k] exceeds target (w[k] > 0), or -1 with the block's weights
+/// added to acc and `last` set to the last k with weight (-1 if none). Groups of 16 are
+/// skipped by their (vectorized) sums, so a 2048-float block costs about 150 scalar adds.
+inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, double target, Eigen::Index& last) {
+    constexpr Eigen::Index group = 16;
+    Eigen::Index k = 0;
+    for (; k + group <= len; k += group) {
+        const Eigen::Map<const Eigen::Matrix<float, group, 1>> g(w + k);
+        const double gs = static_cast<double>(g.sum());
+        if (acc + gs <= target) {
+            // Skip the group (its sum is exact enough: the elementwise walk below re-checks
+            // against target whenever the group sum says the crossing is near).
+            acc += gs;
+            if (gs > 0.0)
+                for (Eigen::Index i = group - 1; i >= 0; --i)
+                    if (w[k + i] > 0.0f) {
+                        last = k + i;
+                        break;
+                    }
+            continue;
+        }
+        break;
+    }
+    for (; k < len; ++k) {
+        if (w[k] > 0.0f) {
+            acc += static_cast<double>(w[k]);
+            last = k;
+            if (acc > target) return k;
+        }
+    }
+    return -1;
 }
 
 /// draw_blocked over a materialized weight vector.
@@ -173,43 +213,37 @@ Packet exp_shifted(const Packet& x, const Packet& m, const Packet& inv_t) {
 }
 #endif
 
-/// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), and, when `out` is not null,
-/// the exponentials written to out: one vectorized pass, four accumulators for instruction-level
-/// parallelism. A NaN among the z_k makes the sum NaN; −Inf gives exactly 0.
-inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, float inv_t) {
+/// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), the exponentials written to
+/// out: one vectorized pass, four accumulators for instruction-level parallelism. A NaN among
+/// the z_k makes the sum NaN; −Inf gives exactly 0. `next_len` > 0: the row goes on for that
+/// many floats after z + len, which are prefetched.
+inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, float inv_t, Eigen::Index next_len = 0) {
     Eigen::Index k = 0;
     double sum = 0.0;
 #if defined(__AVX512F__)
     {
         const exp2_avx512 exp2_of{m, inv_t};
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        if (out == nullptr) {
-            for (; k + 64 <= len; k += 64) {
-                a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
-                a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
-                a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
-                a3 = _mm512_add_ps(a3, exp2_of(_mm512_loadu_ps(z + k + 48)));
-            }
-        } else {
-            for (; k + 64 <= len; k += 64) {
-                const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k)), e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
-                const __m512 e2 = exp2_of(_mm512_loadu_ps(z + k + 32)), e3 = exp2_of(_mm512_loadu_ps(z + k + 48));
-                _mm512_storeu_ps(out + k, e0);
-                _mm512_storeu_ps(out + k + 16, e1);
-                _mm512_storeu_ps(out + k + 32, e2);
-                _mm512_storeu_ps(out + k + 48, e3);
-                a0 = _mm512_add_ps(a0, e0);
-                a1 = _mm512_add_ps(a1, e1);
-                a2 = _mm512_add_ps(a2, e2);
-                a3 = _mm512_add_ps(a3, e3);
-            }
+        for (; k + 64 <= len; k += 64) {
+            if (k < next_len)
+                for (int line = 0; line < 64; line += 16) prefetch(z + len + k + line);
+            const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k)), e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
+            const __m512 e2 = exp2_of(_mm512_loadu_ps(z + k + 32)), e3 = exp2_of(_mm512_loadu_ps(z + k + 48));
+            _mm512_storeu_ps(out + k, e0);
+            _mm512_storeu_ps(out + k + 16, e1);
+            _mm512_storeu_ps(out + k + 32, e2);
+            _mm512_storeu_ps(out + k + 48, e3);
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            a2 = _mm512_add_ps(a2, e2);
+            a3 = _mm512_add_ps(a3, e3);
         }
         for (; k < len; k += 16) {
             // Last partial vectors, masked (-Inf in the unused lanes gives 0).
             const Eigen::Index left = std::min<Eigen::Index>(16, len - k);
             const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(left)) - 1u);
             const __m512 e = exp2_of(_mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), mask, z + k));
-            if (out != nullptr) _mm512_mask_storeu_ps(out + k, mask, e);
+            _mm512_mask_storeu_ps(out + k, mask, e);
             a0 = _mm512_add_ps(a0, e);
         }
         alignas(64) float lanes[16];
@@ -223,12 +257,11 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
     const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
     packet a0 = ei::pset1<packet>(0.0f), a1 = a0;
     for (; k + 2 * width <= len; k += 2 * width) {
+        if (k % 16 == 0 && k < next_len) prefetch(z + len + k);
         const packet e0 = exp_shifted(ei::ploadu<packet>(z + k), pm, pt);
         const packet e1 = exp_shifted(ei::ploadu<packet>(z + k + width), pm, pt);
-        if (out != nullptr) {
-            ei::pstoreu(out + k, e0);
-            ei::pstoreu(out + k + width, e1);
-        }
+        ei::pstoreu(out + k, e0);
+        ei::pstoreu(out + k + width, e1);
         a0 = ei::padd(a0, e0);
         a1 = ei::padd(a1, e1);
     }
@@ -236,7 +269,7 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
 #endif
     for (; k < len; ++k) {
         const float e = std::exp((z[k] - m) * inv_t);
-        if (out != nullptr) out[k] = e;
+        out[k] = e;
         sum += static_cast<double>(e);
     }
     return sum;
@@ -684,6 +717,93 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
                                                       sampling_workspace& ws) {
     const double total = detail::compute_block_sums(w, ws.block_sums);
     return detail::sample_with_block_sums(w, ws.block_sums, total, u);
+}
+
+/// standardize() and sample_from_weights() in one: writes the standardized distribution to
+/// `out` and returns a draw from it with the uniform u (the first index whose running
+/// probability exceeds u). Without truncation (the common case for a drafter) the row is read
+/// once, blockwise: per 2048-float block a vectorized max, then the exps, written to `out`
+/// relative to the running maximum, with the block's sum; one scaling pass then normalizes
+/// `out`, and the draw picks a block by its mass and scans that block only (groups of 16
+/// skipped by their sums). The same distribution as the two calls, up to float rounding, with
+/// two passes fewer over the row; the draw may differ from theirs only where rounding moves a
+/// block boundary. Truncating settings and temperature 0 take the two calls' path.
+/// \throws std::invalid_argument as standardize().
+[[nodiscard]] inline Eigen::Index standardize_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                                         const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
+                                                         double u, sampling_workspace& ws,
+                                                         const char* where = "specdec::standardize_and_sample") {
+    const Eigen::Index n = logits.size();
+    SPECDEC_ASSERT(out.size() == n, "standardize_and_sample: output size must match logits");
+    if (s.temperature == 0.0f || detail::truncates(s)) {
+        standardize(logits, s, out, ws, where);
+        return sample_from_weights(out, u, ws);
+    }
+    if (n == 0) detail::fail_invalid(where, ": logits row is empty");
+    using detail::row_block;
+    const Eigen::Index nb = (n + row_block - 1) / row_block;
+    ws.block_sums.resize(static_cast<std::size_t>(nb));
+    ws.block_refs.resize(static_cast<std::size_t>(nb));
+    double* mass = ws.block_sums.data();
+    float* ref = ws.block_refs.data();
+    const float inv_t = 1.0f / s.temperature;
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    float m = neg_inf;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        const float bm = detail::block_max(logits, start, len);
+        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) detail::diagnose_logits(logits, where);
+        m = std::max(m, bm);
+        ref[b] = m;
+        if (bm == neg_inf) {
+            out.segment(start, len).setZero();
+            mass[b] = 0.0;
+            continue;
+        }
+        mass[b] = detail::exp_pass(logits.data() + start, out.data() + start, len, m, inv_t,
+                                   std::min(row_block, n - start - len));
+        if (std::isnan(mass[b])) detail::diagnose_logits(logits, where);  // a NaN logit in the block
+    }
+    if (m == neg_inf) detail::diagnose_logits(logits, where);
+    // p = exp((z − ref_b) / T) · exp((ref_b − m) / T) / S: one exp per distinct reference.
+    double total = 0.0, factor = 0.0;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        if (b == 0 || ref[b] != ref[b - 1]) factor = std::exp(static_cast<double>(ref[b] - m) * inv_t);
+        total += mass[b] * factor;
+    }
+    const double target = u;  // the masses below are normalized
+    double acc = 0.0;
+    Eigen::Index pick = -1, last = -1;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        if (b == 0 || ref[b] != ref[b - 1]) factor = std::exp(static_cast<double>(ref[b] - m) * inv_t);
+        const double scale = factor / total;
+        if (mass[b] == 0.0) continue;
+        out.segment(start, len) *= static_cast<float>(scale);
+        mass[b] *= scale;
+        if (pick >= 0) continue;
+        if (acc + mass[b] <= target) {
+            acc += mass[b];
+            last = b;
+            continue;
+        }
+        Eigen::Index block_last = -1;
+        const Eigen::Index k = detail::scan_block(out.data() + start, len, acc, target, block_last);
+        if (k >= 0) {
+            pick = start + k;
+        } else {
+            last = b;  // rounding: the block's weights did not reach the target
+        }
+    }
+    if (pick >= 0) return pick;
+    // Rounding overshoot past every block: the last element with weight.
+    for (Eigen::Index b = last; b >= 0; --b) {
+        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        for (Eigen::Index k = len - 1; k >= 0; --k)
+            if (out[start + k] > 0.0f) return start + k;
+    }
+    SPECDEC_ASSERT(false, "standardize_and_sample: all weights are zero");
+    return 0;
 }
 
 }  // namespace specdec

@@ -173,8 +173,7 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
                                      "; expected ", vocab, " x 1");
             logits = scores.col(0);
         }
-        standardize(logits, options.sampling, p, sws, where);
-        const auto t = static_cast<token_id>(sample_from_weights(p, uniform01(rng), sws));
+        const auto t = static_cast<token_id>(standardize_and_sample(logits, options.sampling, p, uniform01(rng), sws, where));
         sequence.push_back(t);
         result.tokens.push_back(t);
         result.stats.steps += 1;

@@ -144,9 +144,6 @@ inline constexpr Eigen::Index residual_proposals_per_block_max = 8;
 
 namespace detail {
 
-/// Elements per block of a target row (8 KiB: stays in L1 between the block's max pass and
-/// its exp pass, and long enough that the per-block reductions cost little).
-inline constexpr Eigen::Index row_block = 2048;
 
 inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
 
@@ -340,40 +337,6 @@ inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::Matrix
         exp_pass(logits.col(col).data() + start, out, len, ws.block_max[at], r.inv_t);
         o *= ws.scale[at];
     }
-}
-
-/// Scans the weights w[0..len) of one block on top of the running sum acc: returns the first k
-/// at which acc + w[0] + ... + w[k] exceeds target (w[k] > 0), or -1 with the block's weights
-/// added to acc and `last` set to the last k with weight (-1 if none). Groups of 16 are
-/// skipped by their (vectorized) sums, so a 2048-float block costs about 150 scalar adds.
-inline Eigen::Index scan_block(const float* w, Eigen::Index len, double& acc, double target, Eigen::Index& last) {
-    constexpr Eigen::Index group = 16;
-    Eigen::Index k = 0;
-    for (; k + group <= len; k += group) {
-        const Eigen::Map<const Eigen::Matrix<float, group, 1>> g(w + k);
-        const double gs = static_cast<double>(g.sum());
-        if (acc + gs <= target) {
-            // Skip the group (its sum is exact enough: the elementwise walk below re-checks
-            // against target whenever the group sum says the crossing is near).
-            acc += gs;
-            if (gs > 0.0)
-                for (Eigen::Index i = group - 1; i >= 0; --i)
-                    if (w[k + i] > 0.0f) {
-                        last = k + i;
-                        break;
-                    }
-            continue;
-        }
-        break;
-    }
-    for (; k < len; ++k) {
-        if (w[k] > 0.0f) {
-            acc += static_cast<double>(w[k]);
-            last = k;
-            if (acc > target) return k;
-        }
-    }
-    return -1;
 }
 
 /// Inverse-CDF draw over blocks with one uniform u: `sums` holds the weight of each of nb
