@@ -336,6 +336,21 @@ inline constexpr Eigen::Index exp_chunk = 256;
 /// Floats stored per chunk by chunked_exp_pass (the chunk's SIMD lane sums, unreduced).
 inline constexpr Eigen::Index chunk_lanes = 16;
 
+/// exp((x − m) inv_t) of 16 floats with the exp of chunked_exp_pass (so a lane's elements come
+/// out as the floats its lane sum was made of).
+inline void exp_lane(const float* in, float* out, float m, float inv_t) {
+#if defined(__AVX512F__)
+    _mm512_storeu_ps(out, exp2_avx512{m, inv_t}(_mm512_loadu_ps(in)));
+#else
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size;
+    static_assert(chunk_lanes % width == 0);
+    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
+    for (Eigen::Index g = 0; g < chunk_lanes; g += width) ei::pstoreu(out + g, exp_shifted(ei::ploadu<packet>(in + g), pm, pt));
+#endif
+}
+
 /// Result of chunked_exp_pass.
 struct chunked_exp_sums {
     double exp_sum = 0.0;

@@ -442,7 +442,7 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
         const Eigen::Index at = first + k * chunk_lanes;
         in[k] = at < len ? z[at] : -std::numeric_limits<float>::infinity();
     }
-    exp_pass(in, e, chunk_lanes, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
+    exp_lane(in, e, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) w[k] = e[k];
     const int k = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
     SPECDEC_ASSERT(c >= 0 && l >= 0 && k >= 0, "draw_plain: a block with mass has no element with weight");
