@@ -7,6 +7,8 @@
 //   BM_verify_nocheck/<case>  token verification with check_draft_distributions = false, as
 //                             speculative_step runs it for drafts that come from standardize()
 //                             (draft distributions at V >= 32000)
+//   BM_verify_block_nocheck/<case>  the same with block verification: how speculative_step runs
+//                             its default scheme on drafts from a model drafter
 //   BM_naive/<case>           specdec_bench::naive_verify (baselines.hpp): full softmax of all γ+1
 //                             rows into fresh vectors, std::sort for top-k / top-p, explicit
 //                             residual normalization, std::discrete_distribution
@@ -683,8 +685,11 @@ void register_all() {
         using specdec::verification_scheme;
         add("BM_verify" + p, c, [c](benchmark::State& s) { bm_verify(s, c, true, verification_scheme::block); });
         add("BM_verify_token" + p, c, [c](benchmark::State& s) { bm_verify(s, c, true, verification_scheme::token); });
-        if (with_nocheck(c))
+        if (with_nocheck(c)) {
             add("BM_verify_nocheck" + p, c, [c](benchmark::State& s) { bm_verify(s, c, false, verification_scheme::token); });
+            add("BM_verify_block_nocheck" + p, c,
+                [c](benchmark::State& s) { bm_verify(s, c, false, verification_scheme::block); });
+        }
         add("BM_naive" + p, c, [c](benchmark::State& s) { bm_naive(s, c); });
         add("BM_bound" + p, c, [c](benchmark::State& s) { bm_bound(s, c, false); });
         add("BM_bound_block" + p, c, [c](benchmark::State& s) { bm_bound(s, c, true); });

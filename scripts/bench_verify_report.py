@@ -21,7 +21,8 @@ import sys
 
 UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
-VERIFY_IMPLS = ("BM_verify", "BM_verify_token", "BM_verify_nocheck", "BM_naive", "BM_bound", "BM_bound_block")
+VERIFY_IMPLS = ("BM_verify", "BM_verify_token", "BM_verify_nocheck", "BM_verify_block_nocheck", "BM_naive", "BM_bound",
+                "BM_bound_block")
 SAMPLE_IMPLS = ("BM_sample", "BM_sample_naive", "BM_sample_bound")
 
 
@@ -119,11 +120,11 @@ def verify_table(data):
     cases = sorted({case for (impl, case) in data if impl in VERIFY_IMPLS}, key=sort_key)
     if not cases:
         return []
-    has_nocheck = any(impl == "BM_verify_nocheck" for (impl, _) in data)
+    has_nocheck = any(impl in ("BM_verify_nocheck", "BM_verify_block_nocheck") for (impl, _) in data)
     head = ["draft", "filter", "regime", "V", "γ", "T", "accept", "token µs", "bound µs", "token/bound",
             "naive µs", "naive/token", "block µs", "block bound µs", "block/bound"]
     if has_nocheck:
-        head += ["token nocheck µs", "nocheck/bound"]
+        head += ["token nocheck µs", "nocheck/bound", "block nocheck µs", "block nocheck/bound"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     errors = []
     for case in cases:
@@ -140,7 +141,8 @@ def verify_table(data):
                fmt_ratio(n, t), fmt_us(v), fmt_us(bb), fmt_ratio(v, bb)]
         if has_nocheck:
             nc = value(data, "BM_verify_nocheck", case)
-            row += [fmt_us(nc), fmt_ratio(nc, b)]
+            bnc = value(data, "BM_verify_block_nocheck", case)
+            row += [fmt_us(nc), fmt_ratio(nc, b), fmt_us(bnc), fmt_ratio(bnc, bb)]
         lines.append("| " + " | ".join(row) + " |")
         for impl in VERIFY_IMPLS:
             e = data.get((impl, case))
@@ -157,6 +159,7 @@ SUMMARY_COLUMNS = (
     ("T = 1, token, unchecked", "BM_verify_nocheck", "BM_bound", ("dist",), "1"),
     ("T = 1, point-mass drafts", "BM_verify_token", "BM_bound", ("point",), "1"),
     ("T = 1, block, default check", "BM_verify", "BM_bound_block", ("dist", "point"), "1"),
+    ("T = 1, block, unchecked", "BM_verify_block_nocheck", "BM_bound_block", ("dist",), "1"),
 )
 
 

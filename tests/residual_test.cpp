@@ -239,11 +239,20 @@ TEST_CASE("The lane-level residual mass bound never exceeds the exact residual m
         specdec::detail::reserve_rows(ws, vocab, 0, s);
         const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test", q.col(0).data());
         REQUIRE(row.q_lanes);
+        // The same lane sums made afterwards from q alone, for rows prepared without the check.
+        specdec::verify_workspace unchecked_ws;
+        specdec::detail::reserve_rows(unchecked_ws, vocab, 0, s);
+        auto unchecked = specdec::detail::prepare_row(logits, 0, s, unchecked_ws, "test");
+        REQUIRE_FALSE(unchecked.q_lanes);
+        specdec::detail::keep_draft_lanes(unchecked, q, unchecked_ws);
+        REQUIRE(unchecked.q_lanes);
         for (const double w : {0.05, 0.3, 0.7, 1.0}) {
             const double exact = specdec::detail::residual_mass(row, logits, &qref, 0, w, false, ws, "test");
             const double low = specdec::detail::residual_mass_lower_bound(row, vocab, ws, w);
             INFO("trial " << trial << ", noise " << noise << ", w " << w << ": R = " << exact << ", bound " << low);
             CHECK(low >= 0.0);
+            CHECK(specdec::detail::residual_mass_lower_bound(unchecked, vocab, unchecked_ws, w) ==
+                  Approx(low).epsilon(1e-5).margin(1e-9));
             CHECK(low <= exact + 1e-6);
             // Drafts equal to the target up to scaling inside each lane: the bound is exact.
             if (noise == 0.0f) CHECK(low == Approx(exact).margin(1e-6));

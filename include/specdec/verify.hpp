@@ -716,6 +716,31 @@ inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab,
     return total;
 }
 
+/// For a plain row prepared without the draft-column check: the lane sums of draft column
+/// r.column, laid out as the checking pass keeps them (one pass over q, no exp), so that
+/// residual_mass_lower_bound can be used; far cheaper than the pass over the row that R needs.
+inline void keep_draft_lanes(target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& q, verify_workspace& ws) {
+    const Eigen::Index n = q.rows();
+    const float* qc = q.col(static_cast<Eigen::Index>(r.column)).data();
+    for (Eigen::Index b = 0; b < blocks_of(n); ++b) {
+        if (ws.block_mass[block_base(n, r.column) + static_cast<std::size_t>(b)] == 0.0) continue;
+        float* out = ws.q_lanes.data() + chunk_offset(n, r.column, b);
+        const Eigen::Index start = b * row_block, len = block_len(n, b);
+        for (Eigen::Index c = 0; c * exp_chunk < len; ++c) {
+            const Eigen::Index off = start + c * exp_chunk, count = std::min(exp_chunk, len - c * exp_chunk);
+            Eigen::Map<Eigen::Matrix<float, chunk_lanes, 1>> lanes(out + c * chunk_lanes);
+            if (count == exp_chunk) {
+                // Column k of this 16 x 16 view holds offsets 16k..16k+15: row l sums lane l.
+                lanes = Eigen::Map<const Eigen::Matrix<float, chunk_lanes, exp_chunk / chunk_lanes>>(qc + off).rowwise().sum();
+            } else {
+                lanes.setZero();
+                for (Eigen::Index k = 0; k < count; ++k) lanes[k % chunk_lanes] += qc[off + k];
+            }
+        }
+    }
+    r.q_lanes = true;
+}
+
 /// Block verification (Sun et al. 2024, Alg. 2), in Leviathan's notation:
 ///   w_0 = 1; w_i = min(1, w_{i−1} p_i(x_i) / q_i(x_i));
 ///   h_i = R_i / (R_i + 1 − w_i) with R_i = Σ_x max(0, w_i p_{i+1}(x) − q_{i+1}(x)) for i < γ,
@@ -728,8 +753,8 @@ inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab,
 /// a second pass over a row (and over q_{i+1}), is computed only when bounds cannot decide:
 /// R_i <= w_i gives h_i <= w_i (no hit when η_i >= w_i), and lower bounds on R_i give lower
 /// bounds on h_i (a hit when η_i is below one): R_i >= w_i p_{i+1}(x_{i+1}) − q_{i+1}(x_{i+1}),
-/// and, when the draft columns are checked (their pass keeps lane sums of q), the lane-level
-/// bound of residual_mass_lower_bound, which decides nearly every hit. So block verification
+/// and the lane-level bound of residual_mass_lower_bound (lane sums of q kept by the checking
+/// pass, or made then from q alone), which decides nearly every hit. So block verification
 /// usually costs the token scheme's passes plus, on a miss, one residual pass.
 template <class G>
 verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
@@ -780,8 +805,10 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
         // R_i needs row i (p_{i+1}) and draft token i (x_{i+1}), both seen in the forward pass.
         const double low = wi * ws.p_draft[i] - (q == nullptr ? 1.0 : ws.q_draft[i]);
         bool hit = low > 0.0 && eta < low / (low + 1.0 - wi);
-        if (!hit && ws.prepared[i].q_lanes) {
-            // A tighter lower bound from the lane sums the checking pass kept: no second pass.
+        if (!hit && q != nullptr && ws.prepared[i].kind == target_row::form::plain) {
+            // A tighter lower bound from lane sums of q (kept by the checking pass, else made
+            // now from q alone): decides nearly every hit without a pass over the row.
+            if (!ws.prepared[i].q_lanes) keep_draft_lanes(ws.prepared[i], *q, ws);
             const double lanes_low = residual_mass_lower_bound(ws.prepared[i], target_logits.rows(), ws, wi);
             hit = lanes_low > 0.0 && eta < lanes_low / (lanes_low + 1.0 - wi);
         }
