@@ -8,7 +8,7 @@
 For every case (the benchmark name after "BM_<impl>/") it prints the median time of one call of
 specdec::verify, of the log-sum-exp bound and of the naive implementation, and the ratios
 verify/bound and naive/verify; then the median ratios to the bound per regime over V >= 32000;
-then the same for drafter-side sampling. A benchmark iteration of
+then drafter-side sampling against its bound and naive version. A benchmark iteration of
 verify_bench runs a batch of K calls (counter "calls"); times here are per call. Medians come
 from the "median" aggregates when the run had --benchmark_repetitions, else from the median of the
 plain runs of each benchmark. Reads a file or, with "-", standard input. Standard library only.
@@ -196,7 +196,7 @@ def sample_table(data):
                    key=lambda c: (c.split("/")[0] != "plain", int(case_label(c)[1].get("V", 0))))
     if not cases:
         return []
-    head = ["filter", "V", "T", "standardize+sample µs", "bound µs", "naive µs", "specdec/bound", "naive/specdec"]
+    head = ["filter", "V", "T", "standardize_and_sample µs", "bound µs", "naive µs", "specdec/bound", "naive/specdec"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for case in cases:
         parts = case.split("/")

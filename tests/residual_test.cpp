@@ -119,12 +119,22 @@ TEST_CASE("The residual draw over a multi-block vocabulary has the residual dist
     }
 }
 
-TEST_CASE("The residual draw has the residual distribution when proposals mostly fail and the exact pass draws",
+TEST_CASE("The residual draw has the residual distribution when the exact pass draws most tokens",
           "[statistical][residual]") {
-    // Residual mass 0.01, known to be at least q(draft) = 0.01: 32 proposals (the most, 8 per
-    // block over 4 blocks) all fail with probability 0.99^32 = 0.72.
+    // Residual mass 0.01, known to be at least q(draft) = 0.01: the budget allows 25 proposals
+    // (6500 / residual_proposal_cost), which all fail with probability 0.99^25 = 0.78, so the
+    // exact pass over the residual draws most tokens.
+    REQUIRE(kVocab / specdec::residual_proposal_cost == 25);
     const residual_case c = make_case(0.01, 1.0f, 1.0, 8);
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 200);
+}
+
+TEST_CASE("The residual draw has the residual distribution when proposals draw most tokens",
+          "[statistical][residual]") {
+    // Residual mass 0.1: 25 proposals, which all fail with probability 0.9^25 = 0.07.
+    REQUIRE(kVocab / specdec::residual_proposal_cost == 25);
+    const residual_case c = make_case(0.1, 1.0f, 1.0, 10);
+    check_residual(c, {.scheme = specdec::verification_scheme::token}, 250);
 }
 
 TEST_CASE("With lenience the residual draw follows norm(max(0, p - l q))", "[statistical][residual][lenience]") {

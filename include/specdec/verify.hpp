@@ -131,16 +131,15 @@ struct verify_workspace {
     sampling_workspace sampling;
 };
 
-/// After a rejection the correction is drawn from the residual by rejection sampling from p
-/// with at most this many proposals per 2048-token block of the row — each recomputes 16
-/// exponentials, so all of them together cost less than one pass over the row — then, if none
-/// was accepted, by one exact pass over the residual (see detail::sample_residual). When a lower
-/// bound R_lo on the residual mass says that about a / R_lo proposals suffice, up to
-/// residual_proposals_per_block_max per block are made instead (6 a / R_lo of them). The cap
-/// changes the cost, never the distribution.
-inline constexpr Eigen::Index residual_proposals_per_block = 2;
-/// See residual_proposals_per_block.
-inline constexpr Eigen::Index residual_proposals_per_block_max = 8;
+/// After a rejection the correction is drawn from the residual by rejection sampling from p,
+/// then, if no proposal was accepted, by one exact pass over the residual (see
+/// detail::sample_residual). A proposal (16 exponentials and a walk down the block, chunk and
+/// lane sums) costs about as much as the pass does over this many tokens, so V / this many
+/// proposals cost about one pass: that is the most ever made. Within it: 2 per 2048-token
+/// block, or 6 a / R_lo when a lower bound R_lo on the residual mass R says that about a / R_lo
+/// suffice (each is accepted with probability R / a). The count changes the cost, never the
+/// distribution.
+inline constexpr Eigen::Index residual_proposal_cost = 256;
 
 namespace detail {
 
@@ -501,9 +500,8 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
 /// Each proposal costs 16 exponentials (see draw_plain), not a row, and is accepted with
 /// probability R / a, where R is the residual mass. R >= R_lo = max(a·p(x) − b·q(x),
 /// (a − b) + max(0, b·q(x) − a·p(x)), 0), from Σ max(0, a·p − b·q) − Σ max(0, b·q − a·p) = a − b:
-/// the number of proposals is 2 per block, or 6 a / R_lo up to 8 per block (see
-/// residual_proposals_per_block). If none is accepted, one exact pass over the residual (block
-/// sums, then one block) draws it. Either way the token has exactly
+/// the number of proposals follows from it (see residual_proposal_cost). If none is accepted,
+/// one exact pass over the residual (block sums, then one block) draws it. Either way the token has exactly
 /// the normalized residual's distribution: each attempt that accepts returns y with
 /// probability ∝ max(0, a·p(y) − b·q(y)), and the final exact draw has that distribution too,
 /// so the mixture over where the procedure stops does as well (von Neumann's rejection
@@ -551,10 +549,12 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     double v = u;
     const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
     const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
-    Eigen::Index proposals = residual_proposals_per_block * nb;
+    // 2 per block, more when R_lo says that a / R_lo suffice on average; at most the budget.
+    const Eigen::Index budget = std::max<Eigen::Index>(1, n / residual_proposal_cost);
+    Eigen::Index proposals = 2 * nb;
     if (r_low > 0.0)
-        proposals = std::clamp(static_cast<Eigen::Index>(std::ceil(std::min(6.0 * a / r_low, 1e9))), proposals,
-                               residual_proposals_per_block_max * nb);
+        proposals = std::max(proposals, static_cast<Eigen::Index>(std::ceil(std::min(6.0 * a / r_low, 1e9))));
+    proposals = std::min(proposals, budget);
     for (Eigen::Index t = 0; t < proposals; ++t) {
         if (t > 0) v = uniform01(rng);
         weighted_index y;
@@ -860,8 +860,7 @@ verify_result dispatch_verify(const Eigen::Ref<const Eigen::MatrixXf>& target_lo
 /// token; block scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one
 /// uniform when it comes from p (all drafts accepted, temperature 0, or point-mass drafts);
 /// after a rejection with draft distributions, two per rejection-sampling proposal (at most
-/// residual_proposals_per_block_max per 2048-token block) and, if none is accepted, one more for
-/// the exact draw.
+/// V / residual_proposal_cost of them) and, if none is accepted, one more for the exact draw.
 ///
 /// \param target_logits V x (γ+1) target logits; column j follows context + x_1..x_j.
 /// \param draft_tokens  x_1..x_γ (γ may be 0: then one token is sampled from p_1).
