@@ -13,12 +13,12 @@
 /// that yields p(x) for the draft token without writing the distribution anywhere; at
 /// temperature 0 a row costs one max pass (with the NaN check fused into it). No row is ever
 /// written out (except under top-k / top-p, which need the whole distribution): a token is
-/// drawn by choosing a block by its mass, then a 256-token chunk by the chunk sums the pass
-/// kept, and recomputing that chunk's exponentials. Token
-/// verification never touches rows after the first rejection. After a rejection the
-/// correction is drawn by rejection sampling from p (a fraction of a block per proposal),
-/// with one exact pass over the residual as the fallback. Block verification computes its
-/// residual masses R_i only where bounds do not already decide the outcome.
+/// drawn by choosing a block by its mass, then a 256-token chunk and a lane of 16 tokens by the
+/// lane sums the pass kept, and recomputing those 16 exponentials. Token verification never
+/// touches rows after the first rejection. After a rejection the correction is drawn by
+/// rejection sampling from p (16 exponentials per proposal), with one exact pass over the
+/// residual as the fallback. Block verification computes its residual masses R_i only where
+/// bounds (one from lane sums of q) do not already decide the outcome.
 
 #include <Eigen/Core>
 
@@ -28,7 +28,6 @@
 #include <cstddef>
 #include <random>
 #include <span>
-#include <type_traits>
 #include <vector>
 
 #include "error.hpp"
@@ -120,7 +119,7 @@ struct verify_workspace {
     std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
     std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
     std::vector<float> chunk_lanes;  ///< per row and 256-token chunk: its lane sums of exp((z − m_b) / T)
-    std::vector<float> q_lanes;      ///< the same lane sums of the draft column, for rows whose pass checked it
+    std::vector<float> q_lanes;      ///< the same lane sums of the draft column (block verification's bound)
     std::vector<double> sums;        ///< block weights of an exact residual draw
     std::vector<double> eta;         ///< block verification: η_1..η_γ
     std::vector<double> weight;      ///< block verification: w_1..w_γ
@@ -142,7 +141,6 @@ struct verify_workspace {
 inline constexpr Eigen::Index residual_proposal_cost = 256;
 
 namespace detail {
-
 
 inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
 
@@ -411,8 +409,8 @@ struct weighted_index {
 /// order: the block by binary search on the running block masses `prefix`, the 256-token chunk
 /// and then the lane by the lane sums the normalizing pass kept (see chunked_exp_pass), and
 /// finally one of the lane's 16 elements, whose exponentials are the only ones recomputed. Any
-/// fixed order of the elements gives a draw from p; this one costs O(blocks) nothing and about
-/// 16 exps + 150 scalar adds per draw.
+/// fixed order of the elements gives a draw from p; this one costs a binary search, 16 exps and
+/// about 40 scalar adds per draw.
 inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                                  const verify_workspace& ws, const double* prefix, double u) {
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
