@@ -213,6 +213,17 @@ Packet exp_shifted(const Packet& x, const Packet& m, const Packet& inv_t) {
 }
 #endif
 
+#if defined(__AVX512F__)
+/// The sum of four accumulators' 64 lanes, added in double precision.
+inline double total_in_double(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns falsely inside it)
+    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+    double sum = 0.0;
+    for (const float v : lanes) sum += static_cast<double>(v);
+    return sum;
+}
+#endif
+
 /// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), the exponentials written to
 /// out: one vectorized pass, four accumulators for instruction-level parallelism. A NaN among
 /// the z_k makes the sum NaN; −Inf gives exactly 0. `next_len` > 0: the row goes on for that
@@ -246,9 +257,7 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
             _mm512_mask_storeu_ps(out + k, mask, e);
             a0 = _mm512_add_ps(a0, e);
         }
-        alignas(64) float lanes[16];
-        _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-        for (const float v : lanes) sum += static_cast<double>(v);
+        sum = total_in_double(a0, a1, a2, a3);
     }
 #else
     namespace ei = Eigen::internal;
@@ -302,9 +311,7 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
             a2 = _mm512_add_ps(a2, term(z + k + 32, q + k + 32));
             a3 = _mm512_add_ps(a3, term(z + k + 48, q + k + 48));
         }
-        alignas(64) float lanes[16];
-        _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-        for (const float v : lanes) sum += static_cast<double>(v);
+        sum = total_in_double(a0, a1, a2, a3);
     }
 #else
     namespace ei = Eigen::internal;
