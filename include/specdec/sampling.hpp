@@ -24,6 +24,16 @@
 #include "error.hpp"
 #include "types.hpp"
 
+/// Forces inlining of the small templates that carry a hot loop's body in a lambda (left to
+/// itself GCC keeps them out of line, which costs about 5% of standardize_and_sample).
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECDEC_ALWAYS_INLINE [[gnu::always_inline]] inline
+#elif defined(_MSC_VER)
+#define SPECDEC_ALWAYS_INLINE __forceinline
+#else
+#define SPECDEC_ALWAYS_INLINE inline
+#endif
+
 namespace specdec {
 
 /// Checks a sampling_config.
@@ -358,6 +368,19 @@ inline void exp_lane(const float* in, float* out, float m, float inv_t) {
 #endif
 }
 
+/// Lane sums of one chunk of count <= exp_chunk floats at x: out[l] = x[l] + x[l + 16] + ...
+/// (the layout of chunked_exp_pass's lane sums).
+inline void chunk_lane_sums(const float* x, Eigen::Index count, float* out) {
+    Eigen::Map<Eigen::Matrix<float, chunk_lanes, 1>> lanes(out);
+    if (count == exp_chunk) {
+        // Column k of this 16 x 16 view holds offsets 16k..16k+15: row l sums lane l.
+        lanes = Eigen::Map<const Eigen::Matrix<float, chunk_lanes, exp_chunk / chunk_lanes>>(x).rowwise().sum();
+        return;
+    }
+    lanes.setZero();
+    for (Eigen::Index k = 0; k < count; ++k) lanes[k % chunk_lanes] += x[k];
+}
+
 /// Result of chunked_exp_pass.
 struct chunked_exp_sums {
     double exp_sum = 0.0;
@@ -475,19 +498,10 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
             for (Eigen::Index i = 0; i < width; ++i) r.exp_sum += static_cast<double>(l[g * width + i]);
         }
         if (q != nullptr) {
-            // The draft column's lane sums (zero-padded tail) and minimum, while in L1.
-            packet qa[per_group];
-            for (packet& x : qa) x = ei::pset1<packet>(0.0f);
-            for (Eigen::Index at = start; at < end; at += chunk_lanes) {
-                alignas(64) float group[chunk_lanes] = {};
-                std::copy(q + at, q + std::min(end, at + chunk_lanes), group);
-                for (Eigen::Index g = 0; g < per_group; ++g) qa[g] = ei::padd(qa[g], ei::pload<packet>(group + g * width));
-            }
+            // The draft column's lane sums and minimum, while in L1.
             float* ql = q_lanes + c * chunk_lanes;
-            for (Eigen::Index g = 0; g < per_group; ++g) {
-                ei::pstoreu(ql + g * width, qa[g]);
-                for (Eigen::Index i = 0; i < width; ++i) q_sum += static_cast<double>(ql[g * width + i]);
-            }
+            chunk_lane_sums(q + start, end - start, ql);
+            for (Eigen::Index i = 0; i < chunk_lanes; ++i) q_sum += static_cast<double>(ql[i]);
             q_min = std::min(q_min, Eigen::Map<const Eigen::VectorXf>(q + start, end - start).minCoeff());
         }
     }
@@ -682,6 +696,54 @@ inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double 
     return values.empty() ? 0.0f : values.back();
 }
 
+/// The blockwise normalizing pass of a logits row, shared by verify's prepare_row and
+/// standardize_and_sample: per row_block block a vectorized max (NaN and +Inf are diagnosed),
+/// the running maximum m recorded as the block's reference ref[b] (never above the block's own
+/// maximum, so nothing overflows; m grows O(log blocks) times on typical rows), then
+/// mass[b] = exp_block(b, start, len, m), the block's Σ exp((z − m) / T), or, for a block that
+/// is all −Inf, mass[b] = 0 and empty_block(start, len). Returns m.
+/// \throws std::invalid_argument on NaN, +Inf, or a row that is all −Inf.
+template <class ExpBlock, class EmptyBlock>
+SPECDEC_ALWAYS_INLINE float blockwise_exp_pass(const Eigen::Ref<const Eigen::VectorXf>& z, float* ref, double* mass,
+                                               const char* where, ExpBlock&& exp_block, EmptyBlock&& empty_block) {
+    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
+    const Eigen::Index n = z.size();
+    float m = neg_inf;
+    for (Eigen::Index b = 0, start = 0; start < n; ++b, start += row_block) {
+        const Eigen::Index len = std::min(row_block, n - start);
+        const float bm = block_max(z, start, len);
+        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
+        m = std::max(m, bm);
+        ref[b] = m;
+        if (bm == neg_inf) {
+            empty_block(start, len);
+            mass[b] = 0.0;
+            continue;
+        }
+        mass[b] = exp_block(b, start, len, m);
+        if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
+    }
+    if (m == neg_inf) diagnose_logits(z, where);
+    return m;
+}
+
+/// After blockwise_exp_pass: fn(b, exp((ref[b] − m) / T)) for each block with mass, in order,
+/// with one exp per distinct reference (p = exp((z − ref_b) / T) · that factor / S).
+template <class Fn>
+SPECDEC_ALWAYS_INLINE void for_each_block_factor(const float* ref, const double* mass, Eigen::Index blocks, float m,
+                                                 float inv_t, Fn&& fn) {
+    float current = -std::numeric_limits<float>::infinity();
+    double factor = 0.0;
+    for (Eigen::Index b = 0; b < blocks; ++b) {
+        if (mass[b] == 0.0) continue;
+        if (ref[b] != current) {
+            current = ref[b];
+            factor = std::exp(static_cast<double>(current - m) * inv_t);
+        }
+        fn(b, factor);
+    }
+}
+
 }  // namespace detail
 
 /// Turns one row of logits into the standardized distribution it is sampled from.
@@ -769,54 +831,37 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     double* mass = ws.block_sums.data();
     float* ref = ws.block_refs.data();
     const float inv_t = 1.0f / s.temperature;
-    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
-    float m = neg_inf;
-    for (Eigen::Index b = 0; b < nb; ++b) {
-        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
-        const float bm = detail::block_max(logits, start, len);
-        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) detail::diagnose_logits(logits, where);
-        m = std::max(m, bm);
-        ref[b] = m;
-        if (bm == neg_inf) {
-            out.segment(start, len).setZero();
-            mass[b] = 0.0;
-            continue;
-        }
-        mass[b] = detail::exp_pass(logits.data() + start, out.data() + start, len, m, inv_t,
-                                   std::min(row_block, n - start - len));
-        if (std::isnan(mass[b])) detail::diagnose_logits(logits, where);  // a NaN logit in the block
-    }
-    if (m == neg_inf) detail::diagnose_logits(logits, where);
-    // p = exp((z − ref_b) / T) · exp((ref_b − m) / T) / S: one exp per distinct reference.
-    double total = 0.0, factor = 0.0;
-    for (Eigen::Index b = 0; b < nb; ++b) {
-        if (b == 0 || ref[b] != ref[b - 1]) factor = std::exp(static_cast<double>(ref[b] - m) * inv_t);
-        total += mass[b] * factor;
-    }
-    const double target = u;  // the masses below are normalized
+    const float m = detail::blockwise_exp_pass(
+        logits, ref, mass, where,
+        [&](Eigen::Index, Eigen::Index start, Eigen::Index len, float ref_m) {
+            return detail::exp_pass(logits.data() + start, out.data() + start, len, ref_m, inv_t,
+                                    std::min(row_block, n - start - len));
+        },
+        [&](Eigen::Index start, Eigen::Index len) { out.segment(start, len).setZero(); });
+    double total = 0.0;
+    detail::for_each_block_factor(ref, mass, nb, m, inv_t, [&](Eigen::Index b, double f) { total += mass[b] * f; });
+    // Normalize block by block, and draw on the way: the masses are normalized, so the target is u.
     double acc = 0.0;
     Eigen::Index pick = -1, last = -1;
-    for (Eigen::Index b = 0; b < nb; ++b) {
+    detail::for_each_block_factor(ref, mass, nb, m, inv_t, [&](Eigen::Index b, double f) {
         const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
-        if (b == 0 || ref[b] != ref[b - 1]) factor = std::exp(static_cast<double>(ref[b] - m) * inv_t);
-        const double scale = factor / total;
-        if (mass[b] == 0.0) continue;
+        const double scale = f / total;
         out.segment(start, len) *= static_cast<float>(scale);
         mass[b] *= scale;
-        if (pick >= 0) continue;
-        if (acc + mass[b] <= target) {
+        if (pick >= 0) return;
+        if (acc + mass[b] <= u) {
             acc += mass[b];
             last = b;
-            continue;
+            return;
         }
         Eigen::Index block_last = -1;
-        const Eigen::Index k = detail::scan_block(out.data() + start, len, acc, target, block_last);
+        const Eigen::Index k = detail::scan_block(out.data() + start, len, acc, u, block_last);
         if (k >= 0) {
             pick = start + k;
         } else {
             last = b;  // rounding: the block's weights did not reach the target
         }
-    }
+    });
     if (pick >= 0) return pick;
     // Rounding overshoot past every block: the last element with weight.
     for (Eigen::Index b = last; b >= 0; --b) {

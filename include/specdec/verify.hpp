@@ -247,57 +247,31 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     }
     r.kind = target_row::form::plain;
     r.q_lanes = check_q != nullptr;
-    constexpr float neg_inf = -std::numeric_limits<float>::infinity();
     const float inv_t = r.inv_t;
-    // Each block is exponentiated relative to the running maximum m (never above the block's
-    // own maximum, so nothing overflows); bmax[b] records that reference. m grows O(log nb)
-    // times on typical rows, so the rescaling below needs few exps.
-    float m = neg_inf;
     column_check c;
-    for (Eigen::Index b = 0; b < nb; ++b) {
-        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
-        const float bm = block_max(z, start, len);
-        if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
-        m = std::max(m, bm);
-        bmax[b] = m;
-        if (bm == neg_inf) {
+    const float m = blockwise_exp_pass(
+        z, bmax, mass, where,
+        [&](Eigen::Index b, Eigen::Index start, Eigen::Index len, float ref) {
+            const chunked_exp_sums cs =
+                chunked_exp_pass(z.data() + start, len, ref, inv_t, chunk_data(ws, n, j, b),
+                                 check_q == nullptr ? nullptr : check_q + start,
+                                 check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b),
+                                 block_len(n, b + 1));
+            if (check_q != nullptr) {
+                c.lowest = std::min(c.lowest, cs.q_min);
+                c.sum += cs.q_sum;
+            }
+            return cs.exp_sum;
+        },
+        [&](Eigen::Index start, Eigen::Index len) {
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
-            mass[b] = 0.0;
-            continue;
-        }
-        const chunked_exp_sums cs =
-            chunked_exp_pass(z.data() + start, len, m, inv_t, chunk_data(ws, n, j, b),
-                             check_q == nullptr ? nullptr : check_q + start,
-                             check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b), block_len(n, b + 1));
-        mass[b] = cs.exp_sum;
-        if (check_q != nullptr) {
-            c.lowest = std::min(c.lowest, cs.q_min);
-            c.sum += cs.q_sum;
-        }
-        if (std::isnan(mass[b])) diagnose_logits(z, where);  // a NaN logit in the block
-    }
-    if (m == neg_inf) diagnose_logits(z, where);
+        });
     if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
-    // p = exp((z − ref_b) / T) · exp((ref_b − m) / T) / S: one exp per distinct reference.
-    auto for_each_factor = [&](auto&& fn) {
-        float ref = neg_inf;
-        double factor = 0.0;
-        for (Eigen::Index b = 0; b < nb; ++b) {
-            if (mass[b] == 0.0) {
-                scale[b] = 0.0f;
-                continue;
-            }
-            if (bmax[b] != ref) {
-                ref = bmax[b];
-                factor = std::exp(static_cast<double>(ref - m) * inv_t);
-            }
-            fn(b, factor);
-        }
-    };
     double total = 0.0;
-    for_each_factor([&](Eigen::Index b, double f) { total += mass[b] * f; });
+    for_each_block_factor(bmax, mass, nb, m, inv_t, [&](Eigen::Index b, double f) { total += mass[b] * f; });
     const double inv_total = 1.0 / total;
-    for_each_factor([&](Eigen::Index b, double f) {
+    std::fill(scale, scale + nb, 0.0f);  // blocks without mass keep scale 0
+    for_each_block_factor(bmax, mass, nb, m, inv_t, [&](Eigen::Index b, double f) {
         mass[b] *= f * inv_total;
         scale[b] = static_cast<float>(f * inv_total);
     });
@@ -724,17 +698,8 @@ inline void keep_draft_lanes(target_row& r, const Eigen::Ref<const Eigen::Matrix
         if (ws.block_mass[block_base(n, r.column) + static_cast<std::size_t>(b)] == 0.0) continue;
         float* out = ws.q_lanes.data() + chunk_offset(n, r.column, b);
         const Eigen::Index start = b * row_block, len = block_len(n, b);
-        for (Eigen::Index c = 0; c * exp_chunk < len; ++c) {
-            const Eigen::Index off = start + c * exp_chunk, count = std::min(exp_chunk, len - c * exp_chunk);
-            Eigen::Map<Eigen::Matrix<float, chunk_lanes, 1>> lanes(out + c * chunk_lanes);
-            if (count == exp_chunk) {
-                // Column k of this 16 x 16 view holds offsets 16k..16k+15: row l sums lane l.
-                lanes = Eigen::Map<const Eigen::Matrix<float, chunk_lanes, exp_chunk / chunk_lanes>>(qc + off).rowwise().sum();
-            } else {
-                lanes.setZero();
-                for (Eigen::Index k = 0; k < count; ++k) lanes[k % chunk_lanes] += qc[off + k];
-            }
-        }
+        for (Eigen::Index c = 0; c * exp_chunk < len; ++c)
+            chunk_lane_sums(qc + start + c * exp_chunk, std::min(exp_chunk, len - c * exp_chunk), out + c * chunk_lanes);
     }
     r.q_lanes = true;
 }
