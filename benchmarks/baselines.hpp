@@ -11,7 +11,8 @@
 ///
 ///  * log_sum_exp / row_max: the work that no implementation can avoid: one vectorized pass per row
 ///    that must be normalized (the log-sum-exp of the row at temperature > 0; its maximum at
-///    temperature 0).
+///    temperature 0). log_sum_exp_reading adds, in the same pass, the read of a draft column
+///    that checking it requires (a reference for verify with its default draft-column check).
 ///
 ///  * splitmix64: a std::uniform_random_bit_generator whose whole state is one seed, so that a
 ///    benchmark can restart the same random stream for every call at no cost.
@@ -61,7 +62,12 @@ struct splitmix64 {
 /// vscalefps (which gives exactly 0 for -Inf and for t < -149). Relative error of one term: about
 /// 1e-7 for y near 0, growing to 4e-6 at y = -87 (t·log2(e) rounding); the terms that carry the
 /// sum are those near 0, so the sum is accurate to float precision.
-inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0) {
+///
+/// With `q` (ReadQ): also sums q[0..len) in the same loop into *q_sum, and prefetches q's next
+/// block: the bytes a draft-column check must read, hidden behind the exp where compute allows.
+template <bool ReadQ = false>
+inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
+                            const float* q = nullptr, double* q_sum = nullptr) {
     const __m512 vm = _mm512_set1_ps(m), log2e = _mm512_set1_ps(1.44269504088896341f);
     const __m512 floor_t = _mm512_set1_ps(-200.0f);  // keeps -Inf out of the polynomial
     const __m512 c0 = _mm512_set1_ps(1.0f), c1 = _mm512_set1_ps(0.693147182f), c2 = _mm512_set1_ps(0.240226507f),
@@ -79,21 +85,37 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
         p = _mm512_fmadd_ps(p, f, c0);
         return _mm512_scalef_ps(p, k);
     };
-    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
     Eigen::Index i = 0;
     for (; i + 64 <= len; i += 64) {
         if (i < next_len)  // the next block, prefetched while this one's exps run
-            for (int line = 0; line < 64; line += 16) __builtin_prefetch(b + len + i + line, 0, 3);
+            for (int line = 0; line < 64; line += 16) {
+                __builtin_prefetch(b + len + i + line, 0, 3);
+                if constexpr (ReadQ) __builtin_prefetch(q + len + i + line, 0, 3);
+            }
         s0 = _mm512_add_ps(s0, exp_of(_mm512_loadu_ps(b + i)));
         s1 = _mm512_add_ps(s1, exp_of(_mm512_loadu_ps(b + i + 16)));
         s2 = _mm512_add_ps(s2, exp_of(_mm512_loadu_ps(b + i + 32)));
         s3 = _mm512_add_ps(s3, exp_of(_mm512_loadu_ps(b + i + 48)));
+        if constexpr (ReadQ) {
+            t0 = _mm512_add_ps(t0, _mm512_add_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(q + i + 16)));
+            t1 = _mm512_add_ps(t1, _mm512_add_ps(_mm512_loadu_ps(q + i + 32), _mm512_loadu_ps(q + i + 48)));
+        }
     }
-    for (; i + 16 <= len; i += 16) s0 = _mm512_add_ps(s0, exp_of(_mm512_loadu_ps(b + i)));
+    for (; i + 16 <= len; i += 16) {
+        s0 = _mm512_add_ps(s0, exp_of(_mm512_loadu_ps(b + i)));
+        if constexpr (ReadQ) t0 = _mm512_add_ps(t0, _mm512_loadu_ps(q + i));
+    }
     if (i < len) {
         const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(len - i)) - 1u);
         const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), mask, b + i);
         s1 = _mm512_add_ps(s1, exp_of(v));
+        if constexpr (ReadQ) t1 = _mm512_add_ps(t1, _mm512_maskz_loadu_ps(mask, q + i));
+    }
+    if constexpr (ReadQ) {
+        alignas(64) float q_lanes[16];
+        _mm512_store_ps(q_lanes, _mm512_add_ps(t0, t1));
+        for (float v : q_lanes) *q_sum += v;
     }
     alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns falsely inside it)
     _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
@@ -103,7 +125,8 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
 }
 #endif
 
-/// log Σ exp(x_i) of n floats (n >= 1, no NaN, no +Inf; all -Inf gives -Inf).
+/// log Σ exp(x_i) of n floats (n >= 1, no NaN, no +Inf; all -Inf gives -Inf); with ReadQ, also
+/// the sum of q[0..n) into *q_sum, in the same loops.
 ///
 /// Blockwise: the maximum of a block of 2048 floats (8 KiB, stays in L1), then Σ exp(x - max) of
 /// the same block, four independent accumulators; blocks are combined by rescaling with one
@@ -112,7 +135,8 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
 /// side waits on memory the other does not wait on). The exp-sum
 /// is exp_sum_avx512 where AVX-512 is enabled (about 1.3x faster than Eigen's exp on Zen 4), else
 /// Eigen's SIMD exp (AVX2 / SSE packets).
-inline float log_sum_exp(const float* x, Eigen::Index n) {
+template <bool ReadQ = false>
+inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = nullptr, double* q_sum = nullptr) {
     namespace ei = Eigen::internal;
     using Packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index L = ei::packet_traits<float>::size;
@@ -136,25 +160,41 @@ inline float log_sum_exp(const float* x, Eigen::Index n) {
         }
         float m = ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
         for (Eigen::Index i = vec_end; i < len; ++i) m = std::max(m, b[i]);
-        if (m == neg_inf) continue;  // the block contributes nothing
+        if (m == neg_inf) {  // the block contributes nothing (but q's block is still read)
+            if constexpr (ReadQ) *q_sum += Eigen::Map<const Eigen::VectorXf>(q + start, len).sum();
+            continue;
+        }
 
         // Pass 2: Σ exp(x - m) over the block (exp(-inf) == 0).
 #if defined(__AVX512F__)
-        const float s = exp_sum_avx512(b, len, m, std::min(block, n - start - len));
+        const float s = exp_sum_avx512<ReadQ>(b, len, m, std::min(block, n - start - len),
+                                              ReadQ ? q + start : nullptr, q_sum);
 #else
         const Packet vm = ei::pset1<Packet>(m);
-        Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0;
+        Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
         const Eigen::Index next_len = std::min(block, n - start - len);
+        [[maybe_unused]] const float* qb = ReadQ ? q + start : nullptr;
         for (Eigen::Index i = 0; i < vec_end; i += 4 * L) {
             if (i < next_len)
-                for (Eigen::Index line = 0; line < 4 * L; line += 16) __builtin_prefetch(b + len + i + line, 0, 3);
+                for (Eigen::Index line = 0; line < 4 * L; line += 16) {
+                    __builtin_prefetch(b + len + i + line, 0, 3);
+                    if constexpr (ReadQ) __builtin_prefetch(qb + len + i + line, 0, 3);
+                }
             s0 = ei::padd(s0, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i), vm)));
             s1 = ei::padd(s1, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + L), vm)));
             s2 = ei::padd(s2, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 2 * L), vm)));
             s3 = ei::padd(s3, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 3 * L), vm)));
+            if constexpr (ReadQ) {
+                t0 = ei::padd(t0, ei::padd(ei::ploadu<Packet>(qb + i), ei::ploadu<Packet>(qb + i + L)));
+                t1 = ei::padd(t1, ei::padd(ei::ploadu<Packet>(qb + i + 2 * L), ei::ploadu<Packet>(qb + i + 3 * L)));
+            }
         }
         float s = ei::predux(ei::padd(ei::padd(s0, s1), ei::padd(s2, s3)));
         for (Eigen::Index i = vec_end; i < len; ++i) s += std::exp(b[i] - m);
+        if constexpr (ReadQ) {
+            *q_sum += ei::predux(ei::padd(t0, t1));
+            for (Eigen::Index i = vec_end; i < len; ++i) *q_sum += qb[i];
+        }
 #endif
 
         if (m > run_max) {
@@ -166,6 +206,22 @@ inline float log_sum_exp(const float* x, Eigen::Index n) {
     }
     if (run_max == neg_inf) return neg_inf;
     return run_max + static_cast<float>(std::log(run_sum));
+}
+
+/// log Σ exp(x_i) of n floats, as log_sum_exp_impl documents.
+inline float log_sum_exp(const float* x, Eigen::Index n) { return log_sum_exp_impl<false>(x, n); }
+
+/// A row's log-sum-exp and the sum of a draft column q of the same length, in one fused pass
+/// (q's loads ride along the exp loop, q prefetched as the row is): the least work of a pass
+/// that normalizes the row and reads every entry of q, as a draft-column check must.
+struct log_sum_exp_and_sum {
+    float log_sum_exp;
+    double q_sum;
+};
+inline log_sum_exp_and_sum log_sum_exp_reading(const float* x, const float* q, Eigen::Index n) {
+    double q_sum = 0.0;
+    const float l = log_sum_exp_impl<true>(x, n, q, &q_sum);
+    return {l, q_sum};
 }
 
 /// Largest of n floats (n >= 1): the one pass a temperature-0 row needs.

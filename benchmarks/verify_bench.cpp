@@ -20,6 +20,12 @@
 //                             the outcome: p_1..p_k, k the first position where the block weight
 //                             w_k is 0 (else γ), and p_{γ+1} when all γ drafts are accepted: the
 //                             bound for BM_verify
+//   BM_bound_q, BM_bound_block_q/<case>  (draft distributions, T = 1, plain) the same passes,
+//                             each also reading the draft column of its position in the same loop
+//                             (log_sum_exp_reading): the least work of a pass that normalizes the
+//                             rows and reads the draft columns, as the default check must. A
+//                             reference for the checked benchmarks (the bound proper counts logits
+//                             only); the nocheck benchmarks read no draft column.
 //
 //   <case> = <draft>/<filter>/<regime>/V:<vocab>/gamma:<γ>/T:<temperature>
 //     draft   dist (V x γ draft distributions) | point (specdec::point_mass)
@@ -560,7 +566,10 @@ void bm_naive(benchmark::State& state, const case_spec& c) {
 
 /// The bound: one log-sum-exp (temperature 0: one max) pass over each row the scheme must
 /// normalize. Token verification: rows 0..n (n accepted). Block verification: see block_rows().
-void bm_bound(benchmark::State& state, const case_spec& c, bool block) {
+/// read_q (draft distributions, temperature > 0): each row's pass also reads the draft column of
+/// the same position (columns 0..γ−1 among those rows), as verify's default check must; a
+/// reference for the checked benchmarks, next to the bound proper.
+void bm_bound(benchmark::State& state, const case_spec& c, bool block, bool read_q = false) {
     const built_case& bc = get_case(c);
     if (!bc.error.empty()) {
         state.SkipWithError(bc.error.c_str());
@@ -573,6 +582,11 @@ void bm_bound(benchmark::State& state, const case_spec& c, bool block) {
             const auto rows = static_cast<Index>(block ? s.rows_block : s.accepted + 1);
             for (Index j = 0; j < rows; ++j) {
                 const float* col = bc.z.col(j).data();
+                if (read_q && j < c.gamma) {
+                    auto v = specdec_bench::log_sum_exp_reading(col, bc.q[s.q_index].col(j).data(), vocab);
+                    benchmark::DoNotOptimize(v);
+                    continue;
+                }
                 float v = greedy ? specdec_bench::row_max(col, vocab) : specdec_bench::log_sum_exp(col, vocab);
                 benchmark::DoNotOptimize(v);
             }
@@ -669,6 +683,10 @@ std::vector<case_spec> verify_cases() {
 }
 
 bool with_nocheck(const case_spec& c) { return c.draft == draft_kind::dist && c.vocab >= 32000; }
+/// The checked cases whose check reads whole draft columns: draft distributions, temperature > 0.
+bool with_read_q(const case_spec& c) {
+    return c.draft == draft_kind::dist && c.temperature > 0 && c.filter == filter_kind::plain;
+}
 
 template <class Fn>
 void add(const std::string& name, const case_spec& c, Fn fn) {
@@ -693,6 +711,10 @@ void register_all() {
         add("BM_naive" + p, c, [c](benchmark::State& s) { bm_naive(s, c); });
         add("BM_bound" + p, c, [c](benchmark::State& s) { bm_bound(s, c, false); });
         add("BM_bound_block" + p, c, [c](benchmark::State& s) { bm_bound(s, c, true); });
+        if (with_read_q(c)) {
+            add("BM_bound_q" + p, c, [c](benchmark::State& s) { bm_bound(s, c, false, true); });
+            add("BM_bound_block_q" + p, c, [c](benchmark::State& s) { bm_bound(s, c, true, true); });
+        }
     }
     for (Index v : {Index{32000}, Index{151936}})
         for (filter_kind f : {filter_kind::plain, filter_kind::topp09}) {

@@ -22,7 +22,7 @@ import sys
 UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 VERIFY_IMPLS = ("BM_verify", "BM_verify_token", "BM_verify_nocheck", "BM_verify_block_nocheck", "BM_naive", "BM_bound",
-                "BM_bound_block")
+                "BM_bound_block", "BM_bound_q", "BM_bound_block_q")
 SAMPLE_IMPLS = ("BM_sample", "BM_sample_naive", "BM_sample_bound")
 
 
@@ -125,6 +125,9 @@ def verify_table(data):
             "naive µs", "naive/token", "block µs", "block bound µs", "block/bound"]
     if has_nocheck:
         head += ["token nocheck µs", "nocheck/bound", "block nocheck µs", "block nocheck/bound"]
+    has_q = any(impl in ("BM_bound_q", "BM_bound_block_q") for (impl, _) in data)
+    if has_q:
+        head += ["bound+q µs", "token/bound+q", "block bound+q µs", "block/bound+q"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     errors = []
     for case in cases:
@@ -143,6 +146,10 @@ def verify_table(data):
             nc = value(data, "BM_verify_nocheck", case)
             bnc = value(data, "BM_verify_block_nocheck", case)
             row += [fmt_us(nc), fmt_ratio(nc, b), fmt_us(bnc), fmt_ratio(bnc, bb)]
+        if has_q:
+            bq = value(data, "BM_bound_q", case)
+            bbq = value(data, "BM_bound_block_q", case)
+            row += [fmt_us(bq), fmt_ratio(t, bq), fmt_us(bbq), fmt_ratio(v, bbq)]
         lines.append("| " + " | ".join(row) + " |")
         for impl in VERIFY_IMPLS:
             e = data.get((impl, case))
@@ -160,6 +167,9 @@ SUMMARY_COLUMNS = (
     ("T = 1, point-mass drafts", "BM_verify_token", "BM_bound", ("point",), "1"),
     ("T = 1, block, default check", "BM_verify", "BM_bound_block", ("dist", "point"), "1"),
     ("T = 1, block, unchecked", "BM_verify_block_nocheck", "BM_bound_block", ("dist",), "1"),
+    # The default check against the bound that also reads the draft columns it checks.
+    ("T = 1, token, default check / bound+q", "BM_verify_token", "BM_bound_q", ("dist",), "1"),
+    ("T = 1, block, default check / bound+q", "BM_verify", "BM_bound_block_q", ("dist",), "1"),
 )
 
 
@@ -226,7 +236,8 @@ def main():
     print()
     print("token / block: specdec::verify with token / block (default) verification, draft columns checked; "
           "bound: log-sum-exp (T=0: max) of the rows token verification needs for the outcome; block bound: of the rows "
-          "block verification needs (p_1..p_k up to the first zero block weight, and p_γ+1 when all are accepted); naive: baselines.hpp (token verification). accept: token acceptance rate of the batch.")
+          "block verification needs (p_1..p_k up to the first zero block weight, and p_γ+1 when all are accepted); naive: baselines.hpp (token verification). accept: token acceptance rate of the batch. "
+          "bound+q (draft distributions, T=1): the same passes, each also reading its position's draft column (log_sum_exp_reading), the least work of a pass that checks the draft columns as verify does by default.")
     print()
     for line in verify_table(data):
         print(line)
