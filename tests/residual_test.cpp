@@ -111,7 +111,8 @@ void check_residual(const residual_case& c, const specdec::verify_options& opts,
 
 TEST_CASE("The residual draw over a multi-block vocabulary has the residual distribution when proposals succeed",
           "[statistical][residual]") {
-    // Residual mass 0.5: most draws are accepted proposals from p.
+    // Residual mass 0.5 (R_lo = 0.5: 12 proposals, all failing with probability 2e-4): the
+    // draws are accepted proposals from p.
     const residual_case c = make_case(0.5, 0.2f, 1.0, 7);
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
         INFO((scheme == specdec::verification_scheme::token ? "token" : "block"));
@@ -121,18 +122,22 @@ TEST_CASE("The residual draw over a multi-block vocabulary has the residual dist
 
 TEST_CASE("The residual draw has the residual distribution when the exact pass draws most tokens",
           "[statistical][residual]") {
-    // Residual mass 0.01, known to be at least q(draft) = 0.01: the budget allows 25 proposals
-    // (6500 / residual_proposal_cost), which all fail with probability 0.99^25 = 0.78, so the
-    // exact pass over the residual draws most tokens.
-    REQUIRE(kVocab / specdec::residual_proposal_cost == 25);
+    // Residual mass 0.01, known to be at least R_lo = q(draft) = 0.01: 1 / R_lo = 100 expected
+    // proposals would cost more than the budget, so 6 are made (6500 / residual_proposal_cost),
+    // which all fail with probability 0.99^6 = 0.94: the exact pass over the residual draws most
+    // tokens.
+    REQUIRE(kVocab / specdec::residual_proposal_cost == 6);
     const residual_case c = make_case(0.01, 1.0f, 1.0, 8);
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 200);
 }
 
-TEST_CASE("The residual draw has the residual distribution when proposals draw most tokens",
+TEST_CASE("The residual draw has the residual distribution when proposals and the exact pass share the draws",
           "[statistical][residual]") {
-    // Residual mass 0.1: 25 proposals, which all fail with probability 0.9^25 = 0.07.
-    REQUIRE(kVocab / specdec::residual_proposal_cost == 25);
+    // Residual mass 0.1 (R_lo = 0.1, 1 / R_lo = 10 > the budget of 6): 6 proposals, which all
+    // fail with probability 0.9^6 = 0.53, so about half of the tokens come from accepted
+    // proposals and half from the exact pass: the mixture over where the draw stops must be
+    // the residual too.
+    REQUIRE(kVocab / specdec::residual_proposal_cost == 6);
     const residual_case c = make_case(0.1, 1.0f, 1.0, 10);
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 250);
 }
