@@ -64,6 +64,12 @@
 //
 // Logits: i.i.d. N(0, 3^2) per entry (a few hundred effective tokens at V = 32000).
 //
+// Rejection cost against the residual mass R (V = 32000, 151936; R = 0.01, 0.001, 0.0001):
+//   BM_rejection/V:<vocab>/R:<R>        token verification of one draft token that is always
+//                                       rejected, with residual mass R (see rejection_input); the
+//                                       draw after it takes about 1/R proposals or the exact pass
+//   BM_rejection_bound[_q]/V:<vocab>/R:<R>  the bound: one log-sum-exp of the row (_q: reading q too)
+//
 // Drafter side:  BM_sample/<filter>/V:<vocab>/T:1        standardize_and_sample (as the drafters run)
 //                BM_sample_naive/...                      naive softmax + std::discrete_distribution
 //                BM_sample_bound/...                      log-sum-exp of the row
@@ -659,6 +665,89 @@ void bm_sample_bound(benchmark::State& state, Index vocab, filter_kind f) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
 }
 
+// Rejection cost against the residual mass: one draft token, always rejected, with residual mass R.
+
+/// Target logits N(0, 3²) and q = their standardized distribution, except that the target logit of
+/// the draft token x is -Inf: p(x) = 0, q(x) = R, and max(0, p − q) = p off x − q off x has mass
+/// exactly R (p = q / (1 − R) off x), so every proposal from p is accepted with probability R.
+/// x is the token whose q is nearest R (the realized R is reported as counter R).
+struct rejection_input {
+    Index vocab = 0;
+    double want = 0.0;
+    Eigen::MatrixXf z, q;  // V x 2, V x 1
+    token_id x = 0;
+};
+
+const rejection_input& get_rejection_input(Index vocab, double want) {
+    static rejection_input cached;
+    if (cached.vocab != vocab || cached.want != want) {
+        cached.vocab = vocab;
+        cached.want = want;
+        splitmix64 g{mix_seed(static_cast<std::uint64_t>(vocab), 0x4e7)};
+        cached.z.resize(vocab, 2);
+        fill_normal(cached.z, logit_sigma, g);
+        cached.q = standardized(cached.z.col(0), specdec::sampling_config{});
+        Index x = 0;
+        for (Index k = 1; k < vocab; ++k)
+            if (std::abs(cached.q(k, 0) - want) < std::abs(cached.q(x, 0) - want)) x = k;
+        cached.x = static_cast<token_id>(x);
+        cached.z(x, 0) = neg_inf;
+    }
+    return cached;
+}
+
+/// specdec::verify (token scheme, default check) on that input, K calls per iteration with
+/// seeds 0..K−1; counters: R, and the mean number of uniforms per call (2 per proposal, plus
+/// the test's and the first draw's, plus one when the exact pass draws).
+void bm_rejection(benchmark::State& state, Index vocab, double want) {
+    const rejection_input& in = get_rejection_input(vocab, want);
+    specdec::verify_workspace ws;
+    specdec::verify_options opts;
+    opts.scheme = specdec::verification_scheme::token;
+    const token_id tokens[] = {in.x};
+    std::uint64_t uniforms = 0, calls = 0;
+    timed_batches(state, [&] {
+        for (int k = 0; k < calls_per_batch; ++k) {
+            struct counted {
+                using result_type = std::uint64_t;
+                splitmix64 g;
+                std::uint64_t* n;
+                static constexpr result_type min() { return splitmix64::min(); }
+                static constexpr result_type max() { return splitmix64::max(); }
+                result_type operator()() { return ++*n, g(); }
+            } rng{splitmix64{static_cast<std::uint64_t>(k)}, &uniforms};
+            const specdec::verify_result r = specdec::verify(in.z, tokens, in.q, {}, rng, ws, opts);
+            benchmark::DoNotOptimize(r);
+            ++calls;
+        }
+    });
+    state.counters["calls"] = calls_per_batch;
+    state.counters["per_call"] =
+        benchmark::Counter(calls_per_batch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+    state.counters["R"] = static_cast<double>(in.q(in.x, 0));
+    state.counters["uniforms"] = static_cast<double>(uniforms) / static_cast<double>(calls);
+}
+
+/// Its references: the bound (one log-sum-exp of the row), and the same pass reading q as the
+/// check must (log_sum_exp_reading).
+void bm_rejection_bound(benchmark::State& state, Index vocab, double want, bool read_q) {
+    const rejection_input& in = get_rejection_input(vocab, want);
+    timed_batches(state, [&] {
+        for (int k = 0; k < calls_per_batch; ++k) {
+            if (read_q) {
+                auto v = specdec_bench::log_sum_exp_reading(in.z.col(0).data(), in.q.col(0).data(), vocab);
+                benchmark::DoNotOptimize(v);
+            } else {
+                float v = specdec_bench::log_sum_exp(in.z.col(0).data(), vocab);
+                benchmark::DoNotOptimize(v);
+            }
+        }
+    });
+    state.counters["calls"] = calls_per_batch;
+    state.counters["per_call"] =
+        benchmark::Counter(calls_per_batch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration.
 // ---------------------------------------------------------------------------------------------
@@ -716,6 +805,17 @@ void register_all() {
             add("BM_bound_block_q" + p, c, [c](benchmark::State& s) { bm_bound(s, c, true, true); });
         }
     }
+    for (Index v : {Index{32000}, Index{151936}})
+        for (const char* r : {"0.01", "0.001", "0.0001"}) {
+            const double want = std::stod(r);
+            const std::string p = "/V:" + std::to_string(v) + "/R:" + r;
+            auto reg = [&](const std::string& name, auto fn) {
+                benchmark::RegisterBenchmark(name.c_str(), fn)->Unit(benchmark::kMicrosecond);
+            };
+            reg("BM_rejection" + p, [v, want](benchmark::State& s) { bm_rejection(s, v, want); });
+            reg("BM_rejection_bound" + p, [v, want](benchmark::State& s) { bm_rejection_bound(s, v, want, false); });
+            reg("BM_rejection_bound_q" + p, [v, want](benchmark::State& s) { bm_rejection_bound(s, v, want, true); });
+        }
     for (Index v : {Index{32000}, Index{151936}})
         for (filter_kind f : {filter_kind::plain, filter_kind::topp09}) {
             const std::string p = std::string("/") + (f == filter_kind::plain ? "plain" : "topp0.9");

@@ -24,6 +24,7 @@ UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 VERIFY_IMPLS = ("BM_verify", "BM_verify_token", "BM_verify_nocheck", "BM_verify_block_nocheck", "BM_naive", "BM_bound",
                 "BM_bound_block", "BM_bound_q", "BM_bound_block_q")
 SAMPLE_IMPLS = ("BM_sample", "BM_sample_naive", "BM_sample_bound")
+REJECTION_IMPLS = ("BM_rejection", "BM_rejection_bound", "BM_rejection_bound_q")
 
 
 def split_name(name):
@@ -54,6 +55,8 @@ def collect(benchmarks, field):
                     "us": per_call_us(b, field),
                     "accept": b.get("accept"),
                     "diff": b.get("outcome_diff"),
+                    "R": b.get("R"),
+                    "uniforms": b.get("uniforms"),
                 }
         else:
             plain.setdefault((impl, case), []).append(b)
@@ -64,6 +67,8 @@ def collect(benchmarks, field):
             "us": statistics.median(per_call_us(r, field) for r in runs),
             "accept": runs[0].get("accept"),
             "diff": runs[0].get("outcome_diff"),
+            "R": runs[0].get("R"),
+            "uniforms": runs[0].get("uniforms"),
         }
     return aggregated
 
@@ -219,6 +224,27 @@ def sample_table(data):
     return lines
 
 
+def rejection_table(data):
+    cases = sorted({case for (impl, case) in data if impl in REJECTION_IMPLS},
+                   key=lambda c: tuple(-float(v) if k == "R" else float(v)
+                                       for k, v in (p.split(":", 1) for p in c.split("/"))))
+    if not cases:
+        return []
+    head = ["V", "R", "uniforms per call", "verify µs", "bound µs", "verify/bound", "bound+q µs", "verify/bound+q"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for case in cases:
+        args = dict(p.split(":", 1) for p in case.split("/"))
+        v = value(data, "BM_rejection", case)
+        b = value(data, "BM_rejection_bound", case)
+        bq = value(data, "BM_rejection_bound_q", case)
+        r = value(data, "BM_rejection", case, "R")
+        n = value(data, "BM_rejection", case, "uniforms")
+        lines.append("| " + " | ".join([args.get("V", "?"), "–" if r is None else f"{r:.2g}",
+                                        "–" if n is None else f"{n:.0f}", fmt_us(v), fmt_us(b), fmt_ratio(v, b),
+                                        fmt_us(bq), fmt_ratio(v, bq)]) + " |")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", help="verify_bench JSON output (--benchmark_out=... or --benchmark_format=json), or -")
@@ -247,6 +273,15 @@ def main():
         print("Ratio to the bound, median (min–max, number of cases) over plain sampling at V >= 32000, every γ:")
         print()
         for line in summary:
+            print(line)
+    rt = rejection_table(data)
+    if rt:
+        print()
+        print("Rejection cost against the residual mass R: token verification of one draft token that is always "
+              "rejected (p(x) = 0, q(x) = R, residual mass R); the draw after it takes about 1/R proposals (2 uniforms "
+              "each) or, past the budget, the exact pass. bound: log-sum-exp of the row; bound+q: reading q too.")
+        print()
+        for line in rt:
             print(line)
     st = sample_table(data)
     if st:
