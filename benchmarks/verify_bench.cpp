@@ -96,8 +96,8 @@
 #include <exception>
 #include <functional>
 #include <limits>
-#include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -495,17 +495,23 @@ built_case build(const case_spec& c) {
     return bc;
 }
 
+/// The input of the benchmark that runs now, made by make() only when the key differs from the
+/// last call's (one slot per call site): benchmarks that share an input are registered next to
+/// each other, so it is built once for all of them and every repetition.
+template <class Value, class Key, class Make>
+const Value& cached_input(const Key& key, Make&& make) {
+    static std::optional<std::pair<Key, Value>> slot;
+    if (!slot || !(slot->first == key)) {
+        slot.reset();  // free the previous input first
+        slot.emplace(key, make());
+    }
+    return slot->second;
+}
+
 /// The case of the benchmark that runs now; the BM_verify / BM_naive / BM_bound benchmarks of a
 /// case are registered next to each other, so one cached case serves all of them (and every
 /// repetition).
-const built_case& get_case(const case_spec& c) {
-    static std::unique_ptr<built_case> cached;
-    if (!cached || !(cached->spec == c)) {
-        cached.reset();
-        cached = std::make_unique<built_case>(build(c));
-    }
-    return *cached;
-}
+const built_case& get_case(const case_spec& c) { return cached_input<built_case>(c, [&] { return build(c); }); }
 
 // ---------------------------------------------------------------------------------------------
 // Benchmarks.
@@ -519,10 +525,15 @@ void timed_batches(benchmark::State& state, Batch&& batch) {
     for (auto _ : state) batch();
 }
 
-void set_counters(benchmark::State& state, const built_case& bc, double acceptance) {
-    const auto k = static_cast<double>(bc.slots.size());
+/// Counters of a benchmark whose iteration is a batch of k calls: calls, and per_call (seconds).
+void set_per_call(benchmark::State& state, double k) {
     state.counters["calls"] = k;
     state.counters["per_call"] = benchmark::Counter(k, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void set_counters(benchmark::State& state, const built_case& bc, double acceptance) {
+    const auto k = static_cast<double>(bc.slots.size());
+    set_per_call(state, k);
     state.counters["tok/s"] = benchmark::Counter(k * bc.tokens_per_call, benchmark::Counter::kIsIterationInvariantRate);
     state.counters["bytes_per_second"] = benchmark::Counter(k * bc.bytes_per_call, benchmark::Counter::kIsIterationInvariantRate,
                                                             benchmark::Counter::kIs1024);
@@ -603,23 +614,14 @@ void bm_bound(benchmark::State& state, const case_spec& c, bool block, bool read
 
 // Drafter side: standardize + one draw from a V-sized logits vector.
 
-struct sample_input {
-    Index vocab = 0;
-    filter_kind filter = filter_kind::plain;
-    Eigen::VectorXf z;
-};
-
-const sample_input& get_sample_input(Index vocab, filter_kind f) {
-    static sample_input cached;
-    if (cached.vocab != vocab || cached.filter != f) {
-        cached.vocab = vocab;
-        cached.filter = f;
+/// The logits row of a drafter-side benchmark (N(0, 3²), the same for every filter).
+const Eigen::VectorXf& get_sample_input(Index vocab, filter_kind f) {
+    return cached_input<Eigen::VectorXf>(std::pair{vocab, f}, [&] {
         splitmix64 g{mix_seed(static_cast<std::uint64_t>(vocab), 0xd4a7)};
         Eigen::MatrixXf m(vocab, 1);
         fill_normal(m, logit_sigma, g);
-        cached.z = m.col(0);
-    }
-    return cached;
+        return Eigen::VectorXf(m.col(0));
+    });
 }
 
 specdec::sampling_config sample_config(filter_kind f) {
@@ -630,13 +632,13 @@ specdec::sampling_config sample_config(filter_kind f) {
 
 /// sample_from_weights(w, u, ws) where the header has it, else sample_from_weights(w, total, u).
 void bm_sample(benchmark::State& state, Index vocab, filter_kind f) {
-    const sample_input& in = get_sample_input(vocab, f);
+    const Eigen::VectorXf& z = get_sample_input(vocab, f);
     const specdec::sampling_config s = sample_config(f);
     specdec::sampling_workspace ws;
     Eigen::VectorXf q(vocab);
     std::mt19937_64 rng(42);
     for (auto _ : state) {
-        Index x = specdec::standardize_and_sample(in.z, s, q, specdec::uniform01(rng), ws);
+        Index x = specdec::standardize_and_sample(z, s, q, specdec::uniform01(rng), ws);
         benchmark::DoNotOptimize(x);
     }
     state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
@@ -644,11 +646,11 @@ void bm_sample(benchmark::State& state, Index vocab, filter_kind f) {
 }
 
 void bm_sample_naive(benchmark::State& state, Index vocab, filter_kind f) {
-    const sample_input& in = get_sample_input(vocab, f);
+    const Eigen::VectorXf& z = get_sample_input(vocab, f);
     const specdec::sampling_config s = sample_config(f);
     std::mt19937_64 rng(42);
     for (auto _ : state) {
-        token_id x = specdec_bench::naive_sample(in.z.data(), static_cast<std::size_t>(vocab), s, rng);
+        token_id x = specdec_bench::naive_sample(z.data(), static_cast<std::size_t>(vocab), s, rng);
         benchmark::DoNotOptimize(x);
     }
     state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
@@ -656,9 +658,9 @@ void bm_sample_naive(benchmark::State& state, Index vocab, filter_kind f) {
 }
 
 void bm_sample_bound(benchmark::State& state, Index vocab, filter_kind f) {
-    const sample_input& in = get_sample_input(vocab, f);
+    const Eigen::VectorXf& z = get_sample_input(vocab, f);
     for (auto _ : state) {
-        float v = specdec_bench::log_sum_exp(in.z.data(), vocab);
+        float v = specdec_bench::log_sum_exp(z.data(), vocab);
         benchmark::DoNotOptimize(v);
     }
     state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
@@ -672,28 +674,24 @@ void bm_sample_bound(benchmark::State& state, Index vocab, filter_kind f) {
 /// exactly R (p = q / (1 − R) off x), so every proposal from p is accepted with probability R.
 /// x is the token whose q is nearest R (the realized R is reported as counter R).
 struct rejection_input {
-    Index vocab = 0;
-    double want = 0.0;
     Eigen::MatrixXf z, q;  // V x 2, V x 1
     token_id x = 0;
 };
 
 const rejection_input& get_rejection_input(Index vocab, double want) {
-    static rejection_input cached;
-    if (cached.vocab != vocab || cached.want != want) {
-        cached.vocab = vocab;
-        cached.want = want;
+    return cached_input<rejection_input>(std::pair{vocab, want}, [&] {
+        rejection_input in;
         splitmix64 g{mix_seed(static_cast<std::uint64_t>(vocab), 0x4e7)};
-        cached.z.resize(vocab, 2);
-        fill_normal(cached.z, logit_sigma, g);
-        cached.q = standardized(cached.z.col(0), specdec::sampling_config{});
+        in.z.resize(vocab, 2);
+        fill_normal(in.z, logit_sigma, g);
+        in.q = standardized(in.z.col(0), specdec::sampling_config{});
         Index x = 0;
         for (Index k = 1; k < vocab; ++k)
-            if (std::abs(cached.q(k, 0) - want) < std::abs(cached.q(x, 0) - want)) x = k;
-        cached.x = static_cast<token_id>(x);
-        cached.z(x, 0) = neg_inf;
-    }
-    return cached;
+            if (std::abs(in.q(k, 0) - want) < std::abs(in.q(x, 0) - want)) x = k;
+        in.x = static_cast<token_id>(x);
+        in.z(x, 0) = neg_inf;
+        return in;
+    });
 }
 
 /// specdec::verify (token scheme, default check) on that input, K calls per iteration with
@@ -721,9 +719,7 @@ void bm_rejection(benchmark::State& state, Index vocab, double want) {
             ++calls;
         }
     });
-    state.counters["calls"] = calls_per_batch;
-    state.counters["per_call"] =
-        benchmark::Counter(calls_per_batch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+    set_per_call(state, calls_per_batch);
     state.counters["R"] = static_cast<double>(in.q(in.x, 0));
     state.counters["uniforms"] = static_cast<double>(uniforms) / static_cast<double>(calls);
 }
@@ -743,9 +739,7 @@ void bm_rejection_bound(benchmark::State& state, Index vocab, double want, bool 
             }
         }
     });
-    state.counters["calls"] = calls_per_batch;
-    state.counters["per_call"] =
-        benchmark::Counter(calls_per_batch, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+    set_per_call(state, calls_per_batch);
 }
 
 // ---------------------------------------------------------------------------------------------
