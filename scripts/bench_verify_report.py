@@ -245,6 +245,17 @@ def rejection_table(data):
     return lines
 
 
+def print_section(title, lines):
+    """A titled table, after a blank line; nothing when the table is empty."""
+    if not lines:
+        return
+    print()
+    print(title)
+    print()
+    for line in lines:
+        print(line)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json", help="verify_bench JSON output (--benchmark_out=... or --benchmark_format=json), or -")
@@ -267,31 +278,14 @@ def main():
     print()
     for line in verify_table(data):
         print(line)
-    summary = summary_table(data)
-    if summary:
-        print()
-        print("Ratio to the bound, median (min–max, number of cases) over plain sampling at V >= 32000, every γ:")
-        print()
-        for line in summary:
-            print(line)
-    rt = rejection_table(data)
-    if rt:
-        print()
-        print("Rejection cost against the residual mass R: token verification of one draft token that is always "
-              "rejected (p(x) = 0, q(x) = R, residual mass R); the draw after it takes about 1/R proposals (2 uniforms "
-              "each) or, past the budget, the exact pass. bound: log-sum-exp of the row; bound+q: reading q too.")
-        print()
-        for line in rt:
-            print(line)
-    st = sample_table(data)
-    if st:
-        print()
-        print("Drafter side: standardize_and_sample vs naive softmax + std::discrete_distribution; "
-              "bound: log-sum-exp of the row.")
-        print()
-        for line in st:
-            print(line)
-
+    print_section("Ratio to the bound, median (min–max, number of cases) over plain sampling at V >= 32000, every γ:",
+                  summary_table(data))
+    print_section("Rejection cost against the residual mass R: token verification of one draft token that is always "
+                  "rejected (p(x) = 0, q(x) = R, residual mass R); the draw after it takes about 1/R proposals (2 "
+                  "uniforms each) or, past the budget, the exact pass. bound: log-sum-exp of the row; bound+q: reading q "
+                  "too.", rejection_table(data))
+    print_section("Drafter side: standardize_and_sample vs naive softmax + std::discrete_distribution; "
+                  "bound: log-sum-exp of the row.", sample_table(data))
 
 if __name__ == "__main__":
     main()
