@@ -538,16 +538,35 @@ inline float block_max(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index 
 /// per-block reduction must be rare (at 512 it costs about 1.5x of the max pass itself).
 inline constexpr Eigen::Index argmax_block = 2048;
 
-/// Maximum and sum of len floats in one vectorized pass (four max and two sum accumulators).
-/// The sum is there to detect NaN, which always makes it NaN; it may also be NaN without one
-/// (+Inf next to -Inf, or sums that overflow both ways), so see block_has_nan().
+/// Keeps a loaded packet in a register. Left to itself GCC folds the load into each use of
+/// the packet (here a max and an add), which doubles the loads of a pass that is bound by them.
+template <class Packet>
+SPECDEC_ALWAYS_INLINE void keep_in_register(Packet& x) {
+#if defined(EIGEN_VECTORIZE) && (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+    __asm__("" : "+v"(x));
+#elif defined(EIGEN_VECTORIZE) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+    __asm__("" : "+w"(x));
+#else
+    (void)x;
+#endif
+}
+
+/// Packets a max_and_sum pass keeps apart: accumulator a (0 <= a < 4) holds the maximum of the
+/// packets at offsets a, a + 4, a + 8, ... (in packets), so lane l of it covers the elements
+/// whose index is congruent to a·width + l modulo max_and_sum_group.
+inline constexpr Eigen::Index max_and_sum_group = 4 * Eigen::internal::packet_traits<float>::size;
+
+/// Maximum and sum of len floats in one vectorized pass (four max and two sum accumulators,
+/// each element loaded once). The sum is there to detect NaN, which always makes it NaN; it
+/// may also be NaN without one (+Inf next to -Inf, or sums that overflow both ways), so see
+/// block_has_nan(). `acc`, when not null, receives the four max accumulators
+/// (max_and_sum_group floats, see there), which cover the first len − len % max_and_sum_group
+/// elements.
 struct max_and_sum_result {
     float max;
     float sum;
 };
-/// `lanes`, when not null, receives the maximum of each SIMD lane (lane l covers the elements
-/// whose index is l modulo the packet width; at most 16 floats).
-inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* lanes = nullptr) {
+inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* acc = nullptr) {
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
@@ -555,9 +574,13 @@ inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* l
     packet m0 = ei::pset1<packet>(neg_inf), m1 = m0, m2 = m0, m3 = m0;
     packet s0 = ei::pset1<packet>(0.0f), s1 = s0;
     Eigen::Index k = 0;
-    for (; k + 4 * width <= len; k += 4 * width) {
-        const packet x0 = ei::ploadu<packet>(z + k), x1 = ei::ploadu<packet>(z + k + width);
-        const packet x2 = ei::ploadu<packet>(z + k + 2 * width), x3 = ei::ploadu<packet>(z + k + 3 * width);
+    for (; k + max_and_sum_group <= len; k += max_and_sum_group) {
+        packet x0 = ei::ploadu<packet>(z + k), x1 = ei::ploadu<packet>(z + k + width);
+        packet x2 = ei::ploadu<packet>(z + k + 2 * width), x3 = ei::ploadu<packet>(z + k + 3 * width);
+        keep_in_register(x0);
+        keep_in_register(x1);
+        keep_in_register(x2);
+        keep_in_register(x3);
         m0 = ei::pmax(m0, x0);
         m1 = ei::pmax(m1, x1);
         m2 = ei::pmax(m2, x2);
@@ -565,9 +588,13 @@ inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* l
         s0 = ei::padd(s0, ei::padd(x0, x1));
         s1 = ei::padd(s1, ei::padd(x2, x3));
     }
-    const packet lane_max = ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3));
-    if (lanes != nullptr) ei::pstoreu(lanes, lane_max);
-    float m = ei::predux_max(lane_max);
+    if (acc != nullptr) {
+        ei::pstoreu(acc, m0);
+        ei::pstoreu(acc + width, m1);
+        ei::pstoreu(acc + 2 * width, m2);
+        ei::pstoreu(acc + 3 * width, m3);
+    }
+    float m = ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
     float sum = ei::predux(ei::padd(s0, s1));
     for (; k < len; ++k) {
         m = std::max(m, z[k]);
@@ -591,47 +618,53 @@ struct row_argmax {
 
 /// Largest logit (lowest index on ties) with the checks every logits row gets, in one
 /// vectorized pass over the row (maximum and NaN check fused, per 2048-float block), then a
-/// search for the index inside the first block that attains the maximum.
+/// search for the index inside the first block that attains the maximum: only the
+/// accumulator lanes of max_and_sum that hold the maximum can hold it, and each is searched
+/// with stride max_and_sum_group (len / 64 reads under AVX-512), then the scalar tail.
 /// \throws std::invalid_argument on an empty row, NaN, +Inf, or a row that is all -Inf.
 inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, const char* where) {
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    constexpr Eigen::Index width = ei::packet_traits<float>::size, group = max_and_sum_group;
     const Eigen::Index n = z.size();
     if (n == 0) fail_invalid(where, ": logits row is empty");
-    constexpr Eigen::Index width = Eigen::internal::packet_traits<float>::size;
-    static_assert(width <= 16);
     float m = -std::numeric_limits<float>::infinity();
     Eigen::Index best_block = -1;
-    float lanes[16], best_lanes[16];
+    // The accumulators of the block being read and of the best block so far (swapped, not copied).
+    alignas(64) float acc[2][group];
+    int current = 0;
+    const float* best_acc = acc[1];
     const float* data = z.data();
     for (Eigen::Index start = 0; start < n; start += argmax_block) {
         const Eigen::Index len = std::min(argmax_block, n - start);
-        const max_and_sum_result b = max_and_sum(data + start, len, lanes);
+        const max_and_sum_result b = max_and_sum(data + start, len, acc[current]);
         if ((std::isnan(b.max) || std::isnan(b.sum)) && block_has_nan(data + start, len)) diagnose_logits(z, where);
         if (b.max > m) {
             m = b.max;
             best_block = start;
-            std::copy(lanes, lanes + width, best_lanes);
+            best_acc = acc[current];
+            current ^= 1;
         }
     }
     if (best_block < 0 || m == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
-    // The lowest index holding m: only the lanes whose maximum is m can hold it, and each is
-    // searched with stride `width` (the vectorized part of the block), then the scalar tail.
+    const float* x = data + best_block;
     const Eigen::Index len = std::min(argmax_block, n - best_block);
-    const Eigen::Index vec_end = len - len % (4 * width);
-    Eigen::Index best = -1;
-    for (Eigen::Index l = 0; l < width && l < vec_end; ++l) {
-        if (best_lanes[l] != m) continue;
-        for (Eigen::Index k = l; k < vec_end && (best < 0 || k < best); k += width)
-            if (data[best_block + k] == m) {
-                best = k;
-                break;
-            }
+    const Eigen::Index vec_end = len - len % group;
+    Eigen::Index best = vec_end;  // no hit in the part the accumulators cover (yet)
+    const packet pm = ei::pset1<packet>(m);
+    for (Eigen::Index a = 0; a < 4; ++a) {
+        if (!ei::predux_any(ei::pcmp_eq(ei::pload<packet>(best_acc + a * width), pm))) continue;
+        for (Eigen::Index l = a * width; l < (a + 1) * width && l < best; ++l) {
+            if (best_acc[l] != m) continue;
+            for (Eigen::Index k = l; k < best; k += group)
+                if (x[k] == m) {
+                    best = k;
+                    break;
+                }
+        }
     }
-    if (best < 0)
-        for (Eigen::Index k = vec_end; k < len; ++k)
-            if (data[best_block + k] == m) {
-                best = k;
-                break;
-            }
+    if (best == vec_end)
+        while (best < len && x[best] != m) ++best;
     return {m, best_block + best};
 }
 
