@@ -1,7 +1,7 @@
 // The pieces of the hot core that small-vocabulary tests cannot reach: rows that span several
-// 2048-token blocks, the residual draw by rejection sampling from p with its exact fallback,
-// the blockwise inverse CDF with group skipping, the lane-wise draw from a prepared row, and
-// the fused argmax pass.
+// 2048-token blocks, the residual draw by rejection sampling from p with its exact fallback
+// (on long rows, and on short rows whose pass keeps its exponentials), the blockwise inverse
+// CDF with group skipping, the lane-wise draw from a prepared row, and the fused argmax pass.
 //
 // Statistical cases: 100,000 draws each, Pearson's chi-square against the exact residual
 // computed in double precision; a case fails at p < 1e-4 (false alarm rate below 1e-4 per
@@ -30,13 +30,30 @@ constexpr std::size_t kDraws = 100000;
 constexpr double kFalseAlarm = 1e-4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-/// Support tokens spread over blocks 0, 1 and 3 (block 2 is all -Inf), including block edges
-/// and the partial last block.
-std::vector<token_id> support_tokens() {
+/// A vocabulary, the tokens where p > 0, and a draft token outside them.
+struct case_shape {
+    Eigen::Index vocab;
+    std::vector<token_id> support;
+    token_id draft;
+};
+
+/// Four blocks of 2048, the last one partial: support tokens spread over blocks 0, 1 and 3
+/// (block 2 is all -Inf), including block edges and the partial last block.
+case_shape long_rows() {
     std::vector<token_id> s{0, 1, 15, 16, 17, 255, 256, 1000, 2046, 2047, 2048, 2049, 3000, 4095};
     for (token_id t = 6144; t < 6500; t += 23) s.push_back(t);
     s.push_back(6499);
-    return s;
+    return {kVocab, s, 5000};
+}
+
+/// 1000 tokens, within detail::kept_row_limit: the pass keeps the row's exponentials, and the
+/// budget allows one proposal before the exact pass. Support over both chunks of 256 and the
+/// partial chunk and lanes at the end.
+case_shape short_rows() {
+    std::vector<token_id> s{0, 1, 15, 16, 17, 255, 256, 257, 511, 512};
+    for (token_id t = 700; t < 999; t += 13) s.push_back(t);
+    s.push_back(999);
+    return {1000, s, 600};
 }
 
 struct residual_case {
@@ -50,20 +67,20 @@ struct residual_case {
 
 /// p from logits N(0, sigma²) on the support; q = p − ε u + ε δ(draft) with u uniform on the
 /// support, so that the residual max(0, p − q) is ε u: its mass is ε and it is not p.
-residual_case make_case(double eps, float sigma, double lenience, std::uint64_t seed) {
+residual_case make_case(double eps, float sigma, double lenience, std::uint64_t seed, const case_shape& shape = long_rows()) {
     residual_case c;
-    c.support = support_tokens();
-    c.draft = 5000;  // in the all -Inf block: p(draft) = 0
+    c.support = shape.support;
+    c.draft = shape.draft;  // a -Inf logit: p(draft) = 0
     std::mt19937_64 g(seed);
     std::normal_distribution<float> n(0.0f, sigma);
-    c.logits = Eigen::MatrixXf::Constant(kVocab, 2, kNegInf);
+    c.logits = Eigen::MatrixXf::Constant(shape.vocab, 2, kNegInf);
     c.logits(0, 1) = 0.0f;
     for (token_id t : c.support) c.logits(t, 0) = n(g);
     double m = -1e300, s = 0.0;
     for (token_id t : c.support) m = std::max(m, static_cast<double>(c.logits(t, 0)));
     for (token_id t : c.support) s += std::exp(c.logits(t, 0) - m);
     const double u = 1.0 / static_cast<double>(c.support.size());
-    c.q = Eigen::MatrixXf::Zero(kVocab, 1);
+    c.q = Eigen::MatrixXf::Zero(shape.vocab, 1);
     for (token_id t : c.support) {
         const double pt = std::exp(c.logits(t, 0) - m) / s;
         REQUIRE(pt >= eps * u);  // q stays a distribution
@@ -142,6 +159,23 @@ TEST_CASE("The residual draw has the residual distribution when proposals and th
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 250);
 }
 
+TEST_CASE("On a short row whose pass keeps its exponentials the residual draw has the residual distribution",
+          "[statistical][residual]") {
+    // 1000 tokens: a budget of one proposal. Mass 0.5 (1 / R_lo = 2 > 1): one proposal, then
+    // the exact pass over the kept exponentials, each drawing about half of the tokens; mass
+    // 0.01: the exact pass draws 99% of them.
+    REQUIRE(1000 <= specdec::detail::kept_row_limit);
+    REQUIRE(1000 / specdec::residual_proposal_cost == 0);
+    for (const double mass : {0.5, 0.01}) {
+        INFO("residual mass " << mass);
+        const residual_case c = make_case(mass, 0.2f, 1.0, 12, short_rows());
+        for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+            INFO((scheme == specdec::verification_scheme::token ? "token" : "block"));
+            check_residual(c, {.scheme = scheme}, mass == 0.5 ? 400 : 500);
+        }
+    }
+}
+
 TEST_CASE("With lenience the residual draw follows norm(max(0, p - l q))", "[statistical][residual][lenience]") {
     const residual_case c = make_case(0.3, 0.25f, 0.5, 9);
     check_residual(c, {.lenience = 0.5f, .scheme = specdec::verification_scheme::token}, 300);
@@ -184,17 +218,20 @@ TEST_CASE("The blockwise inverse CDF returns the index a plain running sum gives
 TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) order of the cumulative p",
           "[residual]") {
     // 5000 tokens: blocks of 2048, 2048 and 904 (a partial chunk and partial lanes at the end);
-    // block 1 is all -Inf, and a third of the other logits are -Inf too.
+    // block 1 is all -Inf, and a third of the other logits are -Inf too. 1000 tokens: one
+    // block, whose exponentials the pass keeps (the lane's elements are read, not recomputed).
     std::mt19937_64 g(11);
     std::normal_distribution<float> n(0.0f, 2.0f);
     std::bernoulli_distribution hole(0.3);
-    const Eigen::Index vocab = 5000;
+    const Eigen::Index vocab = GENERATE(Eigen::Index{5000}, Eigen::Index{1000});
+    INFO("vocabulary " << vocab);
     Eigen::MatrixXf logits(vocab, 1);
     for (Eigen::Index k = 0; k < vocab; ++k) logits(k, 0) = hole(g) || (k >= 2048 && k < 4096) ? kNegInf : n(g);
     const specdec::sampling_config s{.temperature = 0.7f};
     specdec::verify_workspace ws;
     specdec::detail::reserve_rows(ws, vocab, 0, s);
     const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test");
+    CHECK(row.exps == (vocab <= specdec::detail::kept_row_limit));
     // The cumulative p in the draw's order: block, 256-token chunk, lane (offset mod 16), element.
     using specdec::detail::exp_chunk;
     using specdec::detail::row_block;

@@ -397,9 +397,10 @@ struct chunked_exp_sums {
 /// and sum, and its lane sums, laid out as those of the exponentials, go to q_lanes (required
 /// with q). `next_len` > 0 says that the row goes on for that many floats after z + len (and
 /// after q + len): they are prefetched, so the next block's max pass finds them in cache.
-inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
-                                         const float* q = nullptr, float* q_lanes = nullptr,
-                                         Eigen::Index next_len = 0) {
+/// With keep_exps, `out` receives the len exponentials as well.
+template <bool keep_exps>
+chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes, const float* q,
+                                  float* q_lanes, Eigen::Index next_len, float* out) {
     chunked_exp_sums r;
     float q_min = std::numeric_limits<float>::infinity();
     double q_sum = 0.0;
@@ -418,10 +419,18 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
                     prefetch(z + len + k + line);
                     if (q != nullptr) prefetch(q + len + k + line);
                 }
-            a0 = _mm512_add_ps(a0, exp2_of(_mm512_loadu_ps(z + k)));
-            a1 = _mm512_add_ps(a1, exp2_of(_mm512_loadu_ps(z + k + 16)));
-            a2 = _mm512_add_ps(a2, exp2_of(_mm512_loadu_ps(z + k + 32)));
-            a3 = _mm512_add_ps(a3, exp2_of(_mm512_loadu_ps(z + k + 48)));
+            const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k)), e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
+            const __m512 e2 = exp2_of(_mm512_loadu_ps(z + k + 32)), e3 = exp2_of(_mm512_loadu_ps(z + k + 48));
+            if constexpr (keep_exps) {
+                _mm512_storeu_ps(out + k, e0);
+                _mm512_storeu_ps(out + k + 16, e1);
+                _mm512_storeu_ps(out + k + 32, e2);
+                _mm512_storeu_ps(out + k + 48, e3);
+            }
+            a0 = _mm512_add_ps(a0, e0);
+            a1 = _mm512_add_ps(a1, e1);
+            a2 = _mm512_add_ps(a2, e2);
+            a3 = _mm512_add_ps(a3, e3);
             if (q != nullptr) {
                 const __m512 v0 = _mm512_loadu_ps(q + k), v1 = _mm512_loadu_ps(q + k + 16);
                 const __m512 v2 = _mm512_loadu_ps(q + k + 32), v3 = _mm512_loadu_ps(q + k + 48);
@@ -434,7 +443,9 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
         for (; k < end; k += 16) {
             const Eigen::Index left = std::min<Eigen::Index>(16, end - k);
             const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(left)) - 1u);
-            a0 = _mm512_add_ps(a0, exp2_of(_mm512_mask_loadu_ps(neg_inf, mask, z + k)));
+            const __m512 e = exp2_of(_mm512_mask_loadu_ps(neg_inf, mask, z + k));
+            if constexpr (keep_exps) _mm512_mask_storeu_ps(out + k, mask, e);
+            a0 = _mm512_add_ps(a0, e);
             if (q != nullptr) {
                 const __m512 v = _mm512_maskz_loadu_ps(mask, q + k);
                 s0 = _mm512_add_ps(s0, v);
@@ -481,16 +492,28 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
                     if (q != nullptr) prefetch(q + len + k + line);
                 }
             for (Eigen::Index g = 0; g < per_group; ++g) {
-                a[0][g] = ei::padd(a[0][g], exp_of(z + k + g * width));
-                a[1][g] = ei::padd(a[1][g], exp_of(z + k + chunk_lanes + g * width));
+                const packet e0 = exp_of(z + k + g * width), e1 = exp_of(z + k + chunk_lanes + g * width);
+                if constexpr (keep_exps) {
+                    ei::pstoreu(out + k + g * width, e0);
+                    ei::pstoreu(out + k + chunk_lanes + g * width, e1);
+                }
+                a[0][g] = ei::padd(a[0][g], e0);
+                a[1][g] = ei::padd(a[1][g], e1);
             }
         }
         for (; k < end; k += chunk_lanes) {
             // The last (partial) groups of 16, padded with -Inf (whose exp is 0).
             alignas(64) float group[chunk_lanes];
             std::fill(group, group + chunk_lanes, -std::numeric_limits<float>::infinity());
-            std::copy(z + k, z + std::min(end, k + chunk_lanes), group);
-            for (Eigen::Index g = 0; g < per_group; ++g) a[0][g] = ei::padd(a[0][g], exp_of(group + g * width));
+            const Eigen::Index count = std::min(end, k + chunk_lanes) - k;
+            std::copy(z + k, z + k + count, group);
+            alignas(64) float e[chunk_lanes];
+            for (Eigen::Index g = 0; g < per_group; ++g) {
+                const packet eg = exp_of(group + g * width);
+                ei::pstore(e + g * width, eg);
+                a[0][g] = ei::padd(a[0][g], eg);
+            }
+            if constexpr (keep_exps) std::copy(e, e + count, out + k);
         }
         float* l = lanes + c * chunk_lanes;
         for (Eigen::Index g = 0; g < per_group; ++g) {
@@ -511,6 +534,12 @@ inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float
         r.q_sum = q_sum;
     }
     return r;
+}
+inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
+                                         const float* q = nullptr, float* q_lanes = nullptr,
+                                         Eigen::Index next_len = 0, float* out = nullptr) {
+    return out != nullptr ? chunked_exp_pass<true>(z, len, m, inv_t, lanes, q, q_lanes, next_len, out)
+                          : chunked_exp_pass<false>(z, len, m, inv_t, lanes, q, q_lanes, next_len, out);
 }
 
 /// Maximum of a block: one vectorized pass with four independent accumulators (a single one

@@ -105,15 +105,23 @@ struct target_row {
     Eigen::Index argmax = 0;  // greedy rows
     float inv_t = 1.0f;
     bool q_lanes = false;  // plain rows: the pass also kept the draft column's lane sums (ws.q_lanes)
+    bool exps = false;     // plain rows: the pass also wrote its exponentials to ws.rows (short rows)
 };
+
+/// Plain rows of at most this many tokens keep the exponentials of their normalizing pass
+/// (in ws.rows; a few KB, written while they are in registers), so that a draw or a residual
+/// pass over them reads instead of recomputing exps. On short rows those passes cost as much
+/// as the normalizing pass itself; on long ones writing the row would cost bandwidth.
+inline constexpr Eigen::Index kept_row_limit = row_block;
 
 }  // namespace detail
 
 /// Reusable buffers for verify(); keep one per decoding loop so that verification
 /// allocates nothing after the first call with a given vocabulary size and draft length.
 struct verify_workspace {
-    /// Target rows written out, under truncating sampling only (top-k, top-p, min-p need the
-    /// whole distribution): column j holds the standardized probabilities of row j.
+    /// Target rows written out: under truncating sampling (top-k, top-p, min-p need the whole
+    /// distribution) column j holds the standardized probabilities of row j; otherwise, for
+    /// rows of at most detail::kept_row_limit tokens, the exponentials of row j's pass.
     Eigen::MatrixXf rows;
     std::vector<float> block_max;    ///< per row and block: the block's largest logit
     std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
@@ -252,6 +260,8 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     }
     r.kind = target_row::form::plain;
     r.q_lanes = check_q != nullptr;
+    r.exps = n <= kept_row_limit;
+    float* exps = r.exps ? ws.rows.col(col).data() : nullptr;
     const float inv_t = r.inv_t;
     column_check c;
     const float m = blockwise_exp_pass(
@@ -261,7 +271,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
                 chunked_exp_pass(z.data() + start, len, ref, inv_t, chunk_data(ws, n, j, b),
                                  check_q == nullptr ? nullptr : check_q + start,
                                  check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b),
-                                 block_len(n, b + 1));
+                                 block_len(n, b + 1), exps == nullptr ? nullptr : exps + start);
             if (check_q != nullptr) {
                 c.lowest = std::min(c.lowest, cs.q_min);
                 c.sum += cs.q_sum;
@@ -269,6 +279,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
             return cs.exp_sum;
         },
         [&](Eigen::Index start, Eigen::Index len) {
+            if (exps != nullptr) std::fill(exps + start, exps + start + len, 0.0f);
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
         });
     if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
@@ -297,8 +308,8 @@ inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixX
 }
 
 /// Writes p of elements off..off+len−1 of block b of a prepared (non-greedy) row to out. Plain
-/// rows recompute the exponentials (the same exp_pass relative to the same reference as the
-/// normalizing pass, so the same floats).
+/// rows read the exponentials their pass kept, or recompute them (the same exp relative to the
+/// same reference as the normalizing pass, so the same floats).
 inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                        const verify_workspace& ws, Eigen::Index b, Eigen::Index off, Eigen::Index len, float* out) {
     const Eigen::Index start = b * row_block + off;
@@ -307,7 +318,7 @@ inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::Matrix
     Eigen::Map<Eigen::VectorXf> o(out, len);
     if (ws.block_mass[at] == 0.0) {
         o.setZero();
-    } else if (r.kind == target_row::form::stored) {
+    } else if (r.kind == target_row::form::stored || r.exps) {
         o = ws.rows.col(col).segment(start, len) * ws.scale[at];
     } else {
         exp_pass(logits.col(col).data() + start, out, len, ws.block_max[at], r.inv_t);
@@ -387,9 +398,9 @@ struct weighted_index {
 /// One inverse-CDF draw from a plain row with uniform u, in (block, chunk, lane, element)
 /// order: the block by binary search on the running block masses `prefix`, the 256-token chunk
 /// and then the lane by the lane sums the normalizing pass kept (see chunked_exp_pass), and
-/// finally one of the lane's 16 elements, whose exponentials are the only ones recomputed. Any
-/// fixed order of the elements gives a draw from p; this one costs a binary search, 16 exps and
-/// about 40 scalar adds per draw.
+/// finally one of the lane's 16 elements, whose exponentials are the only ones recomputed (or
+/// read, on short rows whose pass kept them). Any fixed order of the elements gives a draw
+/// from p; this one costs a binary search, 16 exps and about 40 scalar adds per draw.
 inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                                  const verify_workspace& ws, const double* prefix, double u) {
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
@@ -410,15 +421,25 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
     const int c = pick_crossing(w, static_cast<int>(chunks), acc, target);
     for (Eigen::Index l = 0; l < chunk_lanes; ++l) w[l] = lanes[c * chunk_lanes + l];
     const int l = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
-    // The lane's elements, -Inf past the end of the row, through the pass's own exp.
+    // The lane's elements (0 past the end of the row): kept by the pass, or recomputed through
+    // the pass's own exp.
     const Eigen::Index first = static_cast<Eigen::Index>(c) * exp_chunk + l;
-    const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
-    alignas(64) float in[chunk_lanes], e[chunk_lanes];
-    for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
-        const Eigen::Index at = first + k * chunk_lanes;
-        in[k] = at < len ? z[at] : -std::numeric_limits<float>::infinity();
+    alignas(64) float e[chunk_lanes];
+    if (r.exps) {
+        const float* kept = ws.rows.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
+        for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
+            const Eigen::Index at = first + k * chunk_lanes;
+            e[k] = at < len ? kept[at] : 0.0f;
+        }
+    } else {
+        const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
+        alignas(64) float in[chunk_lanes];
+        for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
+            const Eigen::Index at = first + k * chunk_lanes;
+            in[k] = at < len ? z[at] : -std::numeric_limits<float>::infinity();
+        }
+        exp_lane(in, e, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
     }
-    exp_lane(in, e, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) w[k] = e[k];
     const int k = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
     SPECDEC_ASSERT(c >= 0 && l >= 0 && k >= 0, "draw_plain: a block with mass has no element with weight");
@@ -458,8 +479,8 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
     const std::size_t at = block_base(n, r.column) + static_cast<std::size_t>(blk);
     if (ws.block_mass[at] == 0.0) return 0.0;  // p = 0 on the block: max(0, −b·q) = 0
     const auto col = static_cast<Eigen::Index>(r.column);
-    if (r.kind == target_row::form::stored)
-        return (ws.rows.col(col).segment(start, len).array() * a -
+    if (r.kind == target_row::form::stored || r.exps)  // (stored rows have scale 1)
+        return (ws.rows.col(col).segment(start, len).array() * (a * ws.scale[at]) -
                 b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
             .max(0.0f)
             .sum();
@@ -587,11 +608,13 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
 }
 
 /// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
-/// The V x (n + 1) matrix of rows is allocated only under truncating sampling.
+/// The V x (n + 1) matrix of rows is allocated only under truncating sampling or for short rows
+/// (at most kept_row_limit tokens).
 inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
     if (s.temperature == 0.0f) return;  // greedy rows keep nothing
     const auto cols = static_cast<Eigen::Index>(n + 1);
-    if (truncates(s) && (ws.rows.rows() != vocab || ws.rows.cols() < cols)) ws.rows.resize(vocab, cols);
+    if ((truncates(s) || vocab <= kept_row_limit) && (ws.rows.rows() != vocab || ws.rows.cols() < cols))
+        ws.rows.resize(vocab, cols);
     const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(cols);
     if (ws.scale.size() < need) {
         ws.scale.resize(need);
