@@ -11,13 +11,14 @@
 /// Cost model. Each row the algorithm must normalize is read in one blockwise pass (per
 /// 2048-float block a vectorized max, then a vectorized exp-sum while the block is in L1)
 /// that yields p(x) for the draft token without writing the distribution anywhere; at
-/// temperature 0 a row costs one max pass (with the NaN check fused into it). No row is ever
-/// written out (except under top-k / top-p, which need the whole distribution): a token is
+/// temperature 0 a row costs one max pass (with the NaN check fused into it). No long row is
+/// ever written out (top-k / top-p aside, which need the whole distribution; a row of at most
+/// kept_row_limit tokens keeps its exponentials, a few KB written from registers): a token is
 /// drawn by choosing a block by its mass, then a 256-token chunk and a lane of 16 tokens by the
-/// lane sums the pass kept, and recomputing those 16 exponentials. Token verification never
-/// touches rows after the first rejection. After a rejection the correction is drawn by
-/// rejection sampling from p (16 exponentials per proposal), with one exact pass over the
-/// residual as the fallback. Block verification computes its residual masses R_i only where
+/// lane sums the pass kept, and recomputing (or, on a short row, reading) those 16
+/// exponentials. Token verification never touches rows after the first rejection. After a
+/// rejection the correction is drawn by rejection sampling from p (16 exponentials per
+/// proposal), with one exact pass over the residual as the fallback. Block verification computes its residual masses R_i only where
 /// bounds (one from lane sums of q) do not already decide the outcome.
 
 #include <Eigen/Core>
