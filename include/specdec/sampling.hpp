@@ -33,6 +33,15 @@
 #else
 #define SPECDEC_ALWAYS_INLINE inline
 #endif
+/// Keeps a rarely taken variant of a hot loop out of its caller, so that the caller's own
+/// loop is compiled as if the variant did not exist.
+#if defined(__GNUC__) || defined(__clang__)
+#define SPECDEC_NOINLINE [[gnu::noinline]] inline
+#elif defined(_MSC_VER)
+#define SPECDEC_NOINLINE __declspec(noinline) inline
+#else
+#define SPECDEC_NOINLINE inline
+#endif
 
 namespace specdec {
 
@@ -232,6 +241,15 @@ inline double total_in_double(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     for (const float v : lanes) sum += static_cast<double>(v);
     return sum;
 }
+
+/// The exps of the 64 floats at z, as four vectors.
+SPECDEC_ALWAYS_INLINE void exp_64(const exp2_avx512& exp2_of, const float* z, __m512 (&e)[4]) {
+    for (int i = 0; i < 4; ++i) e[i] = exp2_of(_mm512_loadu_ps(z + 16 * i));
+}
+/// Stores four vectors to out[0..64).
+SPECDEC_ALWAYS_INLINE void store_64(float* out, const __m512 (&e)[4]) {
+    for (int i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * i, e[i]);
+}
 #endif
 
 /// Σ exp((z_k − m) inv_t) over len floats with z_k <= m (or −Inf), the exponentials written to
@@ -248,16 +266,13 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
         for (; k + 64 <= len; k += 64) {
             if (k < next_len)
                 for (int line = 0; line < 64; line += 16) prefetch(z + len + k + line);
-            const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k)), e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
-            const __m512 e2 = exp2_of(_mm512_loadu_ps(z + k + 32)), e3 = exp2_of(_mm512_loadu_ps(z + k + 48));
-            _mm512_storeu_ps(out + k, e0);
-            _mm512_storeu_ps(out + k + 16, e1);
-            _mm512_storeu_ps(out + k + 32, e2);
-            _mm512_storeu_ps(out + k + 48, e3);
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
-            a2 = _mm512_add_ps(a2, e2);
-            a3 = _mm512_add_ps(a3, e3);
+            __m512 e[4];
+            exp_64(exp2_of, z + k, e);
+            store_64(out + k, e);
+            a0 = _mm512_add_ps(a0, e[0]);
+            a1 = _mm512_add_ps(a1, e[1]);
+            a2 = _mm512_add_ps(a2, e[2]);
+            a3 = _mm512_add_ps(a3, e[3]);
         }
         for (; k < len; k += 16) {
             // Last partial vectors, masked (-Inf in the unused lanes gives 0).
@@ -398,9 +413,10 @@ struct chunked_exp_sums {
 /// with q). `next_len` > 0 says that the row goes on for that many floats after z + len (and
 /// after q + len): they are prefetched, so the next block's max pass finds them in cache.
 /// With keep_exps, `out` receives the len exponentials as well.
-template <bool keep_exps>
-chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes, const float* q,
-                                  float* q_lanes, Eigen::Index next_len, float* out) {
+template <bool keep_exps = false>
+chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
+                                  const float* q = nullptr, float* q_lanes = nullptr, Eigen::Index next_len = 0,
+                                  float* out = nullptr) {
     chunked_exp_sums r;
     float q_min = std::numeric_limits<float>::infinity();
     double q_sum = 0.0;
@@ -419,18 +435,13 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
                     prefetch(z + len + k + line);
                     if (q != nullptr) prefetch(q + len + k + line);
                 }
-            const __m512 e0 = exp2_of(_mm512_loadu_ps(z + k)), e1 = exp2_of(_mm512_loadu_ps(z + k + 16));
-            const __m512 e2 = exp2_of(_mm512_loadu_ps(z + k + 32)), e3 = exp2_of(_mm512_loadu_ps(z + k + 48));
-            if constexpr (keep_exps) {
-                _mm512_storeu_ps(out + k, e0);
-                _mm512_storeu_ps(out + k + 16, e1);
-                _mm512_storeu_ps(out + k + 32, e2);
-                _mm512_storeu_ps(out + k + 48, e3);
-            }
-            a0 = _mm512_add_ps(a0, e0);
-            a1 = _mm512_add_ps(a1, e1);
-            a2 = _mm512_add_ps(a2, e2);
-            a3 = _mm512_add_ps(a3, e3);
+            __m512 e[4];
+            exp_64(exp2_of, z + k, e);
+            if constexpr (keep_exps) store_64(out + k, e);
+            a0 = _mm512_add_ps(a0, e[0]);
+            a1 = _mm512_add_ps(a1, e[1]);
+            a2 = _mm512_add_ps(a2, e[2]);
+            a3 = _mm512_add_ps(a3, e[3]);
             if (q != nullptr) {
                 const __m512 v0 = _mm512_loadu_ps(q + k), v1 = _mm512_loadu_ps(q + k + 16);
                 const __m512 v2 = _mm512_loadu_ps(q + k + 32), v3 = _mm512_loadu_ps(q + k + 48);
@@ -535,13 +546,6 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
     }
     return r;
 }
-inline chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
-                                         const float* q = nullptr, float* q_lanes = nullptr,
-                                         Eigen::Index next_len = 0, float* out = nullptr) {
-    return out != nullptr ? chunked_exp_pass<true>(z, len, m, inv_t, lanes, q, q_lanes, next_len, out)
-                          : chunked_exp_pass<false>(z, len, m, inv_t, lanes, q, q_lanes, next_len, out);
-}
-
 /// Maximum of a block: one vectorized pass with four independent accumulators (a single one
 /// would wait on the latency of each max). A NaN in the block may or may not show in it, so
 /// callers detect NaN through a sum over the block, which a NaN always turns into NaN.

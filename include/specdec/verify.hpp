@@ -224,55 +224,34 @@ inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t
     check_column(q.col(static_cast<Eigen::Index>(i)).data(), q.rows(), i, where);
 }
 
-/// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
-/// maximum, then a vectorized exp-sum while the block is in L1; the global normalizer is
-/// assembled from the block sums (a blockwise log-sum-exp). Nothing of the size of the row
-/// is written (truncating sampling aside): this is exactly the bound's work. `check_q`, when not null, is draft column j: it is checked in the same
-/// pass (read block by block next to the logits, hidden behind the exp).
-inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
-                              verify_workspace& ws, const char* where, const float* check_q = nullptr) {
+/// The plain (untruncated, temperature > 0) case of prepare_row, for rows that keep their
+/// exponentials in ws.rows (keep_exps) or not.
+template <bool keep_exps>
+target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
+                             verify_workspace& ws, const char* where, const float* check_q) {
     const auto col = static_cast<Eigen::Index>(j);
     const auto z = logits.col(col);
-    target_row r{};
-    r.column = j;
-    if (s.temperature == 0.0f) {
-        r.kind = target_row::form::greedy;
-        r.argmax = checked_argmax(z, where).index;
-        return r;
-    }
     const Eigen::Index n = z.size(), nb = blocks_of(n);
     const std::size_t base = block_base(n, j);
     float* bmax = ws.block_max.data() + base;
     float* scale = ws.scale.data() + base;
     double* mass = ws.block_mass.data() + base;
+    target_row r{};
+    r.column = j;
     r.inv_t = 1.0f / s.temperature;
-    if (truncates(s)) {
-        r.kind = target_row::form::stored;
-        auto e = ws.rows.col(col);
-        standardize(z, s, e, ws.sampling, where);
-        for (Eigen::Index b = 0; b < nb; ++b) {
-            const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
-            scale[b] = 1.0f;
-            bmax[b] = 0.0f;
-            mass[b] = e.segment(start, len).sum();
-        }
-        if (check_q != nullptr) check_column(check_q, n, j, where);
-        return r;
-    }
     r.kind = target_row::form::plain;
     r.q_lanes = check_q != nullptr;
-    r.exps = n <= kept_row_limit;
-    float* exps = r.exps ? ws.rows.col(col).data() : nullptr;
+    r.exps = keep_exps;
+    float* exps = keep_exps ? ws.rows.col(col).data() : nullptr;
     const float inv_t = r.inv_t;
     column_check c;
     const float m = blockwise_exp_pass(
         z, bmax, mass, where,
         [&](Eigen::Index b, Eigen::Index start, Eigen::Index len, float ref) {
-            const chunked_exp_sums cs =
-                chunked_exp_pass(z.data() + start, len, ref, inv_t, chunk_data(ws, n, j, b),
-                                 check_q == nullptr ? nullptr : check_q + start,
-                                 check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b),
-                                 block_len(n, b + 1), exps == nullptr ? nullptr : exps + start);
+            const chunked_exp_sums cs = chunked_exp_pass<keep_exps>(
+                z.data() + start, len, ref, inv_t, chunk_data(ws, n, j, b), check_q == nullptr ? nullptr : check_q + start,
+                check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b), block_len(n, b + 1),
+                keep_exps ? exps + start : nullptr);
             if (check_q != nullptr) {
                 c.lowest = std::min(c.lowest, cs.q_min);
                 c.sum += cs.q_sum;
@@ -280,7 +259,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
             return cs.exp_sum;
         },
         [&](Eigen::Index start, Eigen::Index len) {
-            if (exps != nullptr) std::fill(exps + start, exps + start + len, 0.0f);
+            if constexpr (keep_exps) std::fill(exps + start, exps + start + len, 0.0f);
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
         });
     if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
@@ -292,6 +271,54 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
         mass[b] *= f * inv_total;
         scale[b] = static_cast<float>(f * inv_total);
     });
+    return r;
+}
+
+/// prepare_plain_row for a short row (at most kept_row_limit tokens), kept out of line so that
+/// the long rows' pass is compiled on its own.
+SPECDEC_NOINLINE target_row prepare_short_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j,
+                                              const sampling_config& s, verify_workspace& ws, const char* where,
+                                              const float* check_q) {
+    return prepare_plain_row<true>(logits, j, s, ws, where, check_q);
+}
+
+/// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
+/// maximum, then a vectorized exp-sum while the block is in L1; the global normalizer is
+/// assembled from the block sums (a blockwise log-sum-exp). Nothing of the size of a long row
+/// is written (truncating sampling aside): this is exactly the bound's work. `check_q`, when
+/// not null, is draft column j: it is checked in the same pass (read block by block next to the
+/// logits, hidden behind the exp).
+inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
+                              verify_workspace& ws, const char* where, const float* check_q = nullptr) {
+    const auto col = static_cast<Eigen::Index>(j);
+    const auto z = logits.col(col);
+    if (s.temperature == 0.0f) {
+        target_row r{};
+        r.column = j;
+        r.kind = target_row::form::greedy;
+        r.argmax = checked_argmax(z, where).index;
+        return r;
+    }
+    const Eigen::Index n = z.size();
+    if (!truncates(s)) {
+        if (n <= kept_row_limit) return prepare_short_row(logits, j, s, ws, where, check_q);
+        return prepare_plain_row<false>(logits, j, s, ws, where, check_q);
+    }
+    target_row r{};
+    r.column = j;
+    r.kind = target_row::form::stored;
+    r.inv_t = 1.0f / s.temperature;
+    const Eigen::Index nb = blocks_of(n);
+    const std::size_t base = block_base(n, j);
+    auto e = ws.rows.col(col);
+    standardize(z, s, e, ws.sampling, where);
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        ws.scale[base + static_cast<std::size_t>(b)] = 1.0f;
+        ws.block_max[base + static_cast<std::size_t>(b)] = 0.0f;
+        ws.block_mass[base + static_cast<std::size_t>(b)] = e.segment(start, len).sum();
+    }
+    if (check_q != nullptr) check_column(check_q, n, j, where);
     return r;
 }
 
