@@ -33,8 +33,8 @@
 #else
 #define SPECDEC_ALWAYS_INLINE inline
 #endif
-/// Keeps a rarely taken variant of a hot loop out of its caller, so that the caller's own
-/// loop is compiled as if the variant did not exist.
+/// Keeps one variant of a hot loop out of line, so that the caller's other variant is compiled
+/// as if it did not exist.
 #if defined(__GNUC__) || defined(__clang__)
 #define SPECDEC_NOINLINE [[gnu::noinline]] inline
 #elif defined(_MSC_VER)

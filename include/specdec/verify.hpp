@@ -18,8 +18,9 @@
 /// lane sums the pass kept, and recomputing (or, on a short row, reading) those 16
 /// exponentials. Token verification never touches rows after the first rejection. After a
 /// rejection the correction is drawn by rejection sampling from p (16 exponentials per
-/// proposal), with one exact pass over the residual as the fallback. Block verification computes its residual masses R_i only where
-/// bounds (one from lane sums of q) do not already decide the outcome.
+/// proposal), with one exact pass over the residual as the fallback. Block verification
+/// computes its residual masses R_i only where bounds (one from lane sums of q) do not already
+/// decide the outcome.
 
 #include <Eigen/Core>
 
