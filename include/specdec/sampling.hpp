@@ -88,6 +88,12 @@ inline double sum_in_double(const Eigen::Ref<const Eigen::VectorXf>& w) {
 /// little).
 inline constexpr Eigen::Index row_block = 2048;
 
+/// Blocks of row_block elements in a row of n.
+inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
+
+/// Length of block b of a row of n elements (<= 0 past the last block).
+inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(row_block, n - b * row_block); }
+
 /// Elements per block in the two-level passes: small enough to stay in L1 between the
 /// vectorized reduction of a block and the scalar work that may follow on it.
 inline constexpr Eigen::Index block_size = 512;
@@ -546,6 +552,7 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
     }
     return r;
 }
+
 /// Maximum of a block: one vectorized pass with four independent accumulators (a single one
 /// would wait on the latency of each max). A NaN in the block may or may not show in it, so
 /// callers detect NaN through a sum over the block, which a NaN always turns into NaN.
@@ -589,17 +596,17 @@ SPECDEC_ALWAYS_INLINE void keep_in_register(Packet& x) {
 /// whose index is congruent to a·width + l modulo max_and_sum_group.
 inline constexpr Eigen::Index max_and_sum_group = 4 * Eigen::internal::packet_traits<float>::size;
 
-/// Maximum and sum of len floats in one vectorized pass (four max and two sum accumulators,
-/// each element loaded once). The sum is there to detect NaN, which always makes it NaN; it
-/// may also be NaN without one (+Inf next to -Inf, or sums that overflow both ways), so see
-/// block_has_nan(). `acc`, when not null, receives the four max accumulators
-/// (max_and_sum_group floats, see there), which cover the first len − len % max_and_sum_group
-/// elements.
+/// Result of max_and_sum.
 struct max_and_sum_result {
     float max;
     float sum;
 };
-inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* acc = nullptr) {
+/// Maximum and sum of len floats in one vectorized pass (four max and two sum accumulators,
+/// each element loaded once). The sum is there to detect NaN, which always makes it NaN; it
+/// may also be NaN without one (+Inf next to -Inf, or sums that overflow both ways), so see
+/// block_has_nan(). `acc` receives the four max accumulators (max_and_sum_group floats, see
+/// there), which cover the first len − len % max_and_sum_group elements.
+inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* acc) {
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
@@ -621,12 +628,10 @@ inline max_and_sum_result max_and_sum(const float* z, Eigen::Index len, float* a
         s0 = ei::padd(s0, ei::padd(x0, x1));
         s1 = ei::padd(s1, ei::padd(x2, x3));
     }
-    if (acc != nullptr) {
-        ei::pstoreu(acc, m0);
-        ei::pstoreu(acc + width, m1);
-        ei::pstoreu(acc + 2 * width, m2);
-        ei::pstoreu(acc + 3 * width, m3);
-    }
+    ei::pstoreu(acc, m0);
+    ei::pstoreu(acc + width, m1);
+    ei::pstoreu(acc + 2 * width, m2);
+    ei::pstoreu(acc + 3 * width, m3);
     float m = ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
     float sum = ei::predux(ei::padd(s0, s1));
     for (; k < len; ++k) {
@@ -776,7 +781,7 @@ SPECDEC_ALWAYS_INLINE float blockwise_exp_pass(const Eigen::Ref<const Eigen::Vec
     const Eigen::Index n = z.size();
     float m = neg_inf;
     for (Eigen::Index b = 0, start = 0; start < n; ++b, start += row_block) {
-        const Eigen::Index len = std::min(row_block, n - start);
+        const Eigen::Index len = block_len(n, b);
         const float bm = block_max(z, start, len);
         if (std::isnan(bm) || bm == std::numeric_limits<float>::infinity()) diagnose_logits(z, where);
         m = std::max(m, bm);
@@ -891,7 +896,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     }
     if (n == 0) detail::fail_invalid(where, ": logits row is empty");
     using detail::row_block;
-    const Eigen::Index nb = (n + row_block - 1) / row_block;
+    const Eigen::Index nb = detail::blocks_of(n);
     ws.block_sums.resize(static_cast<std::size_t>(nb));
     ws.block_refs.resize(static_cast<std::size_t>(nb));
     double* mass = ws.block_sums.data();
@@ -899,9 +904,9 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     const float inv_t = 1.0f / s.temperature;
     const float m = detail::blockwise_exp_pass(
         logits, ref, mass, where,
-        [&](Eigen::Index, Eigen::Index start, Eigen::Index len, float ref_m) {
+        [&](Eigen::Index b, Eigen::Index start, Eigen::Index len, float ref_m) {
             return detail::exp_pass(logits.data() + start, out.data() + start, len, ref_m, inv_t,
-                                    std::min(row_block, n - start - len));
+                                    detail::block_len(n, b + 1));
         },
         [&](Eigen::Index start, Eigen::Index len) { out.segment(start, len).setZero(); });
     double total = 0.0;
@@ -910,7 +915,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     double acc = 0.0;
     Eigen::Index pick = -1, last = -1;
     detail::for_each_block_factor(ref, mass, nb, m, inv_t, [&](Eigen::Index b, double f) {
-        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        const Eigen::Index start = b * row_block, len = detail::block_len(n, b);
         const double scale = f / total;
         out.segment(start, len) *= static_cast<float>(scale);
         mass[b] *= scale;
@@ -931,7 +936,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     if (pick >= 0) return pick;
     // Rounding overshoot past every block: the last element with weight.
     for (Eigen::Index b = last; b >= 0; --b) {
-        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
+        const Eigen::Index start = b * row_block, len = detail::block_len(n, b);
         for (Eigen::Index k = len - 1; k >= 0; --k)
             if (out[start + k] > 0.0f) return start + k;
     }

@@ -116,6 +116,11 @@ struct target_row {
 /// as the normalizing pass itself; on long ones writing the row would cost bandwidth.
 inline constexpr Eigen::Index kept_row_limit = row_block;
 
+/// True when row r's values are in ws.rows: p for stored rows (whose block scales are 1), the
+/// pass's exponentials for plain rows that kept them; either way p = that value times the
+/// block's scale.
+inline bool in_rows(const target_row& r) { return r.kind == target_row::form::stored || r.exps; }
+
 }  // namespace detail
 
 /// Reusable buffers for verify(); keep one per decoding loop so that verification
@@ -156,11 +161,6 @@ struct verify_workspace {
 inline constexpr Eigen::Index residual_proposal_cost = 1024;
 
 namespace detail {
-
-inline Eigen::Index blocks_of(Eigen::Index n) { return (n + row_block - 1) / row_block; }
-
-/// Length of block b of a row of n elements (<= 0 past the last block).
-inline Eigen::Index block_len(Eigen::Index n, Eigen::Index b) { return std::min(row_block, n - b * row_block); }
 
 /// Offset of row j's per-block entries in ws.block_max / scale / block_mass.
 inline std::size_t block_base(Eigen::Index vocab, std::size_t j) {
@@ -314,10 +314,9 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     auto e = ws.rows.col(col);
     standardize(z, s, e, ws.sampling, where);
     for (Eigen::Index b = 0; b < nb; ++b) {
-        const Eigen::Index start = b * row_block, len = std::min(row_block, n - start);
         ws.scale[base + static_cast<std::size_t>(b)] = 1.0f;
         ws.block_max[base + static_cast<std::size_t>(b)] = 0.0f;
-        ws.block_mass[base + static_cast<std::size_t>(b)] = e.segment(start, len).sum();
+        ws.block_mass[base + static_cast<std::size_t>(b)] = e.segment(b * row_block, block_len(n, b)).sum();
     }
     if (check_q != nullptr) check_column(check_q, n, j, where);
     return r;
@@ -347,7 +346,7 @@ inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::Matrix
     Eigen::Map<Eigen::VectorXf> o(out, len);
     if (ws.block_mass[at] == 0.0) {
         o.setZero();
-    } else if (r.kind == target_row::form::stored || r.exps) {
+    } else if (in_rows(r)) {
         o = ws.rows.col(col).segment(start, len) * ws.scale[at];
     } else {
         exp_pass(logits.col(col).data() + start, out, len, ws.block_max[at], r.inv_t);
@@ -508,7 +507,7 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
     const std::size_t at = block_base(n, r.column) + static_cast<std::size_t>(blk);
     if (ws.block_mass[at] == 0.0) return 0.0;  // p = 0 on the block: max(0, −b·q) = 0
     const auto col = static_cast<Eigen::Index>(r.column);
-    if (r.kind == target_row::form::stored || r.exps)  // (stored rows have scale 1)
+    if (in_rows(r))
         return (ws.rows.col(col).segment(start, len).array() * (a * ws.scale[at]) -
                 b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
             .max(0.0f)
