@@ -8,11 +8,12 @@
 
 #include <Eigen/Core>
 
-#if defined(__AVX512F__)
+#if defined(__SSE2__)
 #include <immintrin.h>
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -648,6 +649,44 @@ inline bool block_has_nan(const float* z, Eigen::Index len) {
     return false;
 }
 
+/// Bit l set when acc[l] == m, over the max_and_sum_group accumulator lanes (at most 64):
+/// four vector compares where the packets are x86 ones, else one scalar compare per lane.
+inline std::uint64_t lanes_equal_to(const float* acc, float m) {
+    constexpr int width = static_cast<int>(max_and_sum_group / 4);
+    static_assert(max_and_sum_group <= 64);
+    std::uint64_t mask = 0;
+#if defined(__AVX512F__)
+    if constexpr (width == 16) {
+        const __m512 pm = _mm512_set1_ps(m);
+        for (int a = 0; a < 4; ++a)
+            mask |= std::uint64_t{_mm512_cmp_ps_mask(_mm512_loadu_ps(acc + width * a), pm, _CMP_EQ_OQ)} << (width * a);
+        return mask;
+    }
+#endif
+#if defined(__AVX__)
+    if constexpr (width == 8) {
+        const __m256 pm = _mm256_set1_ps(m);
+        for (int a = 0; a < 4; ++a) {
+            const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(acc + width * a), pm, _CMP_EQ_OQ));
+            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits)) << (width * a);
+        }
+        return mask;
+    }
+#endif
+#if defined(__SSE2__)
+    if constexpr (width == 4) {
+        const __m128 pm = _mm_set1_ps(m);
+        for (int a = 0; a < 4; ++a) {
+            const int bits = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(acc + width * a), pm));
+            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits)) << (width * a);
+        }
+        return mask;
+    }
+#endif
+    for (Eigen::Index l = 0; l < max_and_sum_group; ++l) mask |= static_cast<std::uint64_t>(acc[l] == m) << l;
+    return mask;
+}
+
 /// The largest logit and its lowest index.
 struct row_argmax {
     float value;
@@ -661,9 +700,7 @@ struct row_argmax {
 /// with stride max_and_sum_group (len / 64 reads under AVX-512), then the scalar tail.
 /// \throws std::invalid_argument on an empty row, NaN, +Inf, or a row that is all -Inf.
 inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, const char* where) {
-    namespace ei = Eigen::internal;
-    using packet = ei::packet_traits<float>::type;
-    constexpr Eigen::Index width = ei::packet_traits<float>::size, group = max_and_sum_group;
+    constexpr Eigen::Index group = max_and_sum_group;
     const Eigen::Index n = z.size();
     if (n == 0) fail_invalid(where, ": logits row is empty");
     float m = -std::numeric_limits<float>::infinity();
@@ -688,18 +725,18 @@ inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, con
     const float* x = data + best_block;
     const Eigen::Index len = std::min(argmax_block, n - best_block);
     const Eigen::Index vec_end = len - len % group;
+    // The lanes holding the maximum, as a bit mask (no branch on where they are: such branches
+    // mispredict on nearly every row, at a cost comparable to the pass over a short row).
+    std::uint64_t lanes = lanes_equal_to(best_acc, m);
     Eigen::Index best = vec_end;  // no hit in the part the accumulators cover (yet)
-    const packet pm = ei::pset1<packet>(m);
-    for (Eigen::Index a = 0; a < 4; ++a) {
-        if (!ei::predux_any(ei::pcmp_eq(ei::pload<packet>(best_acc + a * width), pm))) continue;
-        for (Eigen::Index l = a * width; l < (a + 1) * width && l < best; ++l) {
-            if (best_acc[l] != m) continue;
-            for (Eigen::Index k = l; k < best; k += group)
-                if (x[k] == m) {
-                    best = k;
-                    break;
-                }
-        }
+    while (lanes != 0) {  // usually one lane
+        const auto l = static_cast<Eigen::Index>(std::countr_zero(lanes));
+        lanes &= lanes - 1;
+        for (Eigen::Index k = l; k < best; k += group)
+            if (x[k] == m) {
+                best = k;
+                break;
+            }
     }
     if (best == vec_end)
         while (best < len && x[best] != m) ++best;
