@@ -4,6 +4,7 @@
 #include <specdec/verify.hpp>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 #include <vector>
@@ -143,6 +144,51 @@ TEST_CASE("Temperature 0 accepts exactly the argmax tokens and corrects to the a
     const auto r = specdec::verify(z, draft, specdec::point_mass, {.temperature = 0.0f}, rng, ws);
     CHECK(r.accepted == 1);
     CHECK(r.next_token == right);
+}
+
+TEST_CASE("Temperature 0 verification draws no randomness, under either scheme", "[verify]") {
+    // Every decision follows from the argmax, so the generator is never called; the same calls
+    // at temperature 1 (the control) do call it.
+    struct counting_rng {
+        using result_type = std::uint64_t;
+        static constexpr result_type min() { return 0; }
+        static constexpr result_type max() { return ~result_type{0}; }
+        std::mt19937_64 g{3};
+        int calls = 0;
+        result_type operator()() {
+            ++calls;
+            return g();
+        }
+    };
+    const int vocab = 300;
+    const auto z = random_logits(vocab, 4, 23);
+    Eigen::MatrixXf q(vocab, 3);
+    for (int i = 0; i < 3; ++i) {
+        const Eigen::VectorXf e = random_logits(vocab, 1, 40 + static_cast<std::uint64_t>(i)).col(0).array().exp();
+        q.col(i) = e / e.sum();
+    }
+    std::vector<token_id> all_right, first_wrong;
+    for (int i = 0; i < 3; ++i) {
+        Eigen::Index a = 0;
+        z.col(i).maxCoeff(&a);
+        all_right.push_back(static_cast<token_id>(a));
+        first_wrong.push_back(static_cast<token_id>(i == 0 ? (a + 1) % vocab : a));
+    }
+    specdec::verify_workspace ws;
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        for (const auto* draft : {&all_right, &first_wrong}) {
+            counting_rng greedy, control;
+            const auto r0 = specdec::verify(z, *draft, q, {.temperature = 0.0f}, greedy, ws, {.scheme = scheme});
+            const auto r1 = specdec::verify(z, *draft, specdec::point_mass, {.temperature = 0.0f}, greedy, ws,
+                                            {.scheme = scheme});
+            specdec::verify(z, *draft, q, {.temperature = 1.0f}, control, ws, {.scheme = scheme});
+            INFO("scheme " << static_cast<int>(scheme) << ", first draft " << (*draft)[0]);
+            CHECK(r0.accepted == (draft == &all_right ? 3u : 0u));
+            CHECK(r1.accepted == r0.accepted);
+            CHECK(greedy.calls == 0);
+            CHECK(control.calls > 0);
+        }
+    }
 }
 
 TEST_CASE("Lenience raises acceptance and keeps every token below p(x)/l", "[verify][lenience]") {

@@ -537,10 +537,10 @@ template <class G>
 token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                          const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a, float b,
                          verify_workspace& ws, G& rng) {
-    const double u = uniform01(rng);
     // p = δ(argmax): the residual is a multiple of δ(argmax) or empty, and the fallback is p
-    // as well: the argmax either way.
+    // as well: the argmax either way, drawn with no uniform.
     if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
+    const double u = uniform01(rng);
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
     const auto j = static_cast<Eigen::Index>(r.column);
     const double* mass = ws.block_mass.data() + block_base(n, r.column);
@@ -680,6 +680,7 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
     const std::size_t n = draft_tokens.size();
     const double lenience = opts.lenience;
     const bool check = q != nullptr && opts.check_draft_distributions;
+    const bool greedy = sampling.temperature == 0.0f;
     reserve_rows(ws, target_logits.rows(), n, sampling);
     // Test x_1..x_γ left to right with r_i ~ U(0, 1); the first failure ends the block.
     // Rows after it are never read. No row is written out: the test needs p(x) only, and a
@@ -690,7 +691,8 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
         const target_row row = prepare_row(target_logits, i, sampling, ws, where, check_q);
         const double qx = draft_prob(q, i, x);
         const double px = prob_of(row, target_logits, ws, x);
-        const double r = uniform01(rng);
+        // Greedy rows have p(x) in {0, 1}: the test below does not depend on r, so none is drawn.
+        const double r = greedy ? 0.0 : uniform01(rng);
         // Accept iff r < p(x) / (l q(x)), i.e. with probability min(1, p/(l q)) (App. A.5
         // with l = 1 is Alg. 1). A token the drafter gave q(x) = 0 is rejected.
         if (qx > 0.0 && r * lenience * qx < px) continue;
@@ -699,7 +701,7 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
     const target_row row = prepare_row(target_logits, n, sampling, ws, where);
-    return {n, sample_target(row, target_logits, ws, uniform01(rng))};
+    return {n, sample_target(row, target_logits, ws, greedy ? 0.0 : uniform01(rng))};
 }
 
 /// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (or a point mass at
@@ -784,8 +786,10 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     const std::size_t n = draft_tokens.size();
     const bool check = q != nullptr && opts.check_draft_distributions;
     reserve_rows(ws, target_logits.rows(), n, sampling);
+    const bool greedy = sampling.temperature == 0.0f;
     ws.eta.resize(n);
-    for (double& e : ws.eta) e = uniform01(rng);
+    // At temperature 0 every w_i and h_i is 0 or 1, so η_i in [0, 1) decides nothing: none is drawn.
+    for (double& e : ws.eta) e = greedy ? 0.0 : uniform01(rng);
     ws.weight.resize(n);
     ws.p_draft.resize(n);
     ws.q_draft.resize(n);
@@ -845,7 +849,7 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     }
     if (tau == n) {
         const target_row last = prepare_row(target_logits, n, sampling, ws, where);
-        return {n, sample_target(last, target_logits, ws, uniform01(rng))};
+        return {n, sample_target(last, target_logits, ws, greedy ? 0.0 : uniform01(rng))};
     }
     const double w_tau = tau == 0 ? 1.0 : ws.weight[tau - 1];
     // Row τ (0-based; p_{τ+1} in Sun et al.'s 1-based notation) was prepared in the forward pass.
@@ -876,12 +880,12 @@ verify_result dispatch_verify(const Eigen::Ref<const Eigen::MatrixXf>& target_lo
 /// exactly the target's distribution. p_i is the standardized target distribution of column
 /// i of target_logits.
 ///
-/// Randomness, all from `rng` through uniform01: token scheme, one uniform per tested draft
-/// token; block scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one
-/// uniform when it comes from p (all drafts accepted, temperature 0, or point-mass drafts);
-/// after a rejection with draft distributions, two per rejection-sampling proposal (see
-/// residual_proposal_cost for how many are made) and, if none is accepted, one more for the
-/// exact draw.
+/// Randomness, all from `rng` through uniform01, and none at temperature 0 (where every
+/// decision follows from the argmax): token scheme, one uniform per tested draft token; block
+/// scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one uniform when it comes
+/// from p (all drafts accepted, or point-mass drafts); after a rejection with draft
+/// distributions, two per rejection-sampling proposal (see residual_proposal_cost for how many
+/// are made) and, if none is accepted, one more for the exact draw.
 ///
 /// \param target_logits V x (γ+1) target logits; column j follows context + x_1..x_j.
 /// \param draft_tokens  x_1..x_γ (γ may be 0: then one token is sampled from p_1).
