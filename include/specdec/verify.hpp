@@ -25,6 +25,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -474,6 +475,56 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
     return {b * row_block + first + k * chunk_lanes, static_cast<double>(e[k] * static_cast<float>(scale))};
 }
 
+/// Lane sums of a row of one block: chunk c, lane l at [c·chunk_lanes + l].
+using short_row_lanes = std::array<float, chunks_per_block * chunk_lanes>;
+
+/// For a row of one block whose values are in ws.rows (see in_rows): writes the residual
+/// weights max(0, a·p − b·q) into ws.block (zero up to the end of the last 256-token chunk)
+/// and their lane sums into `lanes`, in one vectorized pass; returns the total. The lanes are
+/// those of draw_plain (chunk c, lane l: the elements c·exp_chunk + l + chunk_lanes·k).
+inline double short_residual_weights(const target_row& r, const float* q, float a, float b, verify_workspace& ws,
+                                     Eigen::Index n, short_row_lanes& lanes_out) {
+    const std::size_t at = block_base(n, r.column);
+    const Eigen::Index chunks = (n + exp_chunk - 1) / exp_chunk;
+    float* w = ws.block.data();
+    Eigen::Map<Eigen::ArrayXf>(w, n) =
+        (ws.rows.col(static_cast<Eigen::Index>(r.column)).head(n).array() * (a * static_cast<float>(ws.scale[at])) -
+         b * Eigen::Map<const Eigen::ArrayXf>(q, n))
+            .max(0.0f);
+    std::fill(w + n, w + chunks * exp_chunk, 0.0f);
+    double total = 0.0;
+    for (Eigen::Index c = 0; c < chunks; ++c) {
+        using lane_matrix = Eigen::Matrix<float, chunk_lanes, exp_chunk / chunk_lanes>;
+        auto lanes = Eigen::Map<Eigen::Matrix<float, chunk_lanes, 1>>(lanes_out.data() + c * chunk_lanes);
+        lanes = Eigen::Map<const lane_matrix>(w + c * exp_chunk).rowwise().sum();
+        total += static_cast<double>(lanes.sum());
+    }
+    return total;
+}
+
+/// One inverse-CDF draw with uniform u from the weights and lane sums short_residual_weights
+/// made (total their sum), in draw_plain's (chunk, lane, element) order; never an element of
+/// weight 0 (on rounding overshoot, the last element with weight).
+inline Eigen::Index draw_short_residual(const verify_workspace& ws, const short_row_lanes& lane_sums, Eigen::Index n,
+                                        double total, double u) {
+    static_assert(chunks_per_block <= chunk_lanes);
+    const Eigen::Index chunks = (n + exp_chunk - 1) / exp_chunk;
+    const float* w = ws.block.data();
+    const float* lanes = lane_sums.data();
+    double target = u * total, acc = 0.0;
+    double v[chunk_lanes];
+    for (Eigen::Index c = 0; c < chunks; ++c)
+        v[c] = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(lanes + c * chunk_lanes).sum();
+    const int c = pick_crossing(v, static_cast<int>(chunks), acc, target);
+    for (Eigen::Index l = 0; l < chunk_lanes; ++l) v[l] = lanes[c * chunk_lanes + l];
+    const int l = pick_crossing(v, static_cast<int>(chunk_lanes), acc, target);
+    const Eigen::Index first = static_cast<Eigen::Index>(c) * exp_chunk + l;
+    for (Eigen::Index k = 0; k < chunk_lanes; ++k) v[k] = w[first + k * chunk_lanes];
+    const int k = pick_crossing(v, static_cast<int>(chunk_lanes), acc, target);
+    SPECDEC_ASSERT(c >= 0 && l >= 0 && k >= 0, "draw_short_residual: a chunk with weight has no element with weight");
+    return first + k * chunk_lanes;
+}
+
 /// Running sums of row r's block masses into ws.sums (for draw_plain); returns the total.
 inline const double* block_prefix(const target_row& r, Eigen::Index vocab, verify_workspace& ws) {
     const Eigen::Index nb = blocks_of(vocab);
@@ -595,7 +646,17 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
         const double ry = py - static_cast<double>(b) * qc[y.index];
         if (uniform01(rng) * py < ry) return static_cast<token_id>(y.index);
     }
-    // No proposal accepted: one exact pass (block sums of the residual, then one block).
+    // No proposal accepted: one exact pass. A row of one block whose values are kept writes
+    // the residual's weights and lane sums, then draws in lane order (any fixed order of the
+    // elements gives an exact draw); longer rows take block sums of the residual, then fill
+    // and scan the one block the draw lands in.
+    if (nb == 1 && in_rows(r)) {
+        short_row_lanes lanes;
+        total = short_residual_weights(r, qc.data(), a, b, ws, n, lanes);
+        const double w = uniform01(rng);
+        if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
+        return static_cast<token_id>(draw_short_residual(ws, lanes, n, total, w));
+    }
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
         const double bs = block_residual(r, logits, ws, qc.data(), blk, a, b);
         ws.sums[static_cast<std::size_t>(blk)] = bs;
