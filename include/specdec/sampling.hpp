@@ -846,7 +846,9 @@ SPECDEC_ALWAYS_INLINE void for_each_block_factor(const float* ref, const double*
         if (mass[b] == 0.0) continue;
         if (ref[b] != current) {
             current = ref[b];
-            factor = std::exp(static_cast<double>(current - m) * inv_t);
+            // exp(0) = 1 exactly: the common case (a single block, or the block holding the
+            // maximum and those after it) needs no call to exp.
+            factor = current == m ? 1.0 : std::exp(static_cast<double>(current - m) * inv_t);
         }
         fn(b, factor);
     }
