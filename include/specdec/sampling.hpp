@@ -479,14 +479,21 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
             q_total = _mm512_add_ps(q_total, q_chunk);
         }
     }
-    alignas(64) float t[16], qs[16], qm[16];
-    _mm512_store_ps(t, total);
-    _mm512_store_ps(qs, q_total);
-    _mm512_store_ps(qm, _mm512_min_ps(q0, q1));
-    for (int i = 0; i < 16; ++i) {
-        r.exp_sum += static_cast<double>(t[i]);
-        q_sum += static_cast<double>(qs[i]);
-        q_min = std::min(q_min, qm[i]);  // (a NaN shows in the sum)
+    // Lane totals in double, reduced as a tree (a sequential chain of 16 adds would be the
+    // longest latency of a short row's pass).
+    auto sum_lanes = [](__m512 v) {
+        alignas(64) float t[16];
+        _mm512_store_ps(t, v);
+        double d[8];
+        for (int i = 0; i < 8; ++i) d[i] = static_cast<double>(t[i]) + static_cast<double>(t[i + 8]);
+        return ((d[0] + d[4]) + (d[2] + d[6])) + ((d[1] + d[5]) + (d[3] + d[7]));
+    };
+    r.exp_sum = sum_lanes(total);
+    if (q != nullptr) {
+        q_sum = sum_lanes(q_total);
+        alignas(64) float qm[16];
+        _mm512_store_ps(qm, _mm512_min_ps(q0, q1));
+        for (int i = 0; i < 16; ++i) q_min = std::min(q_min, qm[i]);  // (a NaN shows in the sum)
     }
 #else
     namespace ei = Eigen::internal;
