@@ -661,35 +661,30 @@ inline bool block_has_nan(const float* z, Eigen::Index len) {
 inline std::uint64_t lanes_equal_to(const float* acc, float m) {
     constexpr int width = static_cast<int>(max_and_sum_group / 4);
     static_assert(max_and_sum_group <= 64);
-    std::uint64_t mask = 0;
-#if defined(__AVX512F__)
-    if constexpr (width == 16) {
-        const __m512 pm = _mm512_set1_ps(m);
+    // The four packets' compare masks (bits_of: the mask of one packet), side by side.
+    [[maybe_unused]] auto packets = [&](auto bits_of) {
+        std::uint64_t mask = 0;
         for (int a = 0; a < 4; ++a)
-            mask |= std::uint64_t{_mm512_cmp_ps_mask(_mm512_loadu_ps(acc + width * a), pm, _CMP_EQ_OQ)} << (width * a);
+            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits_of(acc + width * a))) << (width * a);
         return mask;
-    }
+    };
+#if defined(__AVX512F__)
+    if constexpr (width == 16)
+        return packets([pm = _mm512_set1_ps(m)](const float* p) {
+            return _mm512_cmp_ps_mask(_mm512_loadu_ps(p), pm, _CMP_EQ_OQ);
+        });
 #endif
 #if defined(__AVX__)
-    if constexpr (width == 8) {
-        const __m256 pm = _mm256_set1_ps(m);
-        for (int a = 0; a < 4; ++a) {
-            const int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(acc + width * a), pm, _CMP_EQ_OQ));
-            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits)) << (width * a);
-        }
-        return mask;
-    }
+    if constexpr (width == 8)
+        return packets([pm = _mm256_set1_ps(m)](const float* p) {
+            return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p), pm, _CMP_EQ_OQ));
+        });
 #endif
 #if defined(__SSE2__)
-    if constexpr (width == 4) {
-        const __m128 pm = _mm_set1_ps(m);
-        for (int a = 0; a < 4; ++a) {
-            const int bits = _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(acc + width * a), pm));
-            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits)) << (width * a);
-        }
-        return mask;
-    }
+    if constexpr (width == 4)
+        return packets([pm = _mm_set1_ps(m)](const float* p) { return _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(p), pm)); });
 #endif
+    std::uint64_t mask = 0;
     for (Eigen::Index l = 0; l < max_and_sum_group; ++l) mask |= static_cast<std::uint64_t>(acc[l] == m) << l;
     return mask;
 }

@@ -424,6 +424,22 @@ struct weighted_index {
     double weight = 0.0;  ///< p(index) as the draw computed it
 };
 
+/// The chunk and lane levels of a lane-order draw: over `chunks` chunks whose lane sums are
+/// at lanes[c·chunk_lanes + l], picks the chunk, then the lane, where acc + the running weight
+/// crosses target (see pick_crossing, which updates both); returns the lane's first element,
+/// c·exp_chunk + l, or -1 when no lane has weight.
+inline Eigen::Index pick_lane(const float* lanes, Eigen::Index chunks, double& acc, double& target) {
+    static_assert(chunks_per_block <= chunk_lanes);  // a block's chunk sums fit in w
+    double w[chunk_lanes];
+    for (Eigen::Index c = 0; c < chunks; ++c)
+        w[c] = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(lanes + c * chunk_lanes).sum();
+    const int c = pick_crossing(w, static_cast<int>(chunks), acc, target);
+    if (c < 0) return -1;
+    for (Eigen::Index l = 0; l < chunk_lanes; ++l) w[l] = lanes[c * chunk_lanes + l];
+    const int l = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
+    return l < 0 ? -1 : static_cast<Eigen::Index>(c) * exp_chunk + l;
+}
+
 /// One inverse-CDF draw from a plain row with uniform u, in (block, chunk, lane, element)
 /// order: the block by binary search on the running block masses `prefix`, the 256-token chunk
 /// and then the lane by the lane sums the normalizing pass kept (see chunked_exp_pass), and
@@ -443,16 +459,10 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
     target = (target - (b > 0 ? prefix[b - 1] : 0.0)) / scale;
     double acc = 0.0;
     const Eigen::Index len = block_len(n, b), chunks = (len + exp_chunk - 1) / exp_chunk;
-    const float* lanes = chunk_data(ws, n, r.column, b);
-    double w[chunk_lanes];
-    for (Eigen::Index c = 0; c < chunks; ++c)
-        w[c] = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(lanes + c * chunk_lanes).sum();
-    const int c = pick_crossing(w, static_cast<int>(chunks), acc, target);
-    for (Eigen::Index l = 0; l < chunk_lanes; ++l) w[l] = lanes[c * chunk_lanes + l];
-    const int l = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
+    const Eigen::Index first = pick_lane(chunk_data(ws, n, r.column, b), chunks, acc, target);
+    SPECDEC_ASSERT(first >= 0, "draw_plain: a block with mass has no lane with weight");
     // The lane's elements (0 past the end of the row): kept by the pass, or recomputed through
     // the pass's own exp.
-    const Eigen::Index first = static_cast<Eigen::Index>(c) * exp_chunk + l;
     alignas(64) float e[chunk_lanes];
     if (r.exps) {
         const float* kept = ws.rows.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
@@ -469,9 +479,10 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
         }
         exp_lane(in, e, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
     }
+    double w[chunk_lanes];
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) w[k] = e[k];
     const int k = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
-    SPECDEC_ASSERT(c >= 0 && l >= 0 && k >= 0, "draw_plain: a block with mass has no element with weight");
+    SPECDEC_ASSERT(k >= 0, "draw_plain: a lane with weight has no element with weight");
     return {b * row_block + first + k * chunk_lanes, static_cast<double>(e[k] * static_cast<float>(scale))};
 }
 
@@ -507,21 +518,15 @@ inline double short_residual_weights(const target_row& r, const float* q, float 
 /// weight 0 (on rounding overshoot, the last element with weight).
 inline Eigen::Index draw_short_residual(const verify_workspace& ws, const short_row_lanes& lane_sums, Eigen::Index n,
                                         double total, double u) {
-    static_assert(chunks_per_block <= chunk_lanes);
     const Eigen::Index chunks = (n + exp_chunk - 1) / exp_chunk;
     const float* w = ws.block.data();
-    const float* lanes = lane_sums.data();
     double target = u * total, acc = 0.0;
+    const Eigen::Index first = pick_lane(lane_sums.data(), chunks, acc, target);
+    SPECDEC_ASSERT(first >= 0, "draw_short_residual: a residual with weight has no lane with weight");
     double v[chunk_lanes];
-    for (Eigen::Index c = 0; c < chunks; ++c)
-        v[c] = Eigen::Map<const Eigen::Array<float, chunk_lanes, 1>>(lanes + c * chunk_lanes).sum();
-    const int c = pick_crossing(v, static_cast<int>(chunks), acc, target);
-    for (Eigen::Index l = 0; l < chunk_lanes; ++l) v[l] = lanes[c * chunk_lanes + l];
-    const int l = pick_crossing(v, static_cast<int>(chunk_lanes), acc, target);
-    const Eigen::Index first = static_cast<Eigen::Index>(c) * exp_chunk + l;
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) v[k] = w[first + k * chunk_lanes];
     const int k = pick_crossing(v, static_cast<int>(chunk_lanes), acc, target);
-    SPECDEC_ASSERT(c >= 0 && l >= 0 && k >= 0, "draw_short_residual: a chunk with weight has no element with weight");
+    SPECDEC_ASSERT(k >= 0, "draw_short_residual: a lane with weight has no element with weight");
     return first + k * chunk_lanes;
 }
 
