@@ -240,13 +240,19 @@ Packet exp_shifted(const Packet& x, const Packet& m, const Packet& inv_t) {
 #endif
 
 #if defined(__AVX512F__)
+/// The sum of a vector's 16 lanes, added in double precision as a tree (a chain of 16
+/// dependent adds would be the longest latency of a pass over a short row).
+inline double lanes_in_double(__m512 v) {
+    alignas(64) float t[16];  // (not _mm512_reduce_add_ps: GCC 12 warns falsely inside it)
+    _mm512_store_ps(t, v);
+    double d[8];
+    for (int i = 0; i < 8; ++i) d[i] = static_cast<double>(t[i]) + static_cast<double>(t[i + 8]);
+    return ((d[0] + d[4]) + (d[2] + d[6])) + ((d[1] + d[5]) + (d[3] + d[7]));
+}
+
 /// The sum of four accumulators' 64 lanes, added in double precision.
 inline double total_in_double(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-    alignas(64) float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns falsely inside it)
-    _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-    double sum = 0.0;
-    for (const float v : lanes) sum += static_cast<double>(v);
-    return sum;
+    return lanes_in_double(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
 /// The exps of the 64 floats at z, as four vectors.
@@ -372,6 +378,9 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
 
 /// Elements per chunk of chunked_exp_pass.
 inline constexpr Eigen::Index exp_chunk = 256;
+
+/// Chunks of exp_chunk elements (the last one possibly partial) in len elements.
+inline Eigen::Index chunks_of(Eigen::Index len) { return (len + exp_chunk - 1) / exp_chunk; }
 /// Floats stored per chunk by chunked_exp_pass (the chunk's SIMD lane sums, unreduced).
 inline constexpr Eigen::Index chunk_lanes = 16;
 
@@ -479,18 +488,9 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
             q_total = _mm512_add_ps(q_total, q_chunk);
         }
     }
-    // Lane totals in double, reduced as a tree (a sequential chain of 16 adds would be the
-    // longest latency of a short row's pass).
-    auto sum_lanes = [](__m512 v) {
-        alignas(64) float t[16];
-        _mm512_store_ps(t, v);
-        double d[8];
-        for (int i = 0; i < 8; ++i) d[i] = static_cast<double>(t[i]) + static_cast<double>(t[i + 8]);
-        return ((d[0] + d[4]) + (d[2] + d[6])) + ((d[1] + d[5]) + (d[3] + d[7]));
-    };
-    r.exp_sum = sum_lanes(total);
+    r.exp_sum = lanes_in_double(total);
     if (q != nullptr) {
-        q_sum = sum_lanes(q_total);
+        q_sum = lanes_in_double(q_total);
         alignas(64) float qm[16];
         _mm512_store_ps(qm, _mm512_min_ps(q0, q1));
         for (int i = 0; i < 16; ++i) q_min = std::min(q_min, qm[i]);  // (a NaN shows in the sum)

@@ -458,7 +458,7 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
     // From here on, weights are the block's exp((z − ref_b) / T), before scaling.
     target = (target - (b > 0 ? prefix[b - 1] : 0.0)) / scale;
     double acc = 0.0;
-    const Eigen::Index len = block_len(n, b), chunks = (len + exp_chunk - 1) / exp_chunk;
+    const Eigen::Index len = block_len(n, b), chunks = chunks_of(len);
     const Eigen::Index first = pick_lane(chunk_data(ws, n, r.column, b), chunks, acc, target);
     SPECDEC_ASSERT(first >= 0, "draw_plain: a block with mass has no lane with weight");
     // The lane's elements (0 past the end of the row): kept by the pass, or recomputed through
@@ -486,6 +486,17 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
     return {b * row_block + first + k * chunk_lanes, static_cast<double>(e[k] * static_cast<float>(scale))};
 }
 
+/// max(0, a·p − b·q) over block blk of a row of n tokens whose values are in ws.rows (see
+/// in_rows), q being the draft column's data: an expression, evaluated where it is used.
+inline auto kept_residual(const target_row& r, const verify_workspace& ws, const float* q, Eigen::Index n,
+                          Eigen::Index blk, float a, float b) {
+    const Eigen::Index start = blk * row_block, len = block_len(n, blk);
+    const float scale = ws.scale[block_base(n, r.column) + static_cast<std::size_t>(blk)];
+    return (ws.rows.col(static_cast<Eigen::Index>(r.column)).segment(start, len).array() * (a * scale) -
+            b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
+        .max(0.0f);
+}
+
 /// Lane sums of a row of one block: chunk c, lane l at [c·chunk_lanes + l].
 using short_row_lanes = std::array<float, chunks_per_block * chunk_lanes>;
 
@@ -495,13 +506,9 @@ using short_row_lanes = std::array<float, chunks_per_block * chunk_lanes>;
 /// those of draw_plain (chunk c, lane l: the elements c·exp_chunk + l + chunk_lanes·k).
 inline double short_residual_weights(const target_row& r, const float* q, float a, float b, verify_workspace& ws,
                                      Eigen::Index n, short_row_lanes& lanes_out) {
-    const std::size_t at = block_base(n, r.column);
-    const Eigen::Index chunks = (n + exp_chunk - 1) / exp_chunk;
+    const Eigen::Index chunks = chunks_of(n);
     float* w = ws.block.data();
-    Eigen::Map<Eigen::ArrayXf>(w, n) =
-        (ws.rows.col(static_cast<Eigen::Index>(r.column)).head(n).array() * (a * static_cast<float>(ws.scale[at])) -
-         b * Eigen::Map<const Eigen::ArrayXf>(q, n))
-            .max(0.0f);
+    Eigen::Map<Eigen::ArrayXf>(w, n) = kept_residual(r, ws, q, n, 0, a, b);
     std::fill(w + n, w + chunks * exp_chunk, 0.0f);
     double total = 0.0;
     for (Eigen::Index c = 0; c < chunks; ++c) {
@@ -518,10 +525,9 @@ inline double short_residual_weights(const target_row& r, const float* q, float 
 /// weight 0 (on rounding overshoot, the last element with weight).
 inline Eigen::Index draw_short_residual(const verify_workspace& ws, const short_row_lanes& lane_sums, Eigen::Index n,
                                         double total, double u) {
-    const Eigen::Index chunks = (n + exp_chunk - 1) / exp_chunk;
     const float* w = ws.block.data();
     double target = u * total, acc = 0.0;
-    const Eigen::Index first = pick_lane(lane_sums.data(), chunks, acc, target);
+    const Eigen::Index first = pick_lane(lane_sums.data(), chunks_of(n), acc, target);
     SPECDEC_ASSERT(first >= 0, "draw_short_residual: a residual with weight has no lane with weight");
     double v[chunk_lanes];
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) v[k] = w[first + k * chunk_lanes];
@@ -555,6 +561,14 @@ inline token_id sample_target(const target_row& r, const Eigen::Ref<const Eigen:
         prefix));
 }
 
+/// sample_target with a uniform from rng; a greedy row gives its argmax and draws none.
+template <class G>
+token_id sample_target_from(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, verify_workspace& ws,
+                            G& rng) {
+    if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
+    return sample_target(r, logits, ws, uniform01(rng));
+}
+
 /// Σ max(0, a·p(y) − b·q(y)) over block blk of a prepared (non-greedy) row, q being the draft
 /// column's data: one fused pass (exp, scale, subtract, clamp, sum) with nothing written.
 inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
@@ -563,11 +577,7 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
     const std::size_t at = block_base(n, r.column) + static_cast<std::size_t>(blk);
     if (ws.block_mass[at] == 0.0) return 0.0;  // p = 0 on the block: max(0, −b·q) = 0
     const auto col = static_cast<Eigen::Index>(r.column);
-    if (in_rows(r))
-        return (ws.rows.col(col).segment(start, len).array() * (a * ws.scale[at]) -
-                b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
-            .max(0.0f)
-            .sum();
+    if (in_rows(r)) return kept_residual(r, ws, q, n, blk, a, b).sum();
     return residual_sum(logits.col(col).data() + start, q + start, len, ws.block_max[at], r.inv_t, a * ws.scale[at], b,
                         block_len(n, blk + 1));
 }
@@ -767,7 +777,7 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
     const target_row row = prepare_row(target_logits, n, sampling, ws, where);
-    return {n, sample_target(row, target_logits, ws, greedy ? 0.0 : uniform01(rng))};
+    return {n, sample_target_from(row, target_logits, ws, rng)};
 }
 
 /// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (or a point mass at
@@ -805,7 +815,7 @@ inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab,
     for (Eigen::Index b = 0; b < blocks_of(vocab); ++b) {
         const auto at = base + static_cast<std::size_t>(b);
         if (ws.block_mass[at] == 0.0) continue;  // p = 0 there: no positive part
-        const Eigen::Index count = (block_len(vocab, b) + exp_chunk - 1) / exp_chunk * chunk_lanes;
+        const Eigen::Index count = chunks_of(block_len(vocab, b)) * chunk_lanes;
         const std::size_t off = chunk_offset(vocab, r.column, b);
         const Eigen::Map<const Eigen::ArrayXf> p(ws.chunk_lanes.data() + off, count), q(ws.q_lanes.data() + off, count);
         total += (p * static_cast<float>(w * ws.scale[at]) - q).max(0.0f).sum();
@@ -915,7 +925,7 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     }
     if (tau == n) {
         const target_row last = prepare_row(target_logits, n, sampling, ws, where);
-        return {n, sample_target(last, target_logits, ws, greedy ? 0.0 : uniform01(rng))};
+        return {n, sample_target_from(last, target_logits, ws, rng)};
     }
     const double w_tau = tau == 0 ? 1.0 : ws.weight[tau - 1];
     // Row τ (0-based; p_{τ+1} in Sun et al.'s 1-based notation) was prepared in the forward pass.
