@@ -59,7 +59,9 @@ struct splitmix64 {
 #if defined(__AVX512F__)
 /// Σ exp(b_i - m) over len floats with b_i <= m (or -Inf), AVX-512. exp(y) = 2^t with
 /// t = y·log2(e): n = round(t), 2^(t-n) by a degree-6 polynomial on [-1/2, 1/2], times 2^n by
-/// vscalefps (which gives exactly 0 for -Inf and for t < -149). Relative error of one term: about
+/// vscalefps (which gives exactly 0 for t < -149). With AVX512DQ, t - n comes from vreduceps,
+/// which is 0 for t = -Inf (so the polynomial sees no NaN); without it, t is clamped below at
+/// -200 first. The same instructions as specdec's own exp. Relative error of one term: about
 /// 1e-7 for y near 0, growing to 4e-6 at y = -87 (t·log2(e) rounding); the terms that carry the
 /// sum are those near 0, so the sum is accurate to float precision.
 ///
@@ -69,14 +71,22 @@ template <bool ReadQ = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
                             const float* q = nullptr, double* q_sum = nullptr) {
     const __m512 vm = _mm512_set1_ps(m), log2e = _mm512_set1_ps(1.44269504088896341f);
+#if !defined(__AVX512DQ__)
     const __m512 floor_t = _mm512_set1_ps(-200.0f);  // keeps -Inf out of the polynomial
+#endif
     const __m512 c0 = _mm512_set1_ps(1.0f), c1 = _mm512_set1_ps(0.693147182f), c2 = _mm512_set1_ps(0.240226507f),
                  c3 = _mm512_set1_ps(0.0555041087f), c4 = _mm512_set1_ps(0.00961812911f),
                  c5 = _mm512_set1_ps(0.00133335581f), c6 = _mm512_set1_ps(0.000154035304f);
     auto exp_of = [&](__m512 v) {
+#if defined(__AVX512DQ__)
+        const __m512 t = _mm512_mul_ps(_mm512_sub_ps(v, vm), log2e);
+        const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
         const __m512 t = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(v, vm), log2e), floor_t);
         const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         const __m512 f = _mm512_sub_ps(t, k);
+#endif
         __m512 p = _mm512_fmadd_ps(c6, f, c5);
         p = _mm512_fmadd_ps(p, f, c4);
         p = _mm512_fmadd_ps(p, f, c3);

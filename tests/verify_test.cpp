@@ -250,6 +250,42 @@ TEST_CASE("verify rejects malformed input with messages that name the problem", 
     CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("-Inf"));
 }
 
+TEST_CASE("The draft-column check finds a bad entry anywhere in a long column and accepts -0.0", "[verify][errors]") {
+    // Columns long enough for the vectorized loop of the checking pass (a short row, one block
+    // of 2048, several blocks), with the bad entry in the body, in a partial tail and at the end.
+    for (const int vocab : {300, 2048, 5000}) {
+        const auto z = random_logits(vocab, 2, 11);
+        const Eigen::MatrixXf q = softmax_columns(random_logits(vocab, 1, 12));
+        const std::vector<token_id> draft{3};
+        specdec::verify_workspace ws;
+        for (const int at : {0, 77, 257, vocab - 1}) {
+            for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+                INFO("vocab " << vocab << ", entry " << at << ", block scheme " << (scheme == specdec::verification_scheme::block));
+                std::mt19937_64 rng(1);
+                Eigen::MatrixXf bad = q;
+                bad(at, 0) = -q(at, 0) - 1e-4f;  // negative, with the column's sum kept near 1
+                bad((at + 1) % vocab, 0) += 2.0f * q(at, 0) + 1e-4f;
+                CHECK_THROWS_WITH(specdec::verify(z, draft, bad, {}, rng, ws, {.scheme = scheme}), contains("not a probability"));
+                bad = q;
+                bad(at, 0) = std::nanf("");
+                CHECK_THROWS_WITH(specdec::verify(z, draft, bad, {}, rng, ws, {.scheme = scheme}), contains("not a probability"));
+                bad(at, 0) = -std::nanf("");
+                CHECK_THROWS_WITH(specdec::verify(z, draft, bad, {}, rng, ws, {.scheme = scheme}), contains("not a probability"));
+                // -0.0 is a probability: same outcome as +0.0 from the same seed.
+                Eigen::MatrixXf zero = q;
+                zero((at + 1) % vocab, 0) += q(at, 0);
+                zero(at, 0) = 0.0f;
+                Eigen::MatrixXf minus_zero = zero;
+                minus_zero(at, 0) = -0.0f;
+                std::mt19937_64 a(5), b(5);
+                const auto r0 = specdec::verify(z, draft, zero, {}, a, ws, {.scheme = scheme});
+                const auto r1 = specdec::verify(z, draft, minus_zero, {}, b, ws, {.scheme = scheme});
+                CHECK(r1.accepted == r0.accepted);
+                CHECK(r1.next_token == r0.next_token);
+            }
+        }
+    }
+}
 TEST_CASE("verify with no draft tokens samples one token from the first row", "[verify]") {
     Eigen::MatrixXf z(4, 1);
     z << -1.0f, 2.0f, 0.0f, 1.0f;

@@ -201,17 +201,17 @@ inline void check_draft_column(const Eigen::Ref<const Eigen::VectorXf>& q, std::
         fail_invalid(where, ": draft distribution column ", i, " sums to ", s, ", not 1");
 }
 
-/// Accumulates the checks of one block of a draft column (minimum and sum, while in L1).
+/// Accumulates the checks of one block of a draft column (sign and sum, while in L1).
 struct column_check {
-    float lowest = 0.0f;
+    bool may_be_negative = false;  // (set on mere suspicion too: finish() then checks exactly)
     double sum = 0.0;
     void add(const auto& qb) {
-        lowest = std::min(lowest, qb.minCoeff());
+        may_be_negative = may_be_negative || !(qb.minCoeff() >= 0.0f);
         sum += qb.sum();  // NaN or +Inf anywhere makes the sum fail the check
     }
     /// Throws (with details) unless the column was a probability distribution.
     void finish(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, const char* where) const {
-        if (!(lowest >= 0.0f) || !(std::abs(sum - 1.0) <= draft_probability_tolerance)) check_draft_column(q, i, where);
+        if (may_be_negative || !(std::abs(sum - 1.0) <= draft_probability_tolerance)) check_draft_column(q, i, where);
     }
 };
 
@@ -255,7 +255,7 @@ target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, st
                 check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b), block_len(n, b + 1),
                 keep_exps ? exps + start : nullptr);
             if (check_q != nullptr) {
-                c.lowest = std::min(c.lowest, cs.q_min);
+                c.may_be_negative = c.may_be_negative || cs.q_sign;
                 c.sum += cs.q_sum;
             }
             return cs.exp_sum;
