@@ -392,6 +392,18 @@ inline Eigen::Index chunks_of(Eigen::Index len) { return (len + exp_chunk - 1) /
 /// Floats stored per chunk by chunked_exp_pass (the chunk's SIMD lane sums, unreduced).
 inline constexpr Eigen::Index chunk_lanes = 16;
 
+/// exp((x − m) inv_t) of one float, computed as the vectorized passes compute it (the float a
+/// block's sum added for this element).
+inline float pass_exp(float x, float m, float inv_t) {
+#if defined(__AVX512F__)
+    return _mm512_cvtss_f32(exp2_avx512{m, inv_t}(_mm512_set1_ps(x)));
+#else
+    namespace ei = Eigen::internal;
+    using packet = ei::packet_traits<float>::type;
+    return ei::pfirst(exp_shifted(ei::pset1<packet>(x), ei::pset1<packet>(m), ei::pset1<packet>(inv_t)));
+#endif
+}
+
 /// exp((x − m) inv_t) of 16 floats with the exp of chunked_exp_pass (so a lane's elements come
 /// out as the floats its lane sum was made of).
 inline void exp_lane(const float* in, float* out, float m, float inv_t) {
@@ -436,8 +448,9 @@ struct chunked_exp_sums {
 /// and whether an entry may be negative (q_sign; the AVX-512 path ORs the bits of the entries,
 /// two vectors per instruction, and tests the sign bit, so −0.0 or a NaN with its sign bit set
 /// raise it too: the caller's exact check then decides), and its lane sums, laid out as those
-/// of the exponentials, go to q_lanes (required with q). `next_len` > 0 says that the row goes on for that many floats after z + len (and
-/// after q + len): they are prefetched, so the next block's max pass finds them in cache.
+/// of the exponentials, go to q_lanes (required with q). `next_len` > 0 says that the row goes
+/// on for that many floats after z + len (and after q + len): they are prefetched, so the next
+/// block's max pass finds them in cache.
 /// With keep_exps, `out` receives the len exponentials as well.
 template <bool keep_exps = false>
 chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,

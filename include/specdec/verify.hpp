@@ -323,8 +323,10 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     return r;
 }
 
-/// p(x) for a prepared row: for plain rows exp((z_x − m_b) / T) times the block's scale, in
-/// double precision.
+/// p(x) for a prepared row: for plain rows exp((z_x − m_b) / T) times the block's scale, the
+/// exponential being the very float the row's pass added to its block's sum (kept by the pass
+/// on short rows, else recomputed by the same SIMD exp), so that p(x) agrees with the
+/// normalizer and with the weights the draws use.
 inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const verify_workspace& ws,
                       Eigen::Index x) {
     if (r.kind == target_row::form::greedy) return x == r.argmax ? 1.0 : 0.0;
@@ -333,7 +335,8 @@ inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixX
     const auto col = static_cast<Eigen::Index>(r.column);
     if (r.kind == target_row::form::stored) return static_cast<double>(ws.rows(x, col));
     if (ws.block_mass[at] == 0.0) return 0.0;  // every logit of the block is -Inf
-    return std::exp(static_cast<double>(logits(x, col) - ws.block_max[at]) * r.inv_t) * ws.scale[at];
+    const float e = r.exps ? ws.rows(x, col) : pass_exp(logits(x, col), ws.block_max[at], r.inv_t);
+    return static_cast<double>(e) * ws.scale[at];
 }
 
 /// Writes p of elements off..off+len−1 of block b of a prepared (non-greedy) row to out. Plain
