@@ -3,6 +3,7 @@
 
 #include <specdec/sampling.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -73,6 +74,30 @@ TEST_CASE("top-k keeps the k largest logits, and all ties at the boundary", "[sa
     p = standardized(z, {.top_k = 2});
     CHECK((p.array() > 0).count() == 2);
     CHECK(p.sum() == Approx(1.0f));
+}
+
+TEST_CASE("The top-k threshold is the k-th largest logit, with ties and -Inf, at every offset", "[sampling]") {
+    // Against std::nth_element, over rows whose lengths and k straddle the 16- to 64-float
+    // groups the vectorized search compares at once; coarse values make many ties.
+    std::mt19937_64 g(29);
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    std::bernoulli_distribution hole(0.1);
+    std::vector<float> heap;
+    for (const Eigen::Index size : {2, 17, 63, 64, 65, 130, 1000, 4099}) {
+        for (const Eigen::Index k : {1, 2, 15, 16, 40, 63, 64, 65, 999}) {
+            if (k >= size) continue;
+            for (int trial = 0; trial < 20; ++trial) {
+                Eigen::VectorXf z(size);
+                for (Eigen::Index t = 0; t < size; ++t)
+                    z[t] = hole(g) ? -std::numeric_limits<float>::infinity()
+                                   : (trial % 2 == 0 ? std::round(n(g)) : n(g));
+                std::vector<float> sorted(z.data(), z.data() + size);
+                std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
+                INFO("size " << size << ", k " << k << ", trial " << trial);
+                CHECK(specdec::detail::top_k_threshold(z, k, heap) == sorted[static_cast<std::size_t>(k - 1)]);
+            }
+        }
+    }
 }
 
 TEST_CASE("top-p keeps the smallest most probable set reaching p", "[sampling]") {

@@ -678,36 +678,46 @@ inline bool block_has_nan(const float* z, Eigen::Index len) {
     return false;
 }
 
-/// Bit l set when acc[l] == m, over the max_and_sum_group accumulator lanes (at most 64):
-/// four vector compares where the packets are x86 ones, else one scalar compare per lane.
-inline std::uint64_t lanes_equal_to(const float* acc, float m) {
+/// The comparison compare_group makes.
+enum class group_compare { equal, greater };
+
+/// Bit l set when x[l] == m (equal) or x[l] > m (greater; NaN compares false either way), over
+/// max_and_sum_group floats (at most 64): four vector compares where the packets are x86 ones,
+/// else one scalar compare per float.
+template <group_compare C>
+std::uint64_t compare_group(const float* x, float m) {
     constexpr int width = static_cast<int>(max_and_sum_group / 4);
     static_assert(max_and_sum_group <= 64);
     // The four packets' compare masks (bits_of: the mask of one packet), side by side.
     [[maybe_unused]] auto packets = [&](auto bits_of) {
         std::uint64_t mask = 0;
         for (int a = 0; a < 4; ++a)
-            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits_of(acc + width * a))) << (width * a);
+            mask |= static_cast<std::uint64_t>(static_cast<unsigned>(bits_of(x + width * a))) << (width * a);
         return mask;
     };
+#if defined(__AVX__)
+    [[maybe_unused]] constexpr int predicate = C == group_compare::equal ? _CMP_EQ_OQ : _CMP_GT_OQ;
+#endif
 #if defined(__AVX512F__)
     if constexpr (width == 16)
-        return packets([pm = _mm512_set1_ps(m)](const float* p) {
-            return _mm512_cmp_ps_mask(_mm512_loadu_ps(p), pm, _CMP_EQ_OQ);
-        });
+        return packets([pm = _mm512_set1_ps(m)](const float* p) { return _mm512_cmp_ps_mask(_mm512_loadu_ps(p), pm, predicate); });
 #endif
 #if defined(__AVX__)
     if constexpr (width == 8)
         return packets([pm = _mm256_set1_ps(m)](const float* p) {
-            return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p), pm, _CMP_EQ_OQ));
+            return _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(p), pm, predicate));
         });
 #endif
 #if defined(__SSE2__)
     if constexpr (width == 4)
-        return packets([pm = _mm_set1_ps(m)](const float* p) { return _mm_movemask_ps(_mm_cmpeq_ps(_mm_loadu_ps(p), pm)); });
+        return packets([pm = _mm_set1_ps(m)](const float* p) {
+            const __m128 v = _mm_loadu_ps(p);
+            return _mm_movemask_ps(C == group_compare::equal ? _mm_cmpeq_ps(v, pm) : _mm_cmpgt_ps(v, pm));
+        });
 #endif
     std::uint64_t mask = 0;
-    for (Eigen::Index l = 0; l < max_and_sum_group; ++l) mask |= static_cast<std::uint64_t>(acc[l] == m) << l;
+    for (Eigen::Index l = 0; l < max_and_sum_group; ++l)
+        mask |= static_cast<std::uint64_t>(C == group_compare::equal ? x[l] == m : x[l] > m) << l;
     return mask;
 }
 
@@ -751,7 +761,7 @@ inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, con
     const Eigen::Index vec_end = len - len % group;
     // The lanes holding the maximum, as a bit mask (no branch on where they are: such branches
     // mispredict on nearly every row, at a cost comparable to the pass over a short row).
-    std::uint64_t lanes = lanes_equal_to(best_acc, m);
+    std::uint64_t lanes = compare_group<group_compare::equal>(best_acc, m);
     Eigen::Index best = vec_end;  // no hit in the part the accumulators cover (yet)
     while (lanes != 0) {  // usually one lane
         const auto l = static_cast<Eigen::Index>(std::countr_zero(lanes));
@@ -767,16 +777,19 @@ inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, con
     return {m, best_block + best};
 }
 
-/// k-th largest value of z (k >= 1, k < z.size()): a min-heap of the k largest values seen,
-/// with whole blocks skipped when their vectorized maximum cannot enter the heap, so typical
-/// rows cost one max pass. `heap` is scratch.
+/// k-th largest value of z (k >= 1, k < z.size()): a min-heap of the k largest values seen.
+/// The row is read max_and_sum_group floats at a time by vector compares against the heap's
+/// minimum, and only the floats above it are offered to the heap (on typical rows a small
+/// fraction), so the cost is about one pass over the row plus the heap's work for the values
+/// that enter it. `heap` is scratch.
 inline float top_k_threshold(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index k, std::vector<float>& heap) {
+    constexpr Eigen::Index group = max_and_sum_group;
     const Eigen::Index n = z.size();
-    heap.assign(z.data(), z.data() + k);
+    const float* x = z.data();
+    heap.assign(x, x + k);
     std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-    Eigen::Index i = k;
-    // Finish the block the first k values ended in, then go block by block.
-    const Eigen::Index first_block_end = std::min(n, ((k + block_size - 1) / block_size) * block_size);
+    // The same offers, in the same order, as offering every float in turn: a float the compare
+    // passes over is not above the minimum, which only grows.
     auto offer = [&](float v) {
         if (v > heap.front()) {
             std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
@@ -784,12 +797,13 @@ inline float top_k_threshold(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::
             std::push_heap(heap.begin(), heap.end(), std::greater<float>());
         }
     };
-    for (; i < first_block_end; ++i) offer(z[i]);
-    for (; i < n; i += block_size) {
-        const Eigen::Index len = std::min(block_size, n - i);
-        if (!(block_max(z, i, len) > heap.front())) continue;
-        for (Eigen::Index j = i; j < i + len; ++j) offer(z[j]);
+    Eigen::Index i = k;
+    for (; i < n && i % group != 0; ++i) offer(x[i]);
+    for (; i + group <= n; i += group) {
+        std::uint64_t above = compare_group<group_compare::greater>(x + i, heap.front());
+        for (; above != 0; above &= above - 1) offer(x[i + std::countr_zero(above)]);
     }
+    for (; i < n; ++i) offer(x[i]);
     return heap.front();
 }
 
