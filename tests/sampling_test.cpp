@@ -76,6 +76,39 @@ TEST_CASE("top-k keeps the k largest logits, and all ties at the boundary", "[sa
     CHECK(p.sum() == Approx(1.0f));
 }
 
+TEST_CASE("The top-p threshold is the smallest weight whose nucleus reaches the mass asked for", "[sampling]") {
+    // Rows of weights exp(z - max) for narrow to wide logits, with ties and zeros, against the
+    // definition: the weights >= t reach `need`, the weights > t do not (up to double rounding).
+    std::mt19937_64 g(31);
+    std::vector<float> values;
+    std::vector<double> buckets;
+    for (const Eigen::Index size : {3, 64, 100, 5000, 40000}) {
+        for (const float sigma : {0.5f, 3.0f, 10.0f}) {
+            for (const double p : {0.1, 0.5, 0.9, 0.99, 0.999999}) {
+                for (int trial = 0; trial < 4; ++trial) {
+                    std::normal_distribution<float> n(0.0f, sigma);
+                    Eigen::VectorXf z(size);
+                    for (Eigen::Index t = 0; t < size; ++t) z[t] = trial % 2 == 0 ? std::round(n(g)) : n(g);
+                    if (trial == 3) z.head(size / 3).setConstant(-std::numeric_limits<float>::infinity());
+                    const Eigen::VectorXf w = (z.array() - z.maxCoeff()).exp().matrix();
+                    const double total = specdec::detail::sum_in_double(w);
+                    const double need = p * total;
+                    const float t = specdec::detail::top_p_threshold(w, total, need, values, buckets);
+                    double at_or_above = 0.0, strictly_above = 0.0;
+                    for (Eigen::Index k = 0; k < size; ++k) {
+                        if (w[k] >= t && w[k] > 0.0f) at_or_above += w[k];
+                        if (w[k] > t) strictly_above += w[k];
+                    }
+                    INFO("size " << size << ", sigma " << sigma << ", p " << p << ", trial " << trial << ", t " << t);
+                    CHECK(t > 0.0f);
+                    CHECK(at_or_above >= need * (1.0 - 1e-12));
+                    CHECK(strictly_above < need * (1.0 + 1e-12));
+                }
+            }
+        }
+    }
+}
+
 TEST_CASE("The top-k threshold is the k-th largest logit, with ties and -Inf, at every offset", "[sampling]") {
     // Against std::nth_element, over rows whose lengths and k straddle the 16- to 64-float
     // groups the vectorized search compares at once; coarse values make many ties.

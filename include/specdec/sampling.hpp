@@ -77,11 +77,18 @@ inline bool truncates(const sampling_config& s) noexcept {
     return s.top_k > 0 || s.top_p < 1.0f || s.min_p > 0.0f;
 }
 
-/// Sum in double precision, in index order.
+/// Sum in double precision: eight partial sums (index mod 8), added at the end. The partial
+/// sums are independent (a single running sum would wait on each add's latency) and vectorize
+/// lane by lane.
 inline double sum_in_double(const Eigen::Ref<const Eigen::VectorXf>& w) {
-    double s = 0.0;
-    for (Eigen::Index i = 0; i < w.size(); ++i) s += w[i];
-    return s;
+    const Eigen::Index n = w.size();
+    const float* x = w.data();
+    double a[8] = {};
+    Eigen::Index i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; ++l) a[l] += static_cast<double>(x[i + l]);
+    for (int l = 0; i < n; ++i, ++l) a[l] += static_cast<double>(x[i]);
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
 /// Elements per block of a row in the blockwise passes over logits (8 KiB: stays in L1 between
@@ -815,31 +822,55 @@ inline std::uint32_t magnitude_bucket(float v) noexcept {
     return bits >> 20;  // sign (0) | exponent | 3 mantissa bits
 }
 
-/// Smallest threshold t among the positive weights w such that the weights >= t sum to at
-/// least `need` (top-p, ties kept). One pass sums the mass of each magnitude bucket (8 per
-/// octave), the bucket where the running mass from the top crosses `need` is found, and only
-/// that bucket's values are sorted. `values` and `bucket_mass` are scratch.
-inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double need, std::vector<float>& values,
-                             std::vector<double>& bucket_mass) {
+/// fn(x[k]) for each k < n with x[k] > low, in order: max_and_sum_group floats per vector
+/// compare (see compare_group), so the cost is a pass over x plus fn's calls.
+template <class Fn>
+void for_each_above(const float* x, Eigen::Index n, float low, Fn&& fn) {
+    constexpr Eigen::Index group = max_and_sum_group;
+    Eigen::Index k = 0;
+    for (; k + group <= n; k += group)
+        for (std::uint64_t bits = compare_group<group_compare::greater>(x + k, low); bits != 0; bits &= bits - 1)
+            fn(x[k + std::countr_zero(bits)]);
+    for (; k < n; ++k)
+        if (x[k] > low) fn(x[k]);
+}
+
+/// Smallest threshold t among the positive weights w, which sum to `total`, such that the
+/// weights >= t sum to at least `need` (top-p, ties kept). A weight below
+/// floor = (total − need) / n is never the threshold: those at or above the floor sum to at
+/// least total − n·floor = need. So one vectorized pass picks the weights above (just under) the
+/// floor — on typical rows a small fraction — and sums their mass per magnitude bucket (8 per
+/// octave); the bucket where the running mass from the top crosses `need` is found, and only
+/// that bucket's values are sorted. Should rounding leave those buckets short of `need`, the
+/// search is repeated over every positive weight. `values` and `bucket_mass` are scratch.
+inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double total, double need,
+                             std::vector<float>& values, std::vector<double>& bucket_mass) {
     constexpr std::size_t buckets = std::size_t{1} << 11;  // 8 exponent bits + 3 mantissa bits
-    bucket_mass.assign(buckets, 0.0);
     const Eigen::Index n = w.size();
-    for (Eigen::Index k = 0; k < n; ++k)
-        if (w[k] > 0.0f) bucket_mass[magnitude_bucket(w[k])] += w[k];
-    double above = 0.0;
-    std::size_t b = buckets;
-    while (b > 0 && above + bucket_mass[b - 1] < need) above += bucket_mass[--b];
-    if (b == 0) return 0.0f;  // rounding: keep everything
-    const std::uint32_t crossing = static_cast<std::uint32_t>(b - 1);
-    values.clear();
-    for (Eigen::Index k = 0; k < n; ++k)
-        if (w[k] > 0.0f && magnitude_bucket(w[k]) == crossing) values.push_back(w[k]);
-    std::sort(values.begin(), values.end(), std::greater<float>());
-    for (const float v : values) {
-        above += v;
-        if (above >= need) return v;
+    const float* x = w.data();
+    const float floor = static_cast<float>(std::max(0.0, (total - need) / static_cast<double>(n) * (1.0 - 1e-6)));
+    for (float low = floor;; low = 0.0f) {
+        bucket_mass.assign(buckets, 0.0);
+        for_each_above(x, n, low, [&](float v) { bucket_mass[magnitude_bucket(v)] += v; });
+        double above = 0.0;
+        std::size_t b = buckets;
+        while (b > 0 && above + bucket_mass[b - 1] < need) above += bucket_mass[--b];
+        if (b == 0) {
+            if (low > 0.0f) continue;  // rounding: search every positive weight
+            return 0.0f;               // rounding: keep everything
+        }
+        const auto crossing = static_cast<std::uint32_t>(b - 1);
+        values.clear();
+        for_each_above(x, n, low, [&](float v) {
+            if (magnitude_bucket(v) == crossing) values.push_back(v);
+        });
+        std::sort(values.begin(), values.end(), std::greater<float>());
+        for (const float v : values) {
+            above += v;
+            if (above >= need) return v;
+        }
+        return values.empty() ? 0.0f : values.back();
     }
-    return values.empty() ? 0.0f : values.back();
 }
 
 /// The blockwise normalizing pass of a logits row, shared by verify's prepare_row and
@@ -930,7 +961,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     if (s.top_p < 1.0f) {
         const double kept = detail::sum_in_double(out);
         const float threshold =
-            detail::top_p_threshold(out, static_cast<double>(s.top_p) * kept, ws.values, ws.buckets);
+            detail::top_p_threshold(out, kept, static_cast<double>(s.top_p) * kept, ws.values, ws.buckets);
         out = (out.array() >= threshold).select(out, 0.0f);
     }
     if (s.min_p > 0.0f) {
