@@ -860,8 +860,12 @@ inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double 
             return 0.0f;               // rounding: keep everything
         }
         const auto crossing = static_cast<std::uint32_t>(b - 1);
+        // The bucket's values are at least its smallest float (its bits: crossing, then zeros).
+        const std::uint32_t smallest_bits = crossing << 20;
+        float smallest;
+        std::memcpy(&smallest, &smallest_bits, sizeof smallest);
         values.clear();
-        for_each_above(x, n, low, [&](float v) {
+        for_each_above(x, n, std::max(low, std::nextafter(smallest, 0.0f)), [&](float v) {
             if (magnitude_bucket(v) == crossing) values.push_back(v);
         });
         std::sort(values.begin(), values.end(), std::greater<float>());
