@@ -848,8 +848,10 @@ inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double 
     constexpr std::size_t buckets = std::size_t{1} << 11;  // 8 exponent bits + 3 mantissa bits
     const Eigen::Index n = w.size();
     const float* x = w.data();
-    const float floor = static_cast<float>(std::max(0.0, (total - need) / static_cast<double>(n) * (1.0 - 1e-6)));
-    for (float low = floor;; low = 0.0f) {
+    // The floor, lowered by a relative 1e-6 so that rounding cannot lift it above a weight it
+    // should keep.
+    const auto cutoff = static_cast<float>(std::max(0.0, (total - need) / static_cast<double>(n) * (1.0 - 1e-6)));
+    for (float low = cutoff;; low = 0.0f) {
         bucket_mass.assign(buckets, 0.0);
         for_each_above(x, n, low, [&](float v) { bucket_mass[magnitude_bucket(v)] += v; });
         double above = 0.0;
