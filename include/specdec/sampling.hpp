@@ -784,33 +784,39 @@ inline row_argmax checked_argmax(const Eigen::Ref<const Eigen::VectorXf>& z, con
     return {m, best_block + best};
 }
 
+/// fn(x[k]) for each k < n with x[k] > low(), in order, reading low() once per
+/// max_and_sum_group floats (one vector compare each, see compare_group; then once per float of
+/// the tail): the cost is a pass over x plus fn's calls. low() may grow as fn runs, as a
+/// heap's minimum does; fn then sees floats above an older, lower value too.
+template <class Low, class Fn>
+void for_each_above(const float* x, Eigen::Index n, Low&& low, Fn&& fn) {
+    constexpr Eigen::Index group = max_and_sum_group;
+    Eigen::Index k = 0;
+    for (; k + group <= n; k += group)
+        for (std::uint64_t bits = compare_group<group_compare::greater>(x + k, low()); bits != 0; bits &= bits - 1)
+            fn(x[k + std::countr_zero(bits)]);
+    for (; k < n; ++k)
+        if (x[k] > low()) fn(x[k]);
+}
+
 /// k-th largest value of z (k >= 1, k < z.size()): a min-heap of the k largest values seen.
 /// The row is read max_and_sum_group floats at a time by vector compares against the heap's
 /// minimum, and only the floats above it are offered to the heap (on typical rows a small
 /// fraction), so the cost is about one pass over the row plus the heap's work for the values
 /// that enter it. `heap` is scratch.
 inline float top_k_threshold(const Eigen::Ref<const Eigen::VectorXf>& z, Eigen::Index k, std::vector<float>& heap) {
-    constexpr Eigen::Index group = max_and_sum_group;
-    const Eigen::Index n = z.size();
     const float* x = z.data();
     heap.assign(x, x + k);
     std::make_heap(heap.begin(), heap.end(), std::greater<float>());
-    // The same offers, in the same order, as offering every float in turn: a float the compare
-    // passes over is not above the minimum, which only grows.
-    auto offer = [&](float v) {
+    // The same heap as offering every float in turn: a float the compare passes over is not
+    // above the minimum, which only grows, and the offer itself checks against the current one.
+    for_each_above(x + k, z.size() - k, [&] { return heap.front(); }, [&](float v) {
         if (v > heap.front()) {
             std::pop_heap(heap.begin(), heap.end(), std::greater<float>());
             heap.back() = v;
             std::push_heap(heap.begin(), heap.end(), std::greater<float>());
         }
-    };
-    Eigen::Index i = k;
-    for (; i < n && i % group != 0; ++i) offer(x[i]);
-    for (; i + group <= n; i += group) {
-        std::uint64_t above = compare_group<group_compare::greater>(x + i, heap.front());
-        for (; above != 0; above &= above - 1) offer(x[i + std::countr_zero(above)]);
-    }
-    for (; i < n; ++i) offer(x[i]);
+    });
     return heap.front();
 }
 
@@ -820,19 +826,6 @@ inline std::uint32_t magnitude_bucket(float v) noexcept {
     std::uint32_t bits;
     std::memcpy(&bits, &v, sizeof bits);
     return bits >> 20;  // sign (0) | exponent | 3 mantissa bits
-}
-
-/// fn(x[k]) for each k < n with x[k] > low, in order: max_and_sum_group floats per vector
-/// compare (see compare_group), so the cost is a pass over x plus fn's calls.
-template <class Fn>
-void for_each_above(const float* x, Eigen::Index n, float low, Fn&& fn) {
-    constexpr Eigen::Index group = max_and_sum_group;
-    Eigen::Index k = 0;
-    for (; k + group <= n; k += group)
-        for (std::uint64_t bits = compare_group<group_compare::greater>(x + k, low); bits != 0; bits &= bits - 1)
-            fn(x[k + std::countr_zero(bits)]);
-    for (; k < n; ++k)
-        if (x[k] > low) fn(x[k]);
 }
 
 /// Smallest threshold t among the positive weights w, which sum to `total`, such that the
@@ -853,7 +846,7 @@ inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double 
     const auto cutoff = static_cast<float>(std::max(0.0, (total - need) / static_cast<double>(n) * (1.0 - 1e-6)));
     for (float low = cutoff;; low = 0.0f) {
         bucket_mass.assign(buckets, 0.0);
-        for_each_above(x, n, low, [&](float v) { bucket_mass[magnitude_bucket(v)] += v; });
+        for_each_above(x, n, [low] { return low; }, [&](float v) { bucket_mass[magnitude_bucket(v)] += v; });
         double above = 0.0;
         std::size_t b = buckets;
         while (b > 0 && above + bucket_mass[b - 1] < need) above += bucket_mass[--b];
@@ -867,7 +860,8 @@ inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double 
         float smallest;
         std::memcpy(&smallest, &smallest_bits, sizeof smallest);
         values.clear();
-        for_each_above(x, n, std::max(low, std::nextafter(smallest, 0.0f)), [&](float v) {
+        const float from = std::max(low, std::nextafter(smallest, 0.0f));
+        for_each_above(x, n, [from] { return from; }, [&](float v) {
             if (magnitude_bucket(v) == crossing) values.push_back(v);
         });
         std::sort(values.begin(), values.end(), std::greater<float>());
