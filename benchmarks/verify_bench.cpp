@@ -35,7 +35,9 @@
 // Every case is a fixed batch of K = 16 calls ("slots"), each with its own draft tokens and its
 // own rng seed (splitmix64, restarted for every call), whose outcome (number of accepted drafts)
 // was fixed once, at setup, by running specdec::verify with token verification (the outcome under
-// block verification, never smaller, is recorded too and checked by BM_verify):
+// block verification, never smaller, is recorded too and checked by BM_verify). In the timed runs
+// the seed's stream supplies only the uniforms of the decision; the emitted token is drawn with
+// uniforms from a stream that no call restarts (call_rng), as in decoding:
 //   all_accepted  every slot accepts all γ drafts. Draft distributions: q_i = p_i except that
 //                 1e-3 of q_i(x_i) moves to another token, so q_i(x_i) < p_i(x_i) and the test
 //                 passes for every r (robust to rounding differences between implementations);
@@ -261,6 +263,30 @@ std::vector<int> target_counts(const case_spec& c) {
     return counts;
 }
 
+/// The generator of a timed call: the slot's own stream, restarted for the call, for the
+/// uniforms that decide the outcome (so that it is the one fixed at setup), then a stream that
+/// no call restarts for the rest, the draw of the emitted token. In decoding no two steps see
+/// the same uniforms; replaying the draw's uniforms batch after batch would let the branch
+/// predictor learn the draw's branches, which it cannot do in use.
+struct call_rng {
+    using result_type = std::uint64_t;
+    splitmix64 replayed;
+    int replayed_left;  // outputs still to come from `replayed` (one per uniform01)
+    splitmix64* fresh;
+    static constexpr result_type min() { return splitmix64::min(); }
+    static constexpr result_type max() { return splitmix64::max(); }
+    result_type operator()() { return replayed_left-- > 0 ? replayed() : (*fresh)(); }
+};
+
+/// Uniforms a call spends on its decision: at T > 0 one per tested draft under token
+/// verification (the naive baseline tests as it does), the γ values η_i under block
+/// verification; none at T = 0, where the decision follows from the argmax.
+int decision_uniforms(const built_case& bc, const slot& s, bool token) {
+    if (bc.spec.temperature == 0) return 0;
+    return token ? static_cast<int>(std::min<std::size_t>(s.accepted + 1, s.tokens.size()))
+                 : static_cast<int>(s.tokens.size());
+}
+
 template <class G>
 specdec::verify_result run_verify(const built_case& bc, const slot& s, G& rng, specdec::verify_workspace& ws,
                                   const specdec::verify_options& opts) {
@@ -269,7 +295,8 @@ specdec::verify_result run_verify(const built_case& bc, const slot& s, G& rng, s
     return specdec::verify(bc.z, tokens, specdec::point_mass, bc.sampling, rng, ws, opts);
 }
 
-specdec_bench::naive_result run_naive(const built_case& bc, const slot& s, splitmix64& rng) {
+template <class G>
+specdec_bench::naive_result run_naive(const built_case& bc, const slot& s, G& rng) {
     const Eigen::MatrixXf* q = bc.spec.draft == draft_kind::dist ? &bc.q[s.q_index] : nullptr;
     return specdec_bench::naive_verify(bc.z, std::span<const token_id>(s.tokens), q, bc.sampling, rng);
 }
@@ -552,9 +579,10 @@ void bm_verify(benchmark::State& state, const case_spec& c, bool check, specdec:
     opts.scheme = scheme;
     const bool token = scheme == specdec::verification_scheme::token;
     std::size_t mismatches = 0;
+    splitmix64 fresh{0xd7a3};
     timed_batches(state, [&] {
         for (const slot& s : bc.slots) {
-            splitmix64 rng{s.seed};
+            call_rng rng{splitmix64{s.seed}, decision_uniforms(bc, s, token), &fresh};
             const specdec::verify_result r = run_verify(bc, s, rng, ws, opts);
             benchmark::DoNotOptimize(r);
             mismatches += r.accepted != (token ? s.accepted : s.accepted_block);
@@ -570,9 +598,10 @@ void bm_naive(benchmark::State& state, const case_spec& c) {
         state.SkipWithError(bc.error.c_str());
         return;
     }
+    splitmix64 fresh{0xd7a3};
     timed_batches(state, [&] {
         for (const slot& s : bc.slots) {
-            splitmix64 rng{s.seed};
+            call_rng rng{splitmix64{s.seed}, decision_uniforms(bc, s, true), &fresh};
             const specdec_bench::naive_result r = run_naive(bc, s, rng);
             benchmark::DoNotOptimize(r);
         }
@@ -694,8 +723,8 @@ const rejection_input& get_rejection_input(Index vocab, double want) {
     });
 }
 
-/// specdec::verify (token scheme, default check) on that input, K calls per iteration with
-/// seeds 0..K−1; counters: R, and the mean number of uniforms per call (2 per proposal, plus
+/// specdec::verify (token scheme, default check) on that input, K calls per iteration, their
+/// uniforms from one stream that is never restarted; counters: R, and the mean number of uniforms per call (2 per proposal, plus
 /// the test's and the first draw's, plus one when the exact pass draws).
 void bm_rejection(benchmark::State& state, Index vocab, double want) {
     const rejection_input& in = get_rejection_input(vocab, want);
@@ -704,16 +733,17 @@ void bm_rejection(benchmark::State& state, Index vocab, double want) {
     opts.scheme = specdec::verification_scheme::token;
     const token_id tokens[] = {in.x};
     std::uint64_t uniforms = 0, calls = 0;
+    splitmix64 fresh{0x4e7};  // never restarted (see call_rng): p(x) = 0 fixes the outcome anyway
     timed_batches(state, [&] {
         for (int k = 0; k < calls_per_batch; ++k) {
             struct counted {
                 using result_type = std::uint64_t;
-                splitmix64 g;
+                splitmix64* g;
                 std::uint64_t* n;
                 static constexpr result_type min() { return splitmix64::min(); }
                 static constexpr result_type max() { return splitmix64::max(); }
-                result_type operator()() { return ++*n, g(); }
-            } rng{splitmix64{static_cast<std::uint64_t>(k)}, &uniforms};
+                result_type operator()() { return ++*n, (*g)(); }
+            } rng{&fresh, &uniforms};
             const specdec::verify_result r = specdec::verify(in.z, tokens, in.q, {}, rng, ws, opts);
             benchmark::DoNotOptimize(r);
             ++calls;
