@@ -443,14 +443,131 @@ inline Eigen::Index pick_lane(const float* lanes, Eigen::Index chunks, double& a
     return l < 0 ? -1 : static_cast<Eigen::Index>(c) * exp_chunk + l;
 }
 
+/// Index of the first of the n non-decreasing values p[0..n) that exceeds t, n when none does:
+/// a binary search whose steps depend on n only (a conditional move each, no branch on the
+/// data: a draw's uniform makes such branches mispredict half the time).
+inline Eigen::Index first_above(const double* p, Eigen::Index n, double t) {
+    const double* base = p;
+    for (Eigen::Index len = n; len > 1;) {
+        const Eigen::Index half = len / 2;
+        base = base[half] <= t ? base + half : base;
+        len -= half;
+    }
+    return (base - p) + (*base <= t ? 1 : 0);
+}
+
+#if defined(__AVX512F__)
+/// pick_crossing over 16 weights in two vectors of doubles (lanes past the count hold 0): the
+/// first i with w[i] > 0 and acc + w[0] + ... + w[i] > target, found with no branch (prefix
+/// sums in three shift-and-add steps per vector, one compare); acc becomes acc + w[0] + ... +
+/// w[i − 1]. -1 when none crosses (rounding overshoot): the caller then takes the scalar path,
+/// which handles it. The sums are those of pick_crossing up to the order of the additions.
+inline int crossing_16(__m512d lo, __m512d hi, double& acc, double target) {
+    const __m512i zero = _mm512_setzero_si512();
+    auto scan = [&](__m512d x) {  // inclusive prefix sums of 8 doubles
+        x = _mm512_add_pd(x, _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(x), zero, 7)));
+        x = _mm512_add_pd(x, _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(x), zero, 6)));
+        return _mm512_add_pd(x, _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(x), zero, 4)));
+    };
+    const __m512d plo = _mm512_add_pd(scan(lo), _mm512_set1_pd(acc));
+    const __m512d phi = _mm512_add_pd(scan(hi), _mm512_permutexvar_pd(_mm512_set1_epi64(7), plo));
+    const __m512d t = _mm512_set1_pd(target), none = _mm512_setzero_pd();
+    const unsigned below = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(lo, none, _CMP_GT_OQ), plo, t, _CMP_GT_OQ);
+    const unsigned above = _mm512_mask_cmp_pd_mask(_mm512_cmp_pd_mask(hi, none, _CMP_GT_OQ), phi, t, _CMP_GT_OQ);
+    const unsigned mask = below | (above << 8);
+    if (mask == 0) return -1;
+    const int i = std::countr_zero(mask);
+    // Exclusive prefix sums (acc, P_0, ..., P_14): element i is what precedes w[i].
+    const __m512i elo = _mm512_alignr_epi64(_mm512_castpd_si512(plo), _mm512_castpd_si512(_mm512_set1_pd(acc)), 7);
+    const __m512i ehi = _mm512_alignr_epi64(_mm512_castpd_si512(phi), _mm512_castpd_si512(plo), 7);
+    acc = _mm512_cvtsd_f64(_mm512_permutex2var_pd(_mm512_castsi512_pd(elo), _mm512_set1_epi64(i), _mm512_castsi512_pd(ehi)));
+    return i;
+}
+
+/// crossing_16 over 16 floats, widened to double.
+inline int crossing_16(__m512 w, double& acc, double target) {
+    return crossing_16(_mm512_cvtps_pd(_mm512_castps512_ps256(w)),
+                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1))), acc, target);
+}
+
+/// The sums of a block's chunks (each the sum of its 16 lane sums, see chunked_exp_pass) in
+/// one vector of 8 doubles, from registers: halves added, then pairwise horizontal adds (the
+/// lane sums of chunks past the end of the row read as 0).
+inline __m512d chunk_sums_avx512(const float* lanes, Eigen::Index chunks) {
+    static_assert(chunks_per_block == 8 && chunk_lanes == 16);
+    __m256 h[8];
+    for (int c = 0; c < 8; ++c) {
+        const __m512 v = _mm512_maskz_loadu_ps(c < chunks ? 0xFFFF : 0, lanes + c * chunk_lanes);
+        h[c] = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    }
+    const __m256 h01 = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
+    const __m256 h45 = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
+    return _mm512_cvtps_pd(
+        _mm256_add_ps(_mm256_permute2f128_ps(h01, h45, 0x20), _mm256_permute2f128_ps(h01, h45, 0x31)));
+}
+
+/// K draws of draw_plain's walk at once (uniforms u[0..K)), for rows whose pass kept no
+/// exponentials, with no branch on the uniforms, stage by stage (block, chunk, lane, element)
+/// so that the K independent chains of loads and arithmetic overlap. out[k].index is -1 where
+/// rounding overshot at the chunk, lane or element level (the scalar walk then redoes that draw).
+template <int K>
+void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const verify_workspace& ws,
+                       const double* prefix, const double* u, weighted_index* out) {
+    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
+    const std::size_t base = block_base(n, r.column);
+    const double* mass = ws.block_mass.data() + base;
+    constexpr auto count = static_cast<std::size_t>(K);
+    Eigen::Index b[count], len[count], first[count];
+    double target[count], acc[count], scale[count];
+    int at[count];
+    for (int k = 0; k < K; ++k) {  // the block: binary search on the running block masses
+        target[k] = u[k] * prefix[nb - 1];
+        b[k] = std::min<Eigen::Index>(nb - 1, first_above(prefix, nb, target[k]));
+        while (b[k] > 0 && !(mass[b[k]] > 0.0)) --b[k];  // rounding overshoot past the last block with mass
+        scale[k] = ws.scale[base + static_cast<std::size_t>(b[k])];
+        target[k] = (target[k] - (b[k] > 0 ? prefix[b[k] - 1] : 0.0)) / scale[k];
+        acc[k] = 0.0;
+        len[k] = block_len(n, b[k]);
+        out[k].index = -1;
+    }
+    for (int k = 0; k < K; ++k) {  // the chunk, then the lane
+        const float* lanes = chunk_data(ws, n, r.column, b[k]);
+        const int c = crossing_16(chunk_sums_avx512(lanes, chunks_of(len[k])), _mm512_setzero_pd(), acc[k], target[k]);
+        const int l = c < 0 ? -1 : crossing_16(_mm512_loadu_ps(lanes + c * chunk_lanes), acc[k], target[k]);
+        first[k] = static_cast<Eigen::Index>(c) * exp_chunk + l;
+        at[k] = l;
+    }
+    // The lane's 16 elements (past the end of the row: −Inf, whose exp is 0), gathered.
+    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                               _mm512_set1_epi32(static_cast<int>(chunk_lanes)));
+    const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data();
+    for (int k = 0; k < K; ++k) {
+        if (at[k] < 0) continue;
+        const __mmask16 inside = _mm512_cmplt_epi32_mask(offsets, _mm512_set1_epi32(static_cast<int>(len[k] - first[k])));
+        const __m512 x = _mm512_mask_i32gather_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), inside,
+                                                  offsets, z + b[k] * row_block + first[k], 4);
+        const __m512 e = exp2_avx512{ws.block_max[base + static_cast<std::size_t>(b[k])], r.inv_t}(x);
+        const int i = crossing_16(e, acc[k], target[k]);
+        if (i < 0) continue;
+        alignas(64) float ev[chunk_lanes];
+        _mm512_store_ps(ev, e);
+        out[k] = {b[k] * row_block + first[k] + i * chunk_lanes, static_cast<double>(ev[i] * static_cast<float>(scale[k]))};
+    }
+}
+#endif
+
 /// One inverse-CDF draw from a plain row with uniform u, in (block, chunk, lane, element)
 /// order: the block by binary search on the running block masses `prefix`, the 256-token chunk
 /// and then the lane by the lane sums the normalizing pass kept (see chunked_exp_pass), and
 /// finally one of the lane's 16 elements, whose exponentials are the only ones recomputed (or
 /// read, on short rows whose pass kept them). Any fixed order of the elements gives a draw
-/// from p; this one costs a binary search, 16 exps and about 40 scalar adds per draw.
-inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
-                                 const verify_workspace& ws, const double* prefix, double u) {
+/// from p; this one costs a binary search, 16 exps and about 40 adds per draw. On long rows
+/// with AVX-512 the walk has no branch on u (draw_plain_avx512): a draw's branches mispredict
+/// about half the time, and a proposal's loads wait behind the mispredictions of the one before
+/// (on fresh uniforms: 65 against 85 ns a draw at V = 32000, 76 against 109 ns at V = 151936).
+/// Short rows, whose exponentials are kept, keep the scalar walk, which is as fast there.
+inline weighted_index draw_plain_scalar(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                                        const verify_workspace& ws, const double* prefix, double u) {
     const Eigen::Index n = logits.rows(), nb = blocks_of(n);
     const std::size_t base = block_base(n, r.column);
     const double* mass = ws.block_mass.data() + base;
@@ -487,6 +604,42 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
     const int k = pick_crossing(w, static_cast<int>(chunk_lanes), acc, target);
     SPECDEC_ASSERT(k >= 0, "draw_plain: a lane with weight has no element with weight");
     return {b * row_block + first + k * chunk_lanes, static_cast<double>(e[k] * static_cast<float>(scale))};
+}
+
+/// See draw_plain_scalar; on long rows with AVX-512, draw_plain_avx512 (the scalar walk only
+/// where rounding overshoots).
+inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                                 const verify_workspace& ws, const double* prefix, double u) {
+#if defined(__AVX512F__)
+    if (!r.exps) {
+        weighted_index y;
+        draw_plain_avx512<1>(r, logits, ws, prefix, &u, &y);
+        if (y.index >= 0) return y;
+    }
+#endif
+    return draw_plain_scalar(r, logits, ws, prefix, u);
+}
+
+/// Rejection-sampling proposals of the residual are made this many at a time on plain rows
+/// that keep no exponentials (more than kept_row_limit tokens): the group's uniforms are drawn
+/// first, two a proposal in the order one-by-one proposals would draw them, then its draws
+/// (draw_plain_group: their loads and arithmetic overlap), then its tests in order; the first
+/// accepted proposal is returned and the rest of the group's uniforms go unused. The tokens are
+/// those one-by-one proposals would give from the same uniforms; the i.i.d. proposals tested in
+/// order give the residual's distribution however many are made (see sample_residual).
+inline constexpr int proposal_group = 4;
+
+/// draw_plain with each of the uniforms u[0..proposal_group) into out[..] (a plain row that
+/// keeps no exponentials); with AVX-512 the draws run side by side (draw_plain_avx512).
+inline void draw_plain_group(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                             const verify_workspace& ws, const double* prefix, const double* u, weighted_index* out) {
+#if defined(__AVX512F__)
+    draw_plain_avx512<proposal_group>(r, logits, ws, prefix, u, out);
+    for (int k = 0; k < proposal_group; ++k)
+        if (out[k].index < 0) out[k] = draw_plain(r, logits, ws, prefix, u[k]);
+#else
+    for (int k = 0; k < proposal_group; ++k) out[k] = draw_plain(r, logits, ws, prefix, u[k]);
+#endif
 }
 
 /// max(0, a·p − b·q) over block blk of a row of n tokens whose values are in ws.rows (see
@@ -641,7 +794,6 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     }
     const auto qc = q->col(j);
     const double* prefix = block_prefix(r, n, ws);  // running block masses, for the proposals
-    double v = u;
     const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
     const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
     // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget (about
@@ -651,18 +803,32 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     Eigen::Index proposals = budget;
     if (r_low > 0.0 && a / r_low <= static_cast<double>(budget))
         proposals = static_cast<Eigen::Index>(std::ceil(6.0 * a / r_low));
-    for (Eigen::Index t = 0; t < proposals; ++t) {
-        if (t > 0) v = uniform01(rng);
-        weighted_index y;
-        if (r.kind == target_row::form::plain) {
-            y = draw_plain(r, logits, ws, prefix, v);
-        } else {
-            y.index = draw_by_blocks(mass, nb, n, prefix[nb - 1], v, buf, fill_p, prefix);
-            y.weight = buf[y.index % row_block];
+    // Long plain rows make their proposals in groups (see proposal_group): the group's
+    // uniforms in the order of one-by-one proposals (draw, test, draw, test, ...), then its
+    // draws, then its tests in order.
+    const int group = r.kind == target_row::form::plain && !r.exps ? proposal_group : 1;
+    constexpr auto most = static_cast<std::size_t>(proposal_group);
+    double draw_u[most], test_u[most];
+    weighted_index y[most];
+    for (Eigen::Index t = 0; t < proposals; t += group) {
+        for (int k = 0; k < group; ++k) {
+            draw_u[k] = t + k == 0 ? u : uniform01(rng);
+            test_u[k] = uniform01(rng);
         }
-        const double py = static_cast<double>(a) * y.weight;  // the weight y was drawn with
-        const double ry = py - static_cast<double>(b) * qc[y.index];
-        if (uniform01(rng) * py < ry) return static_cast<token_id>(y.index);
+        if (group > 1) draw_plain_group(r, logits, ws, prefix, draw_u, y);
+        for (int k = 0; k < group; ++k) {
+            if (group == 1) {
+                if (r.kind == target_row::form::plain) {
+                    y[k] = draw_plain(r, logits, ws, prefix, draw_u[k]);
+                } else {
+                    y[k].index = draw_by_blocks(mass, nb, n, prefix[nb - 1], draw_u[k], buf, fill_p, prefix);
+                    y[k].weight = buf[y[k].index % row_block];
+                }
+            }
+            const double py = static_cast<double>(a) * y[k].weight;  // the weight y was drawn with
+            const double ry = py - static_cast<double>(b) * qc[y[k].index];
+            if (test_u[k] * py < ry) return static_cast<token_id>(y[k].index);
+        }
     }
     // No proposal accepted: one exact pass. A row of one block whose values are kept writes
     // the residual's weights and lane sums, then draws in lane order (any fixed order of the
