@@ -1130,7 +1130,7 @@ verify_result dispatch_verify(const Eigen::Ref<const Eigen::MatrixXf>& target_lo
 /// scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one uniform when it comes
 /// from p (all drafts accepted, or point-mass drafts); after a rejection with draft
 /// distributions, two per rejection-sampling proposal (see residual_proposal_cost for how many
-/// are made; on rows of more than 2048 tokens they are made four at a time, see
+/// are made; without truncation, on rows of more than 2048 tokens, they are made four at a time, see
 /// detail::proposal_group) and, if none is accepted, one more for the exact draw.
 ///
 /// \param target_logits V x (γ+1) target logits; column j follows context + x_1..x_j.
