@@ -215,18 +215,29 @@ TEST_CASE("The blockwise inverse CDF returns the index a plain running sum gives
     }
 }
 
+namespace {
+
+/// One column of vocab N(0, sigma²) logits, about 30% of them -Inf, and tokens 2048..4095 (the
+/// second 2048-token block) all -Inf.
+Eigen::MatrixXf holey_logits(Eigen::Index vocab, float sigma, std::mt19937_64& g) {
+    std::normal_distribution<float> n(0.0f, sigma);
+    std::bernoulli_distribution hole(0.3);
+    Eigen::MatrixXf logits(vocab, 1);
+    for (Eigen::Index k = 0; k < vocab; ++k) logits(k, 0) = hole(g) || (k >= 2048 && k < 4096) ? kNegInf : n(g);
+    return logits;
+}
+
+}  // namespace
+
 TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) order of the cumulative p",
           "[residual]") {
     // 5000 tokens: blocks of 2048, 2048 and 904 (a partial chunk and partial lanes at the end);
     // block 1 is all -Inf, and a third of the other logits are -Inf too. 1000 tokens: one
     // block, whose exponentials the pass keeps (the lane's elements are read, not recomputed).
     std::mt19937_64 g(11);
-    std::normal_distribution<float> n(0.0f, 2.0f);
-    std::bernoulli_distribution hole(0.3);
     const Eigen::Index vocab = GENERATE(Eigen::Index{5000}, Eigen::Index{1000});
     INFO("vocabulary " << vocab);
-    Eigen::MatrixXf logits(vocab, 1);
-    for (Eigen::Index k = 0; k < vocab; ++k) logits(k, 0) = hole(g) || (k >= 2048 && k < 4096) ? kNegInf : n(g);
+    const Eigen::MatrixXf logits = holey_logits(vocab, 2.0f, g);
     const specdec::sampling_config s{.temperature = 0.7f};
     specdec::verify_workspace ws;
     specdec::detail::reserve_rows(ws, vocab, 0, s);
@@ -275,12 +286,9 @@ TEST_CASE("Grouped draws from a long row give the tokens of the scalar walk", "[
     // order of additions differs, so a token may differ only where a uniform falls within
     // rounding of a boundary between two tokens: at most a few in 20000 draws.
     std::mt19937_64 g(17);
-    std::normal_distribution<float> n(0.0f, 3.0f);
-    std::bernoulli_distribution hole(0.3);
     const Eigen::Index vocab = GENERATE(Eigen::Index{5000}, Eigen::Index{40000});
     INFO("vocabulary " << vocab);
-    Eigen::MatrixXf logits(vocab, 1);
-    for (Eigen::Index k = 0; k < vocab; ++k) logits(k, 0) = hole(g) || (k >= 2048 && k < 4096) ? kNegInf : n(g);
+    const Eigen::MatrixXf logits = holey_logits(vocab, 3.0f, g);
     const specdec::sampling_config s{.temperature = 0.7f};
     specdec::verify_workspace ws;
     specdec::detail::reserve_rows(ws, vocab, 0, s);
