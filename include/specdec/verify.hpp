@@ -480,7 +480,8 @@ inline int crossing_16(__m512d lo, __m512d hi, double& acc, double target) {
     // Exclusive prefix sums (acc, P_0, ..., P_14): element i is what precedes w[i].
     const __m512i elo = _mm512_alignr_epi64(_mm512_castpd_si512(plo), _mm512_castpd_si512(_mm512_set1_pd(acc)), 7);
     const __m512i ehi = _mm512_alignr_epi64(_mm512_castpd_si512(phi), _mm512_castpd_si512(plo), 7);
-    acc = _mm512_cvtsd_f64(_mm512_permutex2var_pd(_mm512_castsi512_pd(elo), _mm512_set1_epi64(i), _mm512_castsi512_pd(ehi)));
+    const __m512i at = _mm512_set1_epi64(i);
+    acc = _mm512_cvtsd_f64(_mm512_permutex2var_pd(_mm512_castsi512_pd(elo), at, _mm512_castsi512_pd(ehi)));
     return i;
 }
 
@@ -498,7 +499,8 @@ inline __m512d chunk_sums_avx512(const float* lanes, Eigen::Index chunks) {
     __m256 h[8];
     for (int c = 0; c < 8; ++c) {
         const __m512 v = _mm512_maskz_loadu_ps(c < chunks ? 0xFFFF : 0, lanes + c * chunk_lanes);
-        h[c] = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+        const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+        h[c] = _mm256_add_ps(_mm512_castps512_ps256(v), high);
     }
     const __m256 h01 = _mm256_hadd_ps(_mm256_hadd_ps(h[0], h[1]), _mm256_hadd_ps(h[2], h[3]));
     const __m256 h45 = _mm256_hadd_ps(_mm256_hadd_ps(h[4], h[5]), _mm256_hadd_ps(h[6], h[7]));
@@ -543,7 +545,8 @@ void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::Matrix
     const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data();
     for (int k = 0; k < K; ++k) {
         if (at[k] < 0) continue;
-        const __mmask16 inside = _mm512_cmplt_epi32_mask(offsets, _mm512_set1_epi32(static_cast<int>(len[k] - first[k])));
+        const auto left = static_cast<int>(len[k] - first[k]);  // elements of the block from the lane's first on
+        const __mmask16 inside = _mm512_cmplt_epi32_mask(offsets, _mm512_set1_epi32(left));
         const __m512 x = _mm512_mask_i32gather_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), inside,
                                                   offsets, z + b[k] * row_block + first[k], 4);
         const __m512 e = exp2_avx512{ws.block_max[base + static_cast<std::size_t>(b[k])], r.inv_t}(x);
@@ -551,7 +554,8 @@ void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::Matrix
         if (i < 0) continue;
         alignas(64) float ev[chunk_lanes];
         _mm512_store_ps(ev, e);
-        out[k] = {b[k] * row_block + first[k] + i * chunk_lanes, static_cast<double>(ev[i] * static_cast<float>(scale[k]))};
+        const float weight = ev[i] * static_cast<float>(scale[k]);
+        out[k] = {b[k] * row_block + first[k] + i * chunk_lanes, static_cast<double>(weight)};
     }
 }
 #endif
@@ -1130,8 +1134,8 @@ verify_result dispatch_verify(const Eigen::Ref<const Eigen::MatrixXf>& target_lo
 /// scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one uniform when it comes
 /// from p (all drafts accepted, or point-mass drafts); after a rejection with draft
 /// distributions, two per rejection-sampling proposal (see residual_proposal_cost for how many
-/// are made; without truncation, on rows of more than 2048 tokens, they are made four at a time, see
-/// detail::proposal_group) and, if none is accepted, one more for the exact draw.
+/// are made; without truncation, on rows of more than 2048 tokens, they are made four at a
+/// time, see detail::proposal_group) and, if none is accepted, one more for the exact draw.
 ///
 /// \param target_logits V x (γ+1) target logits; column j follows context + x_1..x_j.
 /// \param draft_tokens  x_1..x_γ (γ may be 0: then one token is sampled from p_1).
