@@ -227,6 +227,18 @@ Eigen::MatrixXf holey_logits(Eigen::Index vocab, float sigma, std::mt19937_64& g
     return logits;
 }
 
+/// A row of holey_logits prepared at temperature 0.7, with its workspace.
+struct prepared_holey_row {
+    Eigen::MatrixXf logits;
+    specdec::verify_workspace ws;
+    specdec::detail::target_row row;
+    prepared_holey_row(Eigen::Index vocab, float sigma, std::mt19937_64& g) : logits(holey_logits(vocab, sigma, g)) {
+        const specdec::sampling_config s{.temperature = 0.7f};
+        specdec::detail::reserve_rows(ws, vocab, 0, s);
+        row = specdec::detail::prepare_row(logits, 0, s, ws, "test");
+    }
+};
+
 }  // namespace
 
 TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) order of the cumulative p",
@@ -237,11 +249,8 @@ TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) 
     std::mt19937_64 g(11);
     const Eigen::Index vocab = GENERATE(Eigen::Index{5000}, Eigen::Index{1000});
     INFO("vocabulary " << vocab);
-    const Eigen::MatrixXf logits = holey_logits(vocab, 2.0f, g);
-    const specdec::sampling_config s{.temperature = 0.7f};
-    specdec::verify_workspace ws;
-    specdec::detail::reserve_rows(ws, vocab, 0, s);
-    const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test");
+    prepared_holey_row prepared(vocab, 2.0f, g);
+    auto& [logits, ws, row] = prepared;
     CHECK(row.exps == (vocab <= specdec::detail::kept_row_limit));
     // The cumulative p in the draw's order: block, 256-token chunk, lane (offset mod 16), element.
     using specdec::detail::exp_chunk;
@@ -288,11 +297,8 @@ TEST_CASE("Grouped draws from a long row give the tokens of the scalar walk", "[
     std::mt19937_64 g(17);
     const Eigen::Index vocab = GENERATE(Eigen::Index{5000}, Eigen::Index{40000});
     INFO("vocabulary " << vocab);
-    const Eigen::MatrixXf logits = holey_logits(vocab, 3.0f, g);
-    const specdec::sampling_config s{.temperature = 0.7f};
-    specdec::verify_workspace ws;
-    specdec::detail::reserve_rows(ws, vocab, 0, s);
-    const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test");
+    prepared_holey_row prepared(vocab, 3.0f, g);
+    auto& [logits, ws, row] = prepared;
     REQUIRE_FALSE(row.exps);
     const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
