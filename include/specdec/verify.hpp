@@ -519,9 +519,8 @@ void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::Matrix
     const std::size_t base = block_base(n, r.column);
     const double* mass = ws.block_mass.data() + base;
     constexpr auto count = static_cast<std::size_t>(K);
-    Eigen::Index b[count], len[count], first[count];
+    Eigen::Index b[count], len[count], first[count];  // first: the lane's first element, -1 on overshoot
     double target[count], acc[count], scale[count];
-    int at[count];
     for (int k = 0; k < K; ++k) {  // the block: binary search on the running block masses
         target[k] = u[k] * prefix[nb - 1];
         b[k] = std::min<Eigen::Index>(nb - 1, first_above(prefix, nb, target[k]));
@@ -536,15 +535,14 @@ void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::Matrix
         const float* lanes = chunk_data(ws, n, r.column, b[k]);
         const int c = crossing_16(chunk_sums_avx512(lanes, chunks_of(len[k])), _mm512_setzero_pd(), acc[k], target[k]);
         const int l = c < 0 ? -1 : crossing_16(_mm512_loadu_ps(lanes + c * chunk_lanes), acc[k], target[k]);
-        first[k] = static_cast<Eigen::Index>(c) * exp_chunk + l;
-        at[k] = l;
+        first[k] = l < 0 ? -1 : static_cast<Eigen::Index>(c) * exp_chunk + l;
     }
     // The lane's 16 elements (past the end of the row: −Inf, whose exp is 0), gathered.
     const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                _mm512_set1_epi32(static_cast<int>(chunk_lanes)));
     const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data();
     for (int k = 0; k < K; ++k) {
-        if (at[k] < 0) continue;
+        if (first[k] < 0) continue;
         const auto left = static_cast<int>(len[k] - first[k]);  // elements of the block from the lane's first on
         const __mmask16 inside = _mm512_cmplt_epi32_mask(offsets, _mm512_set1_epi32(left));
         const __m512 x = _mm512_mask_i32gather_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), inside,
@@ -640,7 +638,7 @@ inline void draw_plain_group(const target_row& r, const Eigen::Ref<const Eigen::
 #if defined(__AVX512F__)
     draw_plain_avx512<proposal_group>(r, logits, ws, prefix, u, out);
     for (int k = 0; k < proposal_group; ++k)
-        if (out[k].index < 0) out[k] = draw_plain(r, logits, ws, prefix, u[k]);
+        if (out[k].index < 0) out[k] = draw_plain_scalar(r, logits, ws, prefix, u[k]);
 #else
     for (int k = 0; k < proposal_group; ++k) out[k] = draw_plain(r, logits, ws, prefix, u[k]);
 #endif
@@ -819,16 +817,15 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
             draw_u[k] = t + k == 0 ? u : uniform01(rng);
             test_u[k] = uniform01(rng);
         }
-        if (group > 1) draw_plain_group(r, logits, ws, prefix, draw_u, y);
+        if (group > 1) {
+            draw_plain_group(r, logits, ws, prefix, draw_u, y);
+        } else if (r.kind == target_row::form::plain) {
+            y[0] = draw_plain(r, logits, ws, prefix, draw_u[0]);
+        } else {
+            y[0].index = draw_by_blocks(mass, nb, n, prefix[nb - 1], draw_u[0], buf, fill_p, prefix);
+            y[0].weight = buf[y[0].index % row_block];
+        }
         for (int k = 0; k < group; ++k) {
-            if (group == 1) {
-                if (r.kind == target_row::form::plain) {
-                    y[k] = draw_plain(r, logits, ws, prefix, draw_u[k]);
-                } else {
-                    y[k].index = draw_by_blocks(mass, nb, n, prefix[nb - 1], draw_u[k], buf, fill_p, prefix);
-                    y[k].weight = buf[y[k].index % row_block];
-                }
-            }
             const double py = static_cast<double>(a) * y[k].weight;  // the weight y was drawn with
             const double ry = py - static_cast<double>(b) * qc[y[k].index];
             if (test_u[k] * py < ry) return static_cast<token_id>(y[k].index);
