@@ -46,14 +46,16 @@ case_shape long_rows() {
     return {kVocab, s, 5000};
 }
 
-/// 1000 tokens, within detail::kept_row_limit: the pass keeps the row's exponentials, and the
-/// budget allows one proposal before the exact pass. Support over both chunks of 256 and the
-/// partial chunk and lanes at the end.
-case_shape short_rows() {
+/// A row within detail::kept_row_limit (the pass keeps its exponentials) of 1000 tokens, or of
+/// `vocab` >= 1000: support over both chunks of 256 and the partial chunk and lanes at the end
+/// of the first 1000 tokens, and past them every 37th token up to the last.
+case_shape short_rows(Eigen::Index vocab = 1000) {
     std::vector<token_id> s{0, 1, 15, 16, 17, 255, 256, 257, 511, 512};
     for (token_id t = 700; t < 999; t += 13) s.push_back(t);
     s.push_back(999);
-    return {1000, s, 600};
+    for (token_id t = 1024; t < vocab - 1; t += 37) s.push_back(t);
+    if (vocab > 1000) s.push_back(static_cast<token_id>(vocab - 1));
+    return {vocab, s, 600};
 }
 
 struct residual_case {
@@ -161,17 +163,62 @@ TEST_CASE("The residual draw has the residual distribution when proposals and th
 
 TEST_CASE("On a short row whose pass keeps its exponentials the residual draw has the residual distribution",
           "[statistical][residual]") {
-    // 1000 tokens: a budget of one proposal. Mass 0.5 (1 / R_lo = 2 > 1): one proposal, then
-    // the exact pass over the kept exponentials, each drawing about half of the tokens; mass
-    // 0.01: the exact pass draws 99% of them.
-    REQUIRE(1000 <= specdec::detail::kept_row_limit);
+    // 1000 tokens, below residual_proposal_cost: no proposal, the exact pass over the kept
+    // exponentials draws every token. 1800 tokens: a budget of one proposal; with mass 0.5
+    // (1 / R_lo = 2 > 1) the proposal and the exact pass each draw about half of the tokens,
+    // with mass 0.01 the exact pass draws 99% of them.
+    REQUIRE(1800 <= specdec::detail::kept_row_limit);
     REQUIRE(1000 / specdec::residual_proposal_cost == 0);
-    for (const double mass : {0.5, 0.01}) {
-        INFO("residual mass " << mass);
-        const residual_case c = make_case(mass, 0.2f, 1.0, 12, short_rows());
-        for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
-            INFO((scheme == specdec::verification_scheme::token ? "token" : "block"));
-            check_residual(c, {.scheme = scheme}, mass == 0.5 ? 400 : 500);
+    REQUIRE(1800 / specdec::residual_proposal_cost == 1);
+    for (const Eigen::Index vocab : {1000, 1800}) {
+        for (const double mass : {0.5, 0.01}) {
+            INFO("vocabulary " << vocab << ", residual mass " << mass);
+            const residual_case c = make_case(mass, 0.2f, 1.0, 12, short_rows(vocab));
+            for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+                INFO((scheme == specdec::verification_scheme::token ? "token" : "block"));
+                check_residual(c, {.scheme = scheme}, (mass == 0.5 ? 400 : 500) + static_cast<std::uint64_t>(vocab));
+            }
+        }
+    }
+}
+
+TEST_CASE("A short row below the proposal budget draws its residual with one uniform", "[residual]") {
+    // Token verification that rejects its only draft: one uniform for the test, then the
+    // residual. Below residual_proposal_cost tokens the exact pass takes the draw's first
+    // uniform; at 1800 tokens one proposal comes first (a draw and a test: two uniforms, and
+    // one more for the exact pass when the proposal fails).
+    struct counting_rng {
+        using result_type = std::uint64_t;
+        static constexpr result_type min() { return 0; }
+        static constexpr result_type max() { return ~result_type{0}; }
+        std::mt19937_64 g{5};
+        int calls = 0;
+        result_type operator()() {
+            ++calls;
+            return g();
+        }
+    };
+    for (const Eigen::Index vocab : {1000, 1800}) {
+        INFO("vocabulary " << vocab);
+        const residual_case c = make_case(0.01, 0.2f, 1.0, 13, short_rows(vocab));
+        const token_id tokens[] = {c.draft};
+        specdec::verify_workspace ws;
+        counting_rng rng;
+        int least = 1 << 30, most = 0;
+        for (int i = 0; i < 200; ++i) {
+            rng.calls = 0;
+            const auto r =
+                specdec::verify(c.logits, tokens, c.q, {}, rng, ws, {.scheme = specdec::verification_scheme::token});
+            REQUIRE(r.accepted == 0);
+            least = std::min(least, rng.calls);
+            most = std::max(most, rng.calls);
+        }
+        if (vocab < specdec::residual_proposal_cost) {
+            CHECK(least == 2);
+            CHECK(most == 2);
+        } else {
+            CHECK(least >= 3);  // the proposal's two uniforms at least
+            CHECK(most == 4);   // mass 0.01: most proposals fail, and the exact pass draws
         }
     }
 }

@@ -751,7 +751,9 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
 /// probability R / a, where R is the residual mass. R >= R_lo = max(a·p(x) − b·q(x),
 /// (a − b) + max(0, b·q(x) − a·p(x)), 0), from Σ max(0, a·p − b·q) − Σ max(0, b·q − a·p) = a − b:
 /// the number of proposals follows from it (see residual_proposal_cost). If none is accepted,
-/// one exact pass over the residual (block sums, then one block) draws it. Either way the token has exactly
+/// one exact pass over the residual (block sums, then one block) draws it; short rows whose
+/// values are kept (fewer than residual_proposal_cost tokens) make no proposal and go to that
+/// pass directly. Either way the token has exactly
 /// the normalized residual's distribution: each attempt that accepts returns y with
 /// probability ∝ max(0, a·p(y) − b·q(y)), and the final exact draw has that distribution too,
 /// so the mixture over where the procedure stops does as well (von Neumann's rejection
@@ -795,16 +797,27 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
             }));
     }
     const auto qc = q->col(j);
-    const double* prefix = block_prefix(r, n, ws);  // running block masses, for the proposals
-    const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
-    const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
-    // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget (about
-    // one pass), 6 a / R_lo of them (all fail with probability <= e^−6); otherwise the budget,
-    // then the pass (at most about twice the cost of the better choice, whatever R is).
-    const Eigen::Index budget = std::max<Eigen::Index>(1, n / residual_proposal_cost);
+    // A row of one block whose values are kept has an exact pass with no exp (see
+    // short_residual_weights): about 0.1 ns a token against about 40 ns a proposal, so that a
+    // proposal pays for itself only where it is accepted with probability above about 400 / V.
+    // Below residual_proposal_cost tokens that needs R > 0.4: such rows go to the pass at once
+    // (budget 0), with u as its uniform.
+    const bool short_kept = nb == 1 && in_rows(r);
+    const Eigen::Index budget = short_kept ? n / residual_proposal_cost
+                                           : std::max<Eigen::Index>(1, n / residual_proposal_cost);
     Eigen::Index proposals = budget;
-    if (r_low > 0.0 && a / r_low <= static_cast<double>(budget))
-        proposals = static_cast<Eigen::Index>(std::ceil(6.0 * a / r_low));
+    const double* prefix = nullptr;  // running block masses, for the proposals
+    if (budget > 0) {
+        prefix = block_prefix(r, n, ws);
+        const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
+        const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
+        // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget
+        // (about one pass), 6 a / R_lo of them (all fail with probability <= e^−6); otherwise
+        // the budget, then the pass (at most about twice the cost of the better choice,
+        // whatever R is).
+        if (r_low > 0.0 && a / r_low <= static_cast<double>(budget))
+            proposals = static_cast<Eigen::Index>(std::ceil(6.0 * a / r_low));
+    }
     // Long plain rows make their proposals in groups (see proposal_group): the group's
     // uniforms in the order of one-by-one proposals (draw, test, draw, test, ...), then its
     // draws, then its tests in order.
@@ -835,10 +848,10 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     // the residual's weights and lane sums, then draws in lane order (any fixed order of the
     // elements gives an exact draw); longer rows take block sums of the residual, then fill
     // and scan the one block the draw lands in.
-    if (nb == 1 && in_rows(r)) {
+    if (short_kept) {
         short_row_lanes lanes;
         total = short_residual_weights(r, qc.data(), a, b, ws, n, lanes);
-        const double w = uniform01(rng);
+        const double w = proposals > 0 ? uniform01(rng) : u;
         if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
         return static_cast<token_id>(draw_short_residual(ws, lanes, n, total, w));
     }
