@@ -371,6 +371,53 @@ TEST_CASE("Grouped draws from a long row give the tokens of the scalar walk", "[
     CHECK(differ <= 5);
 }
 
+TEST_CASE("The short-row residual draw follows the lane order of the cumulative residual", "[residual]") {
+    // A row of 1000 or 2048 tokens whose pass keeps its exponentials, against a draft that puts
+    // more mass than p on about half of the tokens (their residual weight is 0): the token drawn
+    // with u is where the residual's running sum in (chunk, lane, element) order crosses u times
+    // the total (up to float rounding of the lane sums), never a token of weight 0.
+    std::mt19937_64 g(19);
+    const Eigen::Index vocab = GENERATE(Eigen::Index{1000}, Eigen::Index{2048});
+    INFO("vocabulary " << vocab);
+    prepared_holey_row prepared(vocab, 2.0f, g);
+    auto& [logits, ws, row] = prepared;
+    REQUIRE(row.exps);
+    Eigen::VectorXf q(vocab);
+    std::uniform_real_distribution<float> spread(0.0f, 2.0f);
+    for (Eigen::Index k = 0; k < vocab; ++k)
+        q[k] = static_cast<float>(specdec::detail::prob_of(row, logits, ws, k)) * spread(g);
+    q /= q.sum();
+    specdec::detail::short_row_lanes lanes;
+    const double total = specdec::detail::short_residual_weights(row, q.data(), 1.0f, 1.0f, ws, vocab, lanes);
+    REQUIRE(total > 0.01);
+    std::vector<double> weight(static_cast<std::size_t>(vocab)), cum_at(weight.size()), cum_before(weight.size());
+    for (Eigen::Index k = 0; k < vocab; ++k)
+        weight[static_cast<std::size_t>(k)] =
+            std::max(0.0, specdec::detail::prob_of(row, logits, ws, k) - static_cast<double>(q[k]));
+    double acc = 0.0;
+    using specdec::detail::exp_chunk;
+    for (Eigen::Index c = 0; c * exp_chunk < vocab; ++c)
+        for (Eigen::Index l = 0; l < 16; ++l)
+            for (Eigen::Index k = 0; k < exp_chunk / 16; ++k) {
+                const auto at = static_cast<std::size_t>(c * exp_chunk + l + 16 * k);
+                if (at >= weight.size()) continue;
+                cum_before[at] = acc;
+                cum_at[at] = acc += weight[at];
+            }
+    CHECK(acc == Approx(total).epsilon(1e-4));
+    std::uniform_real_distribution<double> u01(0.0, 1.0);
+    for (int t = 0; t < 20000; ++t) {
+        const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
+        const Eigen::Index y = specdec::detail::draw_short_residual(ws, lanes, vocab, total, u);
+        REQUIRE(y >= 0);
+        REQUIRE(y < vocab);
+        REQUIRE(ws.block[static_cast<std::size_t>(y)] > 0.0f);  // never a token of weight 0
+        const double slack = 1e-5 * acc;
+        CHECK(cum_before[static_cast<std::size_t>(y)] <= u * acc + slack);
+        CHECK(cum_at[static_cast<std::size_t>(y)] >= u * acc - slack);
+    }
+}
+
 TEST_CASE("The lane-level residual mass bound never exceeds the exact residual mass", "[residual][block]") {
     // Over 5000 tokens (three blocks, one all -Inf): R = Σ max(0, w p − q) against the bound from
     // the lane sums the checking pass keeps, for drafts close to and far from the target.
