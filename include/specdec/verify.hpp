@@ -158,7 +158,9 @@ struct verify_workspace {
 /// (R the residual mass); a lower bound R_lo on R comes with the rejected token. When a / R_lo
 /// is within the budget, 6 a / R_lo proposals are made (all fail with probability <= e^−6);
 /// otherwise the budget, then the pass: whatever R is, at most about twice the cost of the
-/// better of the two. The count changes the cost, never the distribution.
+/// better of the two. The budget is at least one proposal, except on rows of one block whose
+/// values the pass kept (exponentials, or a truncated distribution), whose exact pass needs no
+/// exp: there it is V / this many, so that rows of fewer tokens make none. The count changes the cost, never the distribution.
 inline constexpr Eigen::Index residual_proposal_cost = 1024;
 
 namespace detail {
