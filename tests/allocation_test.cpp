@@ -174,6 +174,28 @@ TEST_CASE("A speculative step allocates nothing after warm-up when the adapters 
     }
 }
 
+TEST_CASE("Top-p allocates nothing after warm-up however many weights share its threshold's bucket",
+          "[allocation]") {
+    // How many weights fall in the magnitude bucket where the nucleus ends depends on the row:
+    // a few on random rows, every one on a flat row. Warmed up on random rows, the workspace
+    // must already hold room for the flat row's.
+    if (!counting_available()) return;
+    const int vocab = 4096;
+    std::mt19937_64 g(7);
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    Eigen::VectorXf logits(vocab), out(vocab);
+    specdec::sampling_workspace ws;
+    const specdec::sampling_config s{.top_p = 0.9f};
+    for (int i = 0; i < 3; ++i) {  // warm-up
+        for (Eigen::Index k = 0; k < vocab; ++k) logits[k] = n(g);
+        specdec::standardize(logits, s, out, ws);
+    }
+    const Eigen::VectorXf flat = Eigen::VectorXf::Zero(vocab);
+    const auto count = allocations_during([&] { specdec::standardize(flat, s, out, ws); });
+    CHECK(out.minCoeff() == out.maxCoeff());  // ties kept: the flat row stays flat
+    CHECK(count == 0);
+}
+
 TEST_CASE("The counting allocator sees allocations (negative control)", "[allocation]") {
     if (!counting_available()) return;
     const auto n = allocations_during([] {

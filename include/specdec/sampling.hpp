@@ -835,11 +835,15 @@ inline std::uint32_t magnitude_bucket(float v) noexcept {
 /// floor — on typical rows a small fraction — and sums their mass per magnitude bucket (8 per
 /// octave); the bucket where the running mass from the top crosses `need` is found, and only
 /// that bucket's values are sorted. Should rounding leave those buckets short of `need`, the
-/// search is repeated over every positive weight. `values` and `bucket_mass` are scratch.
+/// search is repeated over every positive weight. `values` and `bucket_mass` are scratch;
+/// `values` is given room for every weight of the row on first use, since how many share the
+/// crossing bucket depends on the row (all of them on a flat one), so that a workspace warmed up
+/// on any row of this size allocates nothing later.
 inline float top_p_threshold(const Eigen::Ref<const Eigen::VectorXf>& w, double total, double need,
                              std::vector<float>& values, std::vector<double>& bucket_mass) {
     constexpr std::size_t buckets = std::size_t{1} << 11;  // 8 exponent bits + 3 mantissa bits
     const Eigen::Index n = w.size();
+    if (values.capacity() < static_cast<std::size_t>(n)) values.reserve(static_cast<std::size_t>(n));
     const float* x = w.data();
     // The floor, lowered by a relative 1e-6 so that rounding cannot lift it above a weight it
     // should keep.
