@@ -10,6 +10,7 @@
 // must fail (p < 1e-4).
 
 #include "support/catch.hpp"
+#include "support/counting_rng.hpp"
 #include "support/markov.hpp"
 #include "support/stats.hpp"
 
@@ -187,23 +188,12 @@ TEST_CASE("A short row below the proposal budget draws its residual with one uni
     // residual. Below residual_proposal_cost tokens the exact pass takes the draw's first
     // uniform; at 1800 tokens one proposal comes first (a draw and a test: two uniforms, and
     // one more for the exact pass when the proposal fails).
-    struct counting_rng {
-        using result_type = std::uint64_t;
-        static constexpr result_type min() { return 0; }
-        static constexpr result_type max() { return ~result_type{0}; }
-        std::mt19937_64 g{5};
-        int calls = 0;
-        result_type operator()() {
-            ++calls;
-            return g();
-        }
-    };
     for (const Eigen::Index vocab : {1000, 1800}) {
         INFO("vocabulary " << vocab);
         const residual_case c = make_case(0.01, 0.2f, 1.0, 13, short_rows(vocab));
         const token_id tokens[] = {c.draft};
         specdec::verify_workspace ws;
-        counting_rng rng;
+        specdec_test::counting_rng rng{5};
         int least = 1 << 30, most = 0;
         for (int i = 0; i < 200; ++i) {
             rng.calls = 0;
@@ -286,6 +276,32 @@ struct prepared_holey_row {
     }
 };
 
+/// Running sums of weight(k) over a row of vocab tokens in the draws' order: 2048-token block,
+/// 256-token chunk, lane (offset mod 16), element. before[k] / at[k]: the sum up to token k,
+/// without / with it.
+struct lane_order_sums {
+    std::vector<double> before, at;
+    double total = 0.0;
+};
+template <class Weight>
+lane_order_sums sums_in_lane_order(Eigen::Index vocab, Weight&& weight) {
+    using specdec::detail::exp_chunk;
+    using specdec::detail::row_block;
+    lane_order_sums r;
+    r.before.assign(static_cast<std::size_t>(vocab), -1.0);
+    r.at.assign(static_cast<std::size_t>(vocab), -1.0);
+    for (Eigen::Index b = 0; b * row_block < vocab; ++b)
+        for (Eigen::Index c = 0; c < row_block / exp_chunk; ++c)
+            for (Eigen::Index l = 0; l < 16; ++l)
+                for (Eigen::Index k = 0; k < exp_chunk / 16; ++k) {
+                    const Eigen::Index at = b * row_block + c * exp_chunk + l + 16 * k;
+                    if (at >= vocab) continue;
+                    r.before[static_cast<std::size_t>(at)] = r.total;
+                    r.at[static_cast<std::size_t>(at)] = r.total += weight(at);
+                }
+    return r;
+}
+
 }  // namespace
 
 TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) order of the cumulative p",
@@ -299,25 +315,11 @@ TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) 
     prepared_holey_row prepared(vocab, 2.0f, g);
     auto& [logits, ws, row] = prepared;
     CHECK(row.exps == (vocab <= specdec::detail::kept_row_limit));
-    // The cumulative p in the draw's order: block, 256-token chunk, lane (offset mod 16), element.
-    using specdec::detail::exp_chunk;
-    using specdec::detail::row_block;
-    std::vector<Eigen::Index> order;
-    for (Eigen::Index b = 0; b * row_block < vocab; ++b)
-        for (Eigen::Index c = 0; c < row_block / exp_chunk; ++c)
-            for (Eigen::Index l = 0; l < 16; ++l)
-                for (Eigen::Index k = 0; k < exp_chunk / 16; ++k) {
-                    const Eigen::Index at = b * row_block + c * exp_chunk + l + 16 * k;
-                    if (at < vocab) order.push_back(at);
-                }
-    REQUIRE(order.size() == static_cast<std::size_t>(vocab));
-    std::vector<double> cum_at(static_cast<std::size_t>(vocab)), cum_before(static_cast<std::size_t>(vocab));
-    double acc = 0.0;
-    for (const Eigen::Index at : order) {
-        cum_before[static_cast<std::size_t>(at)] = acc;
-        cum_at[static_cast<std::size_t>(at)] = acc += specdec::detail::prob_of(row, logits, ws, at);
-    }
-    CHECK(acc == Approx(1.0).epsilon(1e-5));
+    // The cumulative p in the draw's order.
+    const lane_order_sums cum =
+        sums_in_lane_order(vocab, [&](Eigen::Index k) { return specdec::detail::prob_of(row, logits, ws, k); });
+    REQUIRE(std::find(cum.at.begin(), cum.at.end(), -1.0) == cum.at.end());  // every token in the order
+    CHECK(cum.total == Approx(1.0).epsilon(1e-5));
     const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     for (int t = 0; t < 20000; ++t) {
@@ -330,8 +332,8 @@ TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) 
         CHECK(y.weight == Approx(py).epsilon(1e-5));
         // The cumulative p crosses u at y, up to float rounding of the lane sums.
         const double slack = 1e-5;
-        CHECK(cum_before[static_cast<std::size_t>(y.index)] <= u + slack);
-        CHECK(cum_at[static_cast<std::size_t>(y.index)] >= u - slack);
+        CHECK(cum.before[static_cast<std::size_t>(y.index)] <= u + slack);
+        CHECK(cum.at[static_cast<std::size_t>(y.index)] >= u - slack);
     }
 }
 
@@ -390,21 +392,10 @@ TEST_CASE("The short-row residual draw follows the lane order of the cumulative 
     specdec::detail::short_row_lanes lanes;
     const double total = specdec::detail::short_residual_weights(row, q.data(), 1.0f, 1.0f, ws, vocab, lanes);
     REQUIRE(total > 0.01);
-    std::vector<double> weight(static_cast<std::size_t>(vocab)), cum_at(weight.size()), cum_before(weight.size());
-    for (Eigen::Index k = 0; k < vocab; ++k)
-        weight[static_cast<std::size_t>(k)] =
-            std::max(0.0, specdec::detail::prob_of(row, logits, ws, k) - static_cast<double>(q[k]));
-    double acc = 0.0;
-    using specdec::detail::exp_chunk;
-    for (Eigen::Index c = 0; c * exp_chunk < vocab; ++c)
-        for (Eigen::Index l = 0; l < 16; ++l)
-            for (Eigen::Index k = 0; k < exp_chunk / 16; ++k) {
-                const auto at = static_cast<std::size_t>(c * exp_chunk + l + 16 * k);
-                if (at >= weight.size()) continue;
-                cum_before[at] = acc;
-                cum_at[at] = acc += weight[at];
-            }
-    CHECK(acc == Approx(total).epsilon(1e-4));
+    const lane_order_sums cum = sums_in_lane_order(vocab, [&](Eigen::Index k) {
+        return std::max(0.0, specdec::detail::prob_of(row, logits, ws, k) - static_cast<double>(q[k]));
+    });
+    CHECK(cum.total == Approx(total).epsilon(1e-4));
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     for (int t = 0; t < 20000; ++t) {
         const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
@@ -412,9 +403,9 @@ TEST_CASE("The short-row residual draw follows the lane order of the cumulative 
         REQUIRE(y >= 0);
         REQUIRE(y < vocab);
         REQUIRE(ws.block[static_cast<std::size_t>(y)] > 0.0f);  // never a token of weight 0
-        const double slack = 1e-5 * acc;
-        CHECK(cum_before[static_cast<std::size_t>(y)] <= u * acc + slack);
-        CHECK(cum_at[static_cast<std::size_t>(y)] >= u * acc - slack);
+        const double slack = 1e-5 * cum.total;
+        CHECK(cum.before[static_cast<std::size_t>(y)] <= u * cum.total + slack);
+        CHECK(cum.at[static_cast<std::size_t>(y)] >= u * cum.total - slack);
     }
 }
 

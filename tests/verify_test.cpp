@@ -1,4 +1,5 @@
 #include "support/catch.hpp"
+#include "support/counting_rng.hpp"
 #include "support/markov.hpp"
 
 #include <specdec/verify.hpp>
@@ -149,17 +150,6 @@ TEST_CASE("Temperature 0 accepts exactly the argmax tokens and corrects to the a
 TEST_CASE("Temperature 0 verification draws no randomness, under either scheme", "[verify]") {
     // Every decision follows from the argmax, so the generator is never called; the same calls
     // at temperature 1 (the control) do call it.
-    struct counting_rng {
-        using result_type = std::uint64_t;
-        static constexpr result_type min() { return 0; }
-        static constexpr result_type max() { return ~result_type{0}; }
-        std::mt19937_64 g{3};
-        int calls = 0;
-        result_type operator()() {
-            ++calls;
-            return g();
-        }
-    };
     const int vocab = 300;
     const auto z = random_logits(vocab, 4, 23);
     Eigen::MatrixXf q(vocab, 3);
@@ -177,7 +167,7 @@ TEST_CASE("Temperature 0 verification draws no randomness, under either scheme",
     specdec::verify_workspace ws;
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
         for (const auto* draft : {&all_right, &first_wrong}) {
-            counting_rng greedy, control;
+            specdec_test::counting_rng greedy{3}, control{3};
             const auto r0 = specdec::verify(z, *draft, q, {.temperature = 0.0f}, greedy, ws, {.scheme = scheme});
             const auto r1 = specdec::verify(z, *draft, specdec::point_mass, {.temperature = 0.0f}, greedy, ws,
                                             {.scheme = scheme});
