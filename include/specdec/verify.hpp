@@ -160,7 +160,8 @@ struct verify_workspace {
 /// otherwise the budget, then the pass: whatever R is, at most about twice the cost of the
 /// better of the two. The budget is at least one proposal, except on rows of one block whose
 /// values the pass kept (exponentials, or a truncated distribution), whose exact pass needs no
-/// exp: there it is V / this many, so that rows of fewer tokens make none. The count changes the cost, never the distribution.
+/// exp: there it is V / this many, so that rows of fewer tokens make none. The count changes
+/// the cost, never the distribution.
 inline constexpr Eigen::Index residual_proposal_cost = 1024;
 
 namespace detail {
