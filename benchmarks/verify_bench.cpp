@@ -724,8 +724,9 @@ const rejection_input& get_rejection_input(Index vocab, double want) {
 }
 
 /// specdec::verify (token scheme, default check) on that input, K calls per iteration, their
-/// uniforms from one stream that is never restarted; counters: R, and the mean number of uniforms per call (2 per proposal, plus
-/// the test's and the first draw's, plus one when the exact pass draws).
+/// uniforms from one stream that is never restarted; counters: R, and the mean number of
+/// uniforms per call (2 per proposal, plus the test's and the first draw's, plus one when the
+/// exact pass draws).
 void bm_rejection(benchmark::State& state, Index vocab, double want) {
     const rejection_input& in = get_rejection_input(vocab, want);
     specdec::verify_workspace ws;

@@ -707,7 +707,9 @@ std::uint64_t compare_group(const float* x, float m) {
 #endif
 #if defined(__AVX512F__)
     if constexpr (width == 16)
-        return packets([pm = _mm512_set1_ps(m)](const float* p) { return _mm512_cmp_ps_mask(_mm512_loadu_ps(p), pm, predicate); });
+        return packets([pm = _mm512_set1_ps(m)](const float* p) {
+            return _mm512_cmp_ps_mask(_mm512_loadu_ps(p), pm, predicate);
+        });
 #endif
 #if defined(__AVX__)
     if constexpr (width == 8)

@@ -541,8 +541,8 @@ void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::Matrix
         first[k] = l < 0 ? -1 : static_cast<Eigen::Index>(c) * exp_chunk + l;
     }
     // The lane's 16 elements (past the end of the row: −Inf, whose exp is 0), gathered.
-    const __m512i offsets = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                               _mm512_set1_epi32(static_cast<int>(chunk_lanes)));
+    static_assert(chunk_lanes == 16);  // a lane's elements lie 16 floats apart
+    const __m512i offsets = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data();
     for (int k = 0; k < K; ++k) {
         if (first[k] < 0) continue;
