@@ -143,7 +143,7 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
 /// scalar exp per block. Memory is streamed once; the second read of a block hits L1, and the
 /// next block is prefetched during the exp-sum (as specdec's own pass does, so that neither
 /// side waits on memory the other does not wait on). The exp-sum
-/// is exp_sum_avx512 where AVX-512 is enabled (about 1.3x faster than Eigen's exp on Zen 4), else
+/// is exp_sum_avx512 where AVX-512 is enabled (about 1.3x faster than Eigen's exp on Zen 5), else
 /// Eigen's SIMD exp (AVX2 / SSE packets).
 template <bool ReadQ = false>
 inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = nullptr, double* q_sum = nullptr) {
