@@ -268,6 +268,13 @@ target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, st
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
         });
     if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
+    if (nb == 1) {
+        // One block (its reference is the row's maximum): p = exp((z − m) / T) / its sum.
+        const double inv_total = 1.0 / mass[0];
+        mass[0] *= inv_total;  // (as below with factor 1)
+        scale[0] = static_cast<float>(inv_total);
+        return r;
+    }
     double total = 0.0;
     for_each_block_factor(bmax, mass, nb, m, inv_t, [&](Eigen::Index b, double f) { total += mass[b] * f; });
     const double inv_total = 1.0 / total;
