@@ -71,6 +71,10 @@
 //                                       rejected, with residual mass R (see rejection_input); the
 //                                       draw after it takes about 1/R proposals or the exact pass
 //   BM_rejection_bound[_q]/V:<vocab>/R:<R>  the bound: one log-sum-exp of the row (_q: reading q too)
+//   BM_pass/V:<vocab>/check:<0|1>       that call's normalizing pass alone (R = 0.01), with or
+//                                       without the draft-column check
+//   BM_proposals/V:<vocab>/group:<K>    that call's residual proposals alone, K made side by side
+//                                       (per_call: seconds per proposal)
 //
 // Drafter side:  BM_sample/<filter>/V:<vocab>/T:1        standardize_and_sample (as the drafters run)
 //                BM_sample_naive/...                      naive softmax + std::discrete_distribution
@@ -773,6 +777,58 @@ void bm_rejection_bound(benchmark::State& state, Index vocab, double want, bool 
     set_per_call(state, calls_per_batch);
 }
 
+/// The parts of such a call, on the same input (R = 0.01): the normalizing pass over the row
+/// alone (specdec::detail::prepare_row, with or without the draft-column check), to be read
+/// against BM_rejection_bound(_q); and the proposals of the residual draw alone: group = K draws
+/// from p made side by side as sample_residual makes them (draw_plain_group for K = 4, the
+/// AVX-512 walk with K draws for K = 1 and 8), uniforms from a stream never restarted. Counter
+/// per_call: seconds per pass, or per proposal.
+void bm_pass(benchmark::State& state, Index vocab, bool check) {
+    const rejection_input& in = get_rejection_input(vocab, 0.01);
+    specdec::verify_workspace ws;
+    const specdec::sampling_config s{};
+    specdec::detail::reserve_rows(ws, vocab, 1, s);
+    const float* q = check ? in.q.col(0).data() : nullptr;
+    timed_batches(state, [&] {
+        for (int k = 0; k < calls_per_batch; ++k) {
+            const auto r = specdec::detail::prepare_row(in.z, 0, s, ws, "bm_pass", q);
+            benchmark::DoNotOptimize(r);
+        }
+    });
+    set_per_call(state, calls_per_batch);
+}
+
+template <int K>
+void bm_proposals(benchmark::State& state, Index vocab) {
+    const rejection_input& in = get_rejection_input(vocab, 0.01);
+    specdec::verify_workspace ws;
+    const specdec::sampling_config s{};
+    specdec::detail::reserve_rows(ws, vocab, 1, s);
+    const specdec::detail::target_row row = specdec::detail::prepare_row(in.z, 0, s, ws, "bm_proposals");
+    const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
+    splitmix64 fresh{0x9e0};
+    constexpr int per_batch = 64;  // proposals per timed batch
+    static_assert(per_batch % K == 0);
+    timed_batches(state, [&] {
+        for (int t = 0; t < per_batch; t += K) {
+            double u[K];
+            specdec::detail::weighted_index y[K];
+            for (double& x : u) x = specdec::uniform01(fresh);
+            if constexpr (K == specdec::detail::proposal_group) {
+                specdec::detail::draw_plain_group(row, in.z, ws, prefix, u, y);
+            } else {
+#if defined(__AVX512F__)
+                specdec::detail::draw_plain_avx512<K>(row, in.z, ws, prefix, u, y);
+#else
+                for (int k = 0; k < K; ++k) y[k] = specdec::detail::draw_plain(row, in.z, ws, prefix, u[k]);
+#endif
+            }
+            benchmark::DoNotOptimize(y);
+        }
+    });
+    set_per_call(state, per_batch);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration.
 // ---------------------------------------------------------------------------------------------
@@ -841,6 +897,17 @@ void register_all() {
             reg("BM_rejection_bound" + p, [v, want](benchmark::State& s) { bm_rejection_bound(s, v, want, false); });
             reg("BM_rejection_bound_q" + p, [v, want](benchmark::State& s) { bm_rejection_bound(s, v, want, true); });
         }
+    for (Index v : {Index{32000}, Index{151936}}) {
+        const std::string p = "/V:" + std::to_string(v);
+        auto reg = [&](const std::string& name, auto fn) {
+            benchmark::RegisterBenchmark(name.c_str(), fn)->Unit(benchmark::kNanosecond);
+        };
+        reg("BM_pass" + p + "/check:1", [v](benchmark::State& s) { bm_pass(s, v, true); });
+        reg("BM_pass" + p + "/check:0", [v](benchmark::State& s) { bm_pass(s, v, false); });
+        reg("BM_proposals" + p + "/group:1", [v](benchmark::State& s) { bm_proposals<1>(s, v); });
+        reg("BM_proposals" + p + "/group:4", [v](benchmark::State& s) { bm_proposals<4>(s, v); });
+        reg("BM_proposals" + p + "/group:8", [v](benchmark::State& s) { bm_proposals<8>(s, v); });
+    }
     for (Index v : {Index{32000}, Index{151936}})
         for (filter_kind f : {filter_kind::plain, filter_kind::topp09}) {
             const std::string p = std::string("/") + (f == filter_kind::plain ? "plain" : "topp0.9");

@@ -245,6 +245,26 @@ def rejection_table(data):
     return lines
 
 
+def parts_table(data):
+    """The parts of a rejection call (BM_pass, BM_proposals) beside the bound of its row (R = 0.01)."""
+    vocabs = sorted({int(case.split("/")[0].split(":")[1]) for (impl, case) in data if impl in ("BM_pass", "BM_proposals")})
+    if not vocabs:
+        return []
+    head = ["V", "pass µs, checked", "pass µs, unchecked", "bound µs", "bound+q µs", "checked/bound", "unchecked/bound",
+            "ns per proposal: alone", "in groups of 4", "of 8"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    for vocab in vocabs:
+        c1 = value(data, "BM_pass", f"V:{vocab}/check:1")
+        c0 = value(data, "BM_pass", f"V:{vocab}/check:0")
+        b = value(data, "BM_rejection_bound", f"V:{vocab}/R:0.01")
+        bq = value(data, "BM_rejection_bound_q", f"V:{vocab}/R:0.01")
+        groups = [value(data, "BM_proposals", f"V:{vocab}/group:{k}") for k in (1, 4, 8)]
+        lines.append("| " + " | ".join([str(vocab), fmt_us(c1), fmt_us(c0), fmt_us(b), fmt_us(bq), fmt_ratio(c1, b),
+                                        fmt_ratio(c0, b)] + ["–" if g is None else f"{g * 1e3:.0f}" for g in groups])
+                     + " |")
+    return lines
+
+
 def print_section(title, lines):
     """A titled table, after a blank line; nothing when the table is empty."""
     if not lines:
@@ -284,6 +304,9 @@ def main():
                   "rejected (p(x) = 0, q(x) = R, residual mass R); the draw after it takes about 1/R proposals (2 "
                   "uniforms each) or, past the budget, the exact pass. bound: log-sum-exp of the row; bound+q: reading q "
                   "too.", rejection_table(data))
+    print_section("Parts of a rejection call (R = 0.01): the normalizing pass over the row alone (BM_pass), against "
+                  "the bound of that row; the residual draw's proposals alone (BM_proposals), made one at a time or "
+                  "side by side.", parts_table(data))
     print_section("Drafter side: standardize_and_sample vs naive softmax + std::discrete_distribution; "
                   "bound: log-sum-exp of the row.", sample_table(data))
 
