@@ -811,8 +811,9 @@ void bm_proposals(benchmark::State& state, Index vocab) {
     static_assert(per_batch % K == 0);
     timed_batches(state, [&] {
         for (int t = 0; t < per_batch; t += K) {
-            double u[K];
-            specdec::detail::weighted_index y[K];
+            constexpr auto count = static_cast<std::size_t>(K);
+            double u[count];
+            specdec::detail::weighted_index y[count];
             for (double& x : u) x = specdec::uniform01(fresh);
             if constexpr (K == specdec::detail::proposal_group) {
                 specdec::detail::draw_plain_group(row, in.z, ws, prefix, u, y);
