@@ -247,11 +247,12 @@ def rejection_table(data):
 
 def parts_table(data):
     """The parts of a rejection call (BM_pass, BM_proposals) beside the bound of its row (R = 0.01)."""
-    vocabs = sorted({int(case.split("/")[0].split(":")[1]) for (impl, case) in data if impl in ("BM_pass", "BM_proposals")})
+    vocabs = sorted({int(case.split("/")[0].split(":")[1])
+                     for (impl, case) in data if impl in ("BM_pass", "BM_proposals")})
     if not vocabs:
         return []
-    head = ["V", "pass µs, checked", "pass µs, unchecked", "bound µs", "bound+q µs", "checked/bound", "unchecked/bound",
-            "ns per proposal: alone", "in groups of 4", "of 8"]
+    head = ["V", "pass µs, checked", "pass µs, unchecked", "bound µs", "bound+q µs", "checked/bound",
+            "unchecked/bound", "ns per proposal: alone", "in groups of 4", "of 8"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for vocab in vocabs:
         c1 = value(data, "BM_pass", f"V:{vocab}/check:1")
