@@ -1056,13 +1056,17 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     const bool check = q != nullptr && opts.check_draft_distributions;
     reserve_rows(ws, target_logits.rows(), n, sampling);
     const bool greedy = sampling.temperature == 0.0f;
-    ws.eta.resize(n);
+    // Scratch for positions 0..n−1, grown only (so that a shorter draft neither shrinks nor
+    // reinitializes it).
+    if (ws.eta.size() < n) {
+        ws.eta.resize(n);
+        ws.weight.resize(n);
+        ws.p_draft.resize(n);
+        ws.q_draft.resize(n);
+        ws.prepared.resize(n);
+    }
     // At temperature 0 every w_i and h_i is 0 or 1, so η_i in [0, 1) decides nothing: none is drawn.
-    for (double& e : ws.eta) e = greedy ? 0.0 : uniform01(rng);
-    ws.weight.resize(n);
-    ws.p_draft.resize(n);
-    ws.q_draft.resize(n);
-    ws.prepared.resize(n);
+    for (std::size_t i = 0; i < n; ++i) ws.eta[i] = greedy ? 0.0 : uniform01(rng);
     // Forward: rows 0..k−1 (row i holds p_{i+1}), each draft column checked in its row's pass.
     std::size_t reached = 0;  // positions 1..reached have w > 0
     double w = 1.0;
