@@ -213,6 +213,41 @@ TEST_CASE("Block verification with point-mass drafts and at temperature 0 matche
     }
 }
 
+TEST_CASE("Block verification with one workspace across draft lengths matches fresh workspaces", "[block]") {
+    // The workspace keeps per-position scratch from longer drafts; a shorter one after them must
+    // decide exactly as with a fresh workspace (same seed, same outcome, same generator state).
+    const int vocab = 50;
+    std::mt19937_64 g(61);
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    specdec::verify_workspace shared;
+    specdec::sampling_workspace sampling_ws;
+    const specdec::sampling_config s{};
+    for (const std::size_t gamma : {6u, 2u, 5u, 1u, 3u, 6u}) {
+        Eigen::MatrixXf z(vocab, static_cast<Eigen::Index>(gamma) + 1);
+        Eigen::MatrixXf q(vocab, static_cast<Eigen::Index>(gamma));
+        std::vector<token_id> x(gamma);
+        for (Eigen::Index k = 0; k < z.size(); ++k) z.data()[k] = n(g);
+        for (std::size_t i = 0; i < gamma; ++i) {
+            Eigen::VectorXf logits = z.col(static_cast<Eigen::Index>(i));
+            for (Eigen::Index k = 0; k < vocab; ++k) logits[k] += n(g);  // a draft near the target
+            Eigen::VectorXf qi(vocab);
+            specdec::standardize(logits, s, qi, sampling_ws);
+            q.col(static_cast<Eigen::Index>(i)) = qi;
+            x[i] = static_cast<token_id>(std::uniform_int_distribution<int>(0, vocab - 1)(g));
+        }
+        for (std::uint64_t seed = 0; seed < 20; ++seed) {
+            std::mt19937_64 a(seed), b(seed);
+            specdec::verify_workspace fresh;
+            const auto r_shared = specdec::verify(z, x, q, s, a, shared);
+            const auto r_fresh = specdec::verify(z, x, q, s, b, fresh);
+            INFO("gamma " << gamma << ", seed " << seed);
+            CHECK(r_shared.accepted == r_fresh.accepted);
+            CHECK(r_shared.next_token == r_fresh.next_token);
+            CHECK(a() == b());
+        }
+    }
+}
+
 TEST_CASE("Lenience with block verification is rejected with a clear error", "[block][errors]") {
     auto target = markov_model::random(4, 2, 1);
     const std::vector<token_id> prompt{0};

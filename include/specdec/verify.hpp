@@ -1056,8 +1056,8 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     const bool check = q != nullptr && opts.check_draft_distributions;
     reserve_rows(ws, target_logits.rows(), n, sampling);
     const bool greedy = sampling.temperature == 0.0f;
-    // Scratch for positions 0..n−1, grown only (so that a shorter draft neither shrinks nor
-    // reinitializes it).
+    // Per-position scratch, grown only (one size check a call rather than five resize calls);
+    // only entries 0..n−1 are written and read, so what a longer draft left beyond them is unused.
     if (ws.eta.size() < n) {
         ws.eta.resize(n);
         ws.weight.resize(n);
