@@ -4,6 +4,7 @@
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
+#include "support/stats.hpp"
 
 #include <specdec/specdec.hpp>
 
@@ -245,6 +246,107 @@ TEST_CASE("Block verification with one workspace across draft lengths matches fr
             CHECK(r_shared.next_token == r_fresh.next_token);
             CHECK(a() == b());
         }
+    }
+}
+
+namespace {
+
+/// P(τ = 0..γ) of block verification for fixed rows p_1..p_{γ+1} (double), draft columns q and
+/// tokens x (Sun et al. 2024): h_i = R_i / (R_i + 1 − w_i), h_γ = w_γ, P(τ = i) = h_i Π_{j>i} (1 − h_j).
+/// `weight_residual` = false gives the law of a plausible bug (R_i without the factor w_i).
+std::vector<double> block_tau_law(const std::vector<std::vector<double>>& p, const Eigen::MatrixXf& q,
+                                  const std::vector<token_id>& x, bool weight_residual = true) {
+    const std::size_t gamma = x.size();
+    std::vector<double> h(gamma), law(gamma + 1, 0.0);
+    double w = 1.0;
+    for (std::size_t i = 0; i < gamma; ++i) {
+        const auto xi = static_cast<std::size_t>(x[i]);
+        w = std::min(1.0, w * p[i][xi] / static_cast<double>(q(x[i], static_cast<Eigen::Index>(i))));
+        if (i + 1 == gamma) {
+            h[i] = w;
+            break;
+        }
+        double big_r = 0.0;
+        const double factor = weight_residual ? w : 1.0;
+        for (std::size_t k = 0; k < p[i + 1].size(); ++k) {
+            const double qk = static_cast<double>(q(static_cast<Eigen::Index>(k), static_cast<Eigen::Index>(i + 1)));
+            big_r += std::max(0.0, factor * p[i + 1][k] - qk);
+        }
+        h[i] = big_r / (big_r + 1.0 - w);
+    }
+    double none = 1.0;
+    for (std::size_t i = gamma; i >= 1; --i) {
+        law[i] = none * h[i - 1];
+        none *= 1.0 - h[i - 1];
+    }
+    law[0] = none;
+    return law;
+}
+
+}  // namespace
+
+TEST_CASE("Block verification on long rows has the exact law of the accepted length where only coins decide",
+          "[block][statistical]") {
+    // Rows of 6000 and 10000 tokens (three and five 2048-token blocks: the rows keep no
+    // exponentials). Each draft column is its target row with every pair of tokens 16 apart
+    // inside a 256-token chunk swapped: a permutation inside each 16-token lane of the
+    // normalizing pass, so that the lane sums of q equal those of p, the lane-level lower bound
+    // on R_i is (about) 0, and every test η_i < h_i (i < γ) with η_i < w_i is left open by the
+    // bounds. With w_i in [0.4, 0.8] the coins run (at most 1 / (w (1 − w)) <= 5 rounds expected,
+    // within budgets of 5 and 9); about 1% of them exhaust the budget of 5, and the pass over
+    // the row decides those. Pearson's chi-square over τ = 0..γ at false-alarm rate 1e-4 per
+    // size; a negative control (R_i without its factor w_i) must fail.
+    constexpr double kFalseAlarm = 1e-4;
+    const std::size_t gamma = 3;
+    const specdec::sampling_config s{};
+    for (const Eigen::Index vocab : {6000, 10000}) {
+        std::mt19937_64 g(71);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        Eigen::MatrixXf z(vocab, static_cast<Eigen::Index>(gamma) + 1), q(vocab, static_cast<Eigen::Index>(gamma));
+        for (Eigen::Index k = 0; k < z.size(); ++k) z.data()[k] = normal(g);
+        std::vector<std::vector<double>> p;
+        for (Eigen::Index j = 0; j <= static_cast<Eigen::Index>(gamma); ++j) p.push_back(ref_standardize(z.col(j), s));
+        auto partner = [](Eigen::Index k) {  // k <-> k ± 16 inside its chunk of 256
+            return (k % 256) / 16 % 2 == 0 ? k + 16 : k - 16;
+        };
+        std::vector<token_id> x(gamma);
+        // Wanted ratios p_i(x_i) / q_i(x_i): w_1 = 0.55, w_2 = w_1 · 1.3, w_3 = w_2 · 0.8.
+        const double want[] = {0.55, 1.3, 0.8};
+        for (std::size_t i = 0; i < gamma; ++i) {
+            const auto col = static_cast<Eigen::Index>(i);
+            for (Eigen::Index k = 0; k < vocab; ++k) {
+                const Eigen::Index other = partner(k);
+                q(k, col) = other < vocab ? static_cast<float>(p[i][static_cast<std::size_t>(other)]) : 0.0f;
+            }
+            q.col(col) /= q.col(col).sum();  // (tokens without a partner at the end lose their mass)
+            double best = 1e9;
+            for (Eigen::Index k = 0; k < vocab; ++k) {
+                const double qk = static_cast<double>(q(k, col)), pk = p[i][static_cast<std::size_t>(k)];
+                if (qk < 1e-4) continue;  // tokens a draft plausibly samples
+                if (const double miss = std::abs(std::log(pk / qk / want[i])); miss < best) {
+                    best = miss;
+                    x[i] = static_cast<token_id>(k);
+                }
+            }
+            REQUIRE(best < 0.1);
+        }
+        const std::vector<double> law = block_tau_law(p, q, x), wrong = block_tau_law(p, q, x, false);
+        INFO("V = " << vocab << ", P(tau = 0..3): " << law[0] << " " << law[1] << " " << law[2] << " " << law[3]);
+        REQUIRE(law[1] > 0.05);  // positions 1 and 2, which only coins (or the pass) decide, matter
+        REQUIRE(law[2] > 0.05);
+        std::vector<std::size_t> counts(gamma + 1, 0);
+        specdec::verify_workspace ws;
+        for (std::uint64_t seed = 0; seed < 30000; ++seed) {
+            std::mt19937_64 rng(seed);
+            ++counts[specdec::verify(z, x, q, s, rng, ws).accepted];
+        }
+        const auto ok = chi_square_test(counts, law);
+        INFO("counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << ": chi2 = "
+                       << ok.statistic << ", p = " << ok.p_value);
+        CHECK(ok.p_value >= kFalseAlarm);
+        const auto control = chi_square_test(counts, wrong);
+        INFO("negative control (R_i without w_i): chi2 = " << control.statistic << ", p = " << control.p_value);
+        CHECK(control.p_value < kFalseAlarm);
     }
 }
 

@@ -20,7 +20,7 @@
 /// rejection the correction is drawn by rejection sampling from p (16 exponentials per
 /// proposal), with one exact pass over the residual as the fallback. Block verification
 /// computes its residual masses R_i only where bounds (one from lane sums of q) do not already
-/// decide the outcome.
+/// decide the outcome and, on long rows, a few proposals from p (block_test_by_coins) do not.
 
 #include <Eigen/Core>
 
@@ -1032,21 +1032,91 @@ inline void keep_draft_lanes(target_row& r, const Eigen::Ref<const Eigen::Matrix
     r.q_lanes = true;
 }
 
+/// For token y of a plain row that keeps no exponentials, whose pass kept the draft column's
+/// lane sums: the fraction 1 − l / R_lane of max(0, w p(y) − q(y)) that is not covered by its
+/// lane's term l = max(0, w p(lane) − q(lane)) of residual_mass_lower_bound (the same floats),
+/// R_lane being Σ max(0, w p − q) over the lane's 16 tokens, recomputed as a draw does. Summed
+/// over a row, max(0, w p(y) − q(y)) times this fraction gives R − L, L the lower bound.
+inline double lane_excess_fraction(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                                   const verify_workspace& ws, const float* q, Eigen::Index y, double w) {
+    const Eigen::Index n = logits.rows(), b = y / row_block, in_block = y - b * row_block;
+    const Eigen::Index first = in_block / exp_chunk * exp_chunk + in_block % chunk_lanes;  // the lane's first token
+    const Eigen::Index len = block_len(n, b), start = b * row_block;
+    const std::size_t at = block_base(n, r.column) + static_cast<std::size_t>(b);
+    const float scale = ws.scale[at];
+    const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + start;
+    alignas(64) float in[chunk_lanes], e[chunk_lanes];
+    for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
+        const Eigen::Index o = first + k * chunk_lanes;
+        in[k] = o < len ? z[o] : -std::numeric_limits<float>::infinity();
+    }
+    exp_lane(in, e, ws.block_max[at], r.inv_t);
+    double lane_r = 0.0;
+    for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
+        const Eigen::Index o = first + k * chunk_lanes;
+        if (o < len) lane_r += std::max(0.0, w * static_cast<double>(e[k] * scale) - static_cast<double>(q[start + o]));
+    }
+    const std::size_t lane = chunk_offset(n, r.column, b) + static_cast<std::size_t>(first / exp_chunk * chunk_lanes +
+                                                                                     first % chunk_lanes);
+    const float low = std::max(0.0f, ws.chunk_lanes[lane] * static_cast<float>(w * scale) - ws.q_lanes[lane]);
+    return lane_r > 0.0 ? std::max(0.0, 1.0 - static_cast<double>(low) / lane_r) : 0.0;
+}
+
+/// Block verification's test η_i < h_i = R / (R + 1 − w) once the bounds have left it open,
+/// that is with η_i known to lie in [L / (L + 1 − w), w) (L = low, the lane-level lower bound
+/// on R), decided without the pass over the row that R needs. Conditional on that, the test
+/// holds with probability g = (R − L) / ((R + 1 − w)(w − L)) = t / (t + B (w − R)), where
+/// t = R − L and B = L + 1 − w <= 1: a ratio of the probabilities of two disjoint events,
+/// which rounds of independent trials sample without knowing R (a Bernoulli factory, as in
+/// the two-coin algorithm for Barker's acceptance ratio). Both events are read off one proposal
+/// y ~ p (a draw, as in sample_residual) and one uniform u, as disjoint parts of [0, p(y)):
+///  - u p(y) < B min(w p(y), q(y)): the test fails (Σ_y min(w p, q) = w − R);
+///  - else u p(y) < B min(w p(y), q(y)) + max(0, w p(y) − q(y)) · lane_excess_fraction: it
+///    holds (these parts sum to R − L);
+///  - else a new round (they fit: B min(w p, q) + max(0, w p − q) <= w p).
+/// Rounds are independent, so the test holds with probability t / (t + B (w − R)) = g, after
+/// 1 / ((R + 1 − w)(w − L)) rounds on average, at most 1 / (B (w − L)). Returns 1 or 0, or −1
+/// (nothing decided) when that bound exceeds the proposal budget (V / residual_proposal_cost,
+/// about one pass) or the budget runs out: the caller then computes R and tests η_i < h_i,
+/// which, η_i being independent of the rounds, holds with probability g too. The decision has
+/// exactly the test's probability; only the uniforms it takes differ.
+template <class G>
+int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const float* q,
+                        double w, double low, verify_workspace& ws, G& rng) {
+    const Eigen::Index n = logits.rows();
+    const double b = low + (1.0 - w);
+    const Eigen::Index budget = std::max<Eigen::Index>(1, n / residual_proposal_cost);
+    if (!(1.0 / (b * (w - low)) <= static_cast<double>(budget))) return -1;  // (also b = 0 or w <= low)
+    const double* prefix = block_prefix(r, n, ws);
+    for (Eigen::Index t = 0; t < budget; ++t) {
+        const weighted_index y = draw_plain(r, logits, ws, prefix, uniform01(rng));
+        const double at = uniform01(rng) * y.weight, wp = w * y.weight, qy = static_cast<double>(q[y.index]);
+        const double fails = b * std::min(wp, qy), over = std::max(0.0, wp - qy);
+        if (at < fails) return 0;
+        if (at < fails + over && at < fails + over * lane_excess_fraction(r, logits, ws, q, y.index, w)) return 1;
+    }
+    return -1;
+}
+
 /// Block verification (Sun et al. 2024, Alg. 2), in Leviathan's notation:
 ///   w_0 = 1; w_i = min(1, w_{i−1} p_i(x_i) / q_i(x_i));
 ///   h_i = R_i / (R_i + 1 − w_i) with R_i = Σ_x max(0, w_i p_{i+1}(x) − q_{i+1}(x)) for i < γ,
 ///   h_γ = w_γ; τ = the LAST i with η_i < h_i (0 if none);
 ///   accept x_1..x_τ, then sample from p_{γ+1} if τ = γ, else from norm(max(0, w_τ p_{τ+1} − q_{τ+1})).
 ///
-/// Evaluation order (same τ, same draws): a forward pass normalizes rows 1..k, k the first
+/// Evaluation order (same law of τ): a forward pass normalizes rows 1..k, k the first
 /// position where w_k = 0 (or γ), and records w_i, p_i(x_i), q_i(x_i); then τ is searched
 /// from the end, i = k down to 1, stopping at the first hit. R_i, the only quantity that needs
 /// a second pass over a row (and over q_{i+1}), is computed only when bounds cannot decide:
 /// R_i <= w_i gives h_i <= w_i (no hit when η_i >= w_i), and lower bounds on R_i give lower
 /// bounds on h_i (a hit when η_i is below one): R_i >= w_i p_{i+1}(x_{i+1}) − q_{i+1}(x_{i+1}),
 /// and the lane-level bound of residual_mass_lower_bound (lane sums of q kept by the checking
-/// pass, or made then from q alone), which decides nearly every hit. So block verification
-/// usually costs the token scheme's passes plus, on a miss, one residual pass.
+/// pass, or made then from q alone), which decides nearly every hit. What the bounds leave
+/// open on a row that keeps no exponentials (more than kept_row_limit tokens) is decided by
+/// block_test_by_coins, with exactly the test's probability, from a few proposals (about five
+/// in verify_bench's typical mix); R_i is computed only when those could take more than the
+/// proposal budget. So block verification usually costs the token scheme's passes plus a few
+/// proposals. (On short rows R_i's pass needs no exp and costs less than the proposals.)
 template <class G>
 verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                            std::span<const token_id> draft_tokens, const Eigen::Ref<const Eigen::MatrixXf>* q,
@@ -1108,6 +1178,15 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
             if (!ws.prepared[i].q_lanes) keep_draft_lanes(ws.prepared[i], *q, ws);
             const double lanes_low = residual_mass_lower_bound(ws.prepared[i], target_logits.rows(), ws, wi);
             hit = lanes_low > 0.0 && eta < lanes_low / (lanes_low + 1.0 - wi);
+            // Still open (η in [h(L), w), L = lanes_low): on a long row, by coins rather than a pass.
+            // (A positive draft-token bound above L would mean w_{i+1} = 1, after which this test
+            // is almost never reached; the pass decides it.)
+            if (!hit && !ws.prepared[i].exps && low <= lanes_low) {
+                const float* qi = q->col(static_cast<Eigen::Index>(i)).data();
+                const int coins = block_test_by_coins(ws.prepared[i], target_logits, qi, wi, lanes_low, ws, rng);
+                if (coins == 1) hit = true;
+                if (coins == 0) continue;
+            }
         }
         if (!hit) {
             const double big_r = residual_mass(ws.prepared[i], target_logits, q, draft_tokens[i], wi,
