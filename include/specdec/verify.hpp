@@ -1086,7 +1086,7 @@ int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen::Matri
     const Eigen::Index n = logits.rows();
     const double b = low + (1.0 - w);
     const Eigen::Index budget = std::max<Eigen::Index>(1, n / residual_proposal_cost);
-    if (!(1.0 / (b * (w - low)) <= static_cast<double>(budget))) return -1;  // (also b = 0 or w <= low)
+    if (!(w > low && 1.0 / (b * (w - low)) <= static_cast<double>(budget))) return -1;  // (also when b = 0)
     const double* prefix = block_prefix(r, n, ws);
     for (Eigen::Index t = 0; t < budget; ++t) {
         const weighted_index y = draw_plain(r, logits, ws, prefix, uniform01(rng));
