@@ -568,6 +568,21 @@ void draw_plain_avx512(const target_row& r, const Eigen::Ref<const Eigen::Matrix
 }
 #endif
 
+/// The 16 exponentials of the lane whose first element is `first` (offset in block b) of a
+/// plain row, recomputed through the pass's own exp (0 past the end of the row): the floats
+/// its lane sum was made of, before the block's scale.
+inline void recompute_lane(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
+                           const verify_workspace& ws, Eigen::Index b, Eigen::Index first, float* e) {
+    const Eigen::Index n = logits.rows(), len = block_len(n, b);
+    const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
+    alignas(64) float in[chunk_lanes];
+    for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
+        const Eigen::Index at = first + k * chunk_lanes;
+        in[k] = at < len ? z[at] : -std::numeric_limits<float>::infinity();
+    }
+    exp_lane(in, e, ws.block_max[block_base(n, r.column) + static_cast<std::size_t>(b)], r.inv_t);
+}
+
 /// One inverse-CDF draw from a plain row with uniform u, in (block, chunk, lane, element)
 /// order: the block by binary search on the running block masses `prefix`, the 256-token chunk
 /// and then the lane by the lane sums the normalizing pass kept (see chunked_exp_pass), and
@@ -603,13 +618,7 @@ inline weighted_index draw_plain_scalar(const target_row& r, const Eigen::Ref<co
             e[k] = at < len ? kept[at] : 0.0f;
         }
     } else {
-        const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + b * row_block;
-        alignas(64) float in[chunk_lanes];
-        for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
-            const Eigen::Index at = first + k * chunk_lanes;
-            in[k] = at < len ? z[at] : -std::numeric_limits<float>::infinity();
-        }
-        exp_lane(in, e, ws.block_max[base + static_cast<std::size_t>(b)], r.inv_t);
+        recompute_lane(r, logits, ws, b, first, e);
     }
     double w[chunk_lanes];
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) w[k] = e[k];
@@ -1044,13 +1053,8 @@ inline double lane_excess_fraction(const target_row& r, const Eigen::Ref<const E
     const Eigen::Index len = block_len(n, b), start = b * row_block;
     const std::size_t at = block_base(n, r.column) + static_cast<std::size_t>(b);
     const float scale = ws.scale[at];
-    const float* z = logits.col(static_cast<Eigen::Index>(r.column)).data() + start;
-    alignas(64) float in[chunk_lanes], e[chunk_lanes];
-    for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
-        const Eigen::Index o = first + k * chunk_lanes;
-        in[k] = o < len ? z[o] : -std::numeric_limits<float>::infinity();
-    }
-    exp_lane(in, e, ws.block_max[at], r.inv_t);
+    alignas(64) float e[chunk_lanes];
+    recompute_lane(r, logits, ws, b, first, e);
     double lane_r = 0.0;
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
         const Eigen::Index o = first + k * chunk_lanes;
