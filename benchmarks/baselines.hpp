@@ -13,6 +13,8 @@
 ///    that must be normalized (the log-sum-exp of the row at temperature > 0; its maximum at
 ///    temperature 0). log_sum_exp_reading adds, in the same pass, the read of a draft column
 ///    that checking it requires (a reference for verify with its default draft-column check).
+///    softmax_into: that pass storing its exps, then one scaling pass: the least work that writes
+///    a normalized distribution (a reference for drafter-side sampling, which must write q).
 ///
 ///  * splitmix64: a std::uniform_random_bit_generator whose whole state is one seed, so that a
 ///    benchmark can restart the same random stream for every call at no cost.
@@ -67,9 +69,10 @@ struct splitmix64 {
 ///
 /// With `q` (ReadQ): also sums q[0..len) in the same loop into *q_sum, and prefetches q's next
 /// block: the bytes a draft-column check must read, hidden behind the exp where compute allows.
+/// With `out` (not null): also writes the len exps there.
 template <bool ReadQ = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
-                            const float* q = nullptr, double* q_sum = nullptr) {
+                            const float* q = nullptr, double* q_sum = nullptr, float* out = nullptr) {
     const __m512 vm = _mm512_set1_ps(m), log2e = _mm512_set1_ps(1.44269504088896341f);
 #if !defined(__AVX512DQ__)
     const __m512 floor_t = _mm512_set1_ps(-200.0f);  // keeps -Inf out of the polynomial
@@ -103,23 +106,35 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
                 __builtin_prefetch(b + len + i + line, 0, 3);
                 if constexpr (ReadQ) __builtin_prefetch(q + len + i + line, 0, 3);
             }
-        s0 = _mm512_add_ps(s0, exp_of(_mm512_loadu_ps(b + i)));
-        s1 = _mm512_add_ps(s1, exp_of(_mm512_loadu_ps(b + i + 16)));
-        s2 = _mm512_add_ps(s2, exp_of(_mm512_loadu_ps(b + i + 32)));
-        s3 = _mm512_add_ps(s3, exp_of(_mm512_loadu_ps(b + i + 48)));
+        const __m512 e0 = exp_of(_mm512_loadu_ps(b + i)), e1 = exp_of(_mm512_loadu_ps(b + i + 16));
+        const __m512 e2 = exp_of(_mm512_loadu_ps(b + i + 32)), e3 = exp_of(_mm512_loadu_ps(b + i + 48));
+        if (out != nullptr) {
+            _mm512_storeu_ps(out + i, e0);
+            _mm512_storeu_ps(out + i + 16, e1);
+            _mm512_storeu_ps(out + i + 32, e2);
+            _mm512_storeu_ps(out + i + 48, e3);
+        }
+        s0 = _mm512_add_ps(s0, e0);
+        s1 = _mm512_add_ps(s1, e1);
+        s2 = _mm512_add_ps(s2, e2);
+        s3 = _mm512_add_ps(s3, e3);
         if constexpr (ReadQ) {
             t0 = _mm512_add_ps(t0, _mm512_add_ps(_mm512_loadu_ps(q + i), _mm512_loadu_ps(q + i + 16)));
             t1 = _mm512_add_ps(t1, _mm512_add_ps(_mm512_loadu_ps(q + i + 32), _mm512_loadu_ps(q + i + 48)));
         }
     }
     for (; i + 16 <= len; i += 16) {
-        s0 = _mm512_add_ps(s0, exp_of(_mm512_loadu_ps(b + i)));
+        const __m512 e = exp_of(_mm512_loadu_ps(b + i));
+        if (out != nullptr) _mm512_storeu_ps(out + i, e);
+        s0 = _mm512_add_ps(s0, e);
         if constexpr (ReadQ) t0 = _mm512_add_ps(t0, _mm512_loadu_ps(q + i));
     }
     if (i < len) {
         const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(len - i)) - 1u);
         const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), mask, b + i);
-        s1 = _mm512_add_ps(s1, exp_of(v));
+        const __m512 e = exp_of(v);
+        if (out != nullptr) _mm512_mask_storeu_ps(out + i, mask, e);
+        s1 = _mm512_add_ps(s1, e);
         if constexpr (ReadQ) t1 = _mm512_add_ps(t1, _mm512_maskz_loadu_ps(mask, q + i));
     }
     if constexpr (ReadQ) {
@@ -145,8 +160,15 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
 /// side waits on memory the other does not wait on). The exp-sum
 /// is exp_sum_avx512 where AVX-512 is enabled (about 1.3x faster than Eigen's exp on Zen 5), else
 /// Eigen's SIMD exp (AVX2 / SSE packets).
+///
+/// With `out` (and `block_max`, one float per block): also writes the normalized distribution
+/// exp(x_i) / Σ exp(x_j) to out, the least work that does so: the exps are stored by the same
+/// pass (relative to their block's maximum, recorded in block_max), then one pass scales each
+/// block by its factor. The distribution cannot be written before the normalizer is known, and
+/// scaling stored exps costs less than computing them again.
 template <bool ReadQ = false>
-inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = nullptr, double* q_sum = nullptr) {
+inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = nullptr, double* q_sum = nullptr,
+                              float* out = nullptr, float* block_max = nullptr) {
     namespace ei = Eigen::internal;
     using Packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index L = ei::packet_traits<float>::size;
@@ -170,15 +192,17 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         }
         float m = ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
         for (Eigen::Index i = vec_end; i < len; ++i) m = std::max(m, b[i]);
+        if (out != nullptr) block_max[start / block] = m;
         if (m == neg_inf) {  // the block contributes nothing (but q's block is still read)
             if constexpr (ReadQ) *q_sum += Eigen::Map<const Eigen::VectorXf>(q + start, len).sum();
+            if (out != nullptr) std::fill(out + start, out + start + len, 0.0f);
             continue;
         }
 
         // Pass 2: Σ exp(x - m) over the block (exp(-inf) == 0).
 #if defined(__AVX512F__)
-        const float s = exp_sum_avx512<ReadQ>(b, len, m, std::min(block, n - start - len),
-                                              ReadQ ? q + start : nullptr, q_sum);
+        const float s = exp_sum_avx512<ReadQ>(b, len, m, std::min(block, n - start - len), ReadQ ? q + start : nullptr,
+                                              q_sum, out == nullptr ? nullptr : out + start);
 #else
         const Packet vm = ei::pset1<Packet>(m);
         Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
@@ -190,17 +214,31 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
                     __builtin_prefetch(b + len + i + line, 0, 3);
                     if constexpr (ReadQ) __builtin_prefetch(qb + len + i + line, 0, 3);
                 }
-            s0 = ei::padd(s0, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i), vm)));
-            s1 = ei::padd(s1, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + L), vm)));
-            s2 = ei::padd(s2, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 2 * L), vm)));
-            s3 = ei::padd(s3, ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 3 * L), vm)));
+            const Packet e0 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i), vm));
+            const Packet e1 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + L), vm));
+            const Packet e2 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 2 * L), vm));
+            const Packet e3 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 3 * L), vm));
+            if (out != nullptr) {
+                ei::pstoreu(out + start + i, e0);
+                ei::pstoreu(out + start + i + L, e1);
+                ei::pstoreu(out + start + i + 2 * L, e2);
+                ei::pstoreu(out + start + i + 3 * L, e3);
+            }
+            s0 = ei::padd(s0, e0);
+            s1 = ei::padd(s1, e1);
+            s2 = ei::padd(s2, e2);
+            s3 = ei::padd(s3, e3);
             if constexpr (ReadQ) {
                 t0 = ei::padd(t0, ei::padd(ei::ploadu<Packet>(qb + i), ei::ploadu<Packet>(qb + i + L)));
                 t1 = ei::padd(t1, ei::padd(ei::ploadu<Packet>(qb + i + 2 * L), ei::ploadu<Packet>(qb + i + 3 * L)));
             }
         }
         float s = ei::predux(ei::padd(ei::padd(s0, s1), ei::padd(s2, s3)));
-        for (Eigen::Index i = vec_end; i < len; ++i) s += std::exp(b[i] - m);
+        for (Eigen::Index i = vec_end; i < len; ++i) {
+            const float e = std::exp(b[i] - m);
+            if (out != nullptr) out[start + i] = e;
+            s += e;
+        }
         if constexpr (ReadQ) {
             *q_sum += ei::predux(ei::padd(t0, t1));
             for (Eigen::Index i = vec_end; i < len; ++i) *q_sum += qb[i];
@@ -215,11 +253,24 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         }
     }
     if (run_max == neg_inf) return neg_inf;
+    if (out != nullptr)  // the scaling pass
+        for (Eigen::Index start = 0; start < n; start += block) {
+            const float m = block_max[start / block];
+            if (m == neg_inf) continue;
+            const auto f = static_cast<float>(std::exp(static_cast<double>(m) - run_max) / run_sum);
+            Eigen::Map<Eigen::VectorXf>(out + start, std::min(block, n - start)) *= f;
+        }
     return run_max + static_cast<float>(std::log(run_sum));
 }
 
 /// log Σ exp(x_i) of n floats, as log_sum_exp_impl documents.
 inline float log_sum_exp(const float* x, Eigen::Index n) { return log_sum_exp_impl<false>(x, n); }
+
+/// softmax(x) of n floats into out, as log_sum_exp_impl documents (block_max: one float per
+/// 2048-float block): the least work that writes a normalized distribution, as a drafter must.
+inline void softmax_into(const float* x, float* out, Eigen::Index n, float* block_max) {
+    log_sum_exp_impl<false>(x, n, nullptr, nullptr, out, block_max);
+}
 
 /// A row's log-sum-exp and the sum of a draft column q of the same length, in one fused pass
 /// (q's loads ride along the exp loop, q prefetched as the row is): the least work of a pass

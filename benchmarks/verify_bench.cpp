@@ -82,6 +82,9 @@
 // Drafter side:  BM_sample/<filter>/V:<vocab>/T:1        standardize_and_sample (as the drafters run)
 //                BM_sample_naive/...                      naive softmax + std::discrete_distribution
 //                BM_sample_bound/...                      log-sum-exp of the row
+//                BM_sample_bound_write/...                that pass also storing its exps, then one
+//                                                         pass scaling them to sum 1: the least work
+//                                                         that writes q (specdec_bench::softmax_into)
 //
 // Run:   build/bench/benchmarks/verify_bench --benchmark_min_time=0.05
 //          --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
@@ -706,6 +709,28 @@ void bm_sample_bound(benchmark::State& state, Index vocab, filter_kind f) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
 }
 
+void bm_sample_bound_write(benchmark::State& state, Index vocab, filter_kind f) {
+    const Eigen::VectorXf& z = get_sample_input(vocab, f);
+    Eigen::VectorXf q(vocab);
+    std::vector<float> block_max(static_cast<std::size_t>((vocab + 2047) / 2048));
+    // It must write what the drafter writes: specdec's plain distribution, up to float rounding.
+    specdec_bench::softmax_into(z.data(), q.data(), vocab, block_max.data());
+    Eigen::VectorXf expected(vocab);
+    specdec::sampling_workspace sws;
+    specdec::standardize(z, specdec::sampling_config{}, expected, sws);
+    if (!((q - expected).cwiseAbs().array() <= 1e-5f * expected.array() + 1e-12f).all()) {
+        state.SkipWithError("softmax_into differs from specdec::standardize");
+        return;
+    }
+    for (auto _ : state) {
+        specdec_bench::softmax_into(z.data(), q.data(), vocab, block_max.data());
+        benchmark::DoNotOptimize(q.data());
+        benchmark::ClobberMemory();
+    }
+    state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
+}
+
 // Rejection cost against the residual mass: one draft token, always rejected, with residual mass R.
 
 /// Target logits N(0, 3²) and q = their standardized distribution, except that the target logit of
@@ -927,6 +952,7 @@ void register_all() {
             reg("BM_sample" + p, bm_sample);
             reg("BM_sample_naive" + p, bm_sample_naive);
             reg("BM_sample_bound" + p, bm_sample_bound);
+            reg("BM_sample_bound_write" + p, bm_sample_bound_write);
         }
 }
 
