@@ -211,8 +211,8 @@ def sample_table(data):
                    key=lambda c: (c.split("/")[0] != "plain", int(case_label(c)[1].get("V", 0))))
     if not cases:
         return []
-    head = ["filter", "V", "T", "standardize_and_sample µs", "bound µs", "bound+write µs", "naive µs", "specdec/bound",
-            "specdec/bound+write", "naive/specdec"]
+    head = ["filter", "V", "T", "standardize_and_sample µs", "bound µs", "bound+write µs", "naive µs",
+            "specdec/bound", "specdec/bound+write", "naive/specdec"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for case in cases:
         parts = case.split("/")
@@ -221,8 +221,9 @@ def sample_table(data):
         b = value(data, "BM_sample_bound", case)
         w = value(data, "BM_sample_bound_write", case)
         n = value(data, "BM_sample_naive", case)
-        lines.append("| " + " | ".join([parts[0], args.get("V", "?"), args.get("T", "?"), fmt_us(s), fmt_us(b),
-                                        fmt_us(w), fmt_us(n), fmt_ratio(s, b), fmt_ratio(s, w), fmt_ratio(n, s)]) + " |")
+        row = [parts[0], args.get("V", "?"), args.get("T", "?"), fmt_us(s), fmt_us(b), fmt_us(w), fmt_us(n),
+               fmt_ratio(s, b), fmt_ratio(s, w), fmt_ratio(n, s)]
+        lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
