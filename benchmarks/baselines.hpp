@@ -58,6 +58,10 @@ struct splitmix64 {
 // The bound: one vectorized pass over each row that has to be normalized.
 // ---------------------------------------------------------------------------------------------
 
+/// Floats per block of the log-sum-exp pass (8 KiB, stays in L1), and the blocks of a row of n.
+inline constexpr Eigen::Index lse_block = 2048;
+inline Eigen::Index lse_blocks(Eigen::Index n) { return (n + lse_block - 1) / lse_block; }
+
 #if defined(__AVX512F__)
 /// Σ exp(b_i - m) over len floats with b_i <= m (or -Inf), AVX-512. exp(y) = 2^t with
 /// t = y·log2(e): n = round(t), 2^(t-n) by a degree-6 polynomial on [-1/2, 1/2], times 2^n by
@@ -69,8 +73,8 @@ struct splitmix64 {
 ///
 /// With `q` (ReadQ): also sums q[0..len) in the same loop into *q_sum, and prefetches q's next
 /// block: the bytes a draft-column check must read, hidden behind the exp where compute allows.
-/// With `out` (not null): also writes the len exps there.
-template <bool ReadQ = false>
+/// With Write: also writes the len exps to out.
+template <bool ReadQ = false, bool Write = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
                             const float* q = nullptr, double* q_sum = nullptr, float* out = nullptr) {
     const __m512 vm = _mm512_set1_ps(m), log2e = _mm512_set1_ps(1.44269504088896341f);
@@ -108,7 +112,7 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
             }
         const __m512 e0 = exp_of(_mm512_loadu_ps(b + i)), e1 = exp_of(_mm512_loadu_ps(b + i + 16));
         const __m512 e2 = exp_of(_mm512_loadu_ps(b + i + 32)), e3 = exp_of(_mm512_loadu_ps(b + i + 48));
-        if (out != nullptr) {
+        if constexpr (Write) {
             _mm512_storeu_ps(out + i, e0);
             _mm512_storeu_ps(out + i + 16, e1);
             _mm512_storeu_ps(out + i + 32, e2);
@@ -125,7 +129,7 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
     }
     for (; i + 16 <= len; i += 16) {
         const __m512 e = exp_of(_mm512_loadu_ps(b + i));
-        if (out != nullptr) _mm512_storeu_ps(out + i, e);
+        if constexpr (Write) _mm512_storeu_ps(out + i, e);
         s0 = _mm512_add_ps(s0, e);
         if constexpr (ReadQ) t0 = _mm512_add_ps(t0, _mm512_loadu_ps(q + i));
     }
@@ -133,7 +137,7 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
         const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(len - i)) - 1u);
         const __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()), mask, b + i);
         const __m512 e = exp_of(v);
-        if (out != nullptr) _mm512_mask_storeu_ps(out + i, mask, e);
+        if constexpr (Write) _mm512_mask_storeu_ps(out + i, mask, e);
         s1 = _mm512_add_ps(s1, e);
         if constexpr (ReadQ) t1 = _mm512_add_ps(t1, _mm512_maskz_loadu_ps(mask, q + i));
     }
@@ -161,18 +165,18 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
 /// is exp_sum_avx512 where AVX-512 is enabled (about 1.3x faster than Eigen's exp on Zen 5), else
 /// Eigen's SIMD exp (AVX2 / SSE packets).
 ///
-/// With `out` (and `block_max`, one float per block): also writes the normalized distribution
+/// With Write (`out`, and `block_max`: lse_blocks(n) floats): also writes the normalized distribution
 /// exp(x_i) / Σ exp(x_j) to out, the least work that does so: the exps are stored by the same
 /// pass (relative to their block's maximum, recorded in block_max), then one pass scales each
 /// block by its factor. The distribution cannot be written before the normalizer is known, and
 /// scaling stored exps costs less than computing them again.
-template <bool ReadQ = false>
+template <bool ReadQ = false, bool Write = false>
 inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = nullptr, double* q_sum = nullptr,
                               float* out = nullptr, float* block_max = nullptr) {
     namespace ei = Eigen::internal;
     using Packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index L = ei::packet_traits<float>::size;
-    constexpr Eigen::Index block = 2048;
+    constexpr Eigen::Index block = lse_block;
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
     float run_max = neg_inf;
@@ -192,17 +196,17 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         }
         float m = ei::predux_max(ei::pmax(ei::pmax(m0, m1), ei::pmax(m2, m3)));
         for (Eigen::Index i = vec_end; i < len; ++i) m = std::max(m, b[i]);
-        if (out != nullptr) block_max[start / block] = m;
+        if constexpr (Write) block_max[start / block] = m;
         if (m == neg_inf) {  // the block contributes nothing (but q's block is still read)
             if constexpr (ReadQ) *q_sum += Eigen::Map<const Eigen::VectorXf>(q + start, len).sum();
-            if (out != nullptr) std::fill(out + start, out + start + len, 0.0f);
+            if constexpr (Write) std::fill(out + start, out + start + len, 0.0f);
             continue;
         }
 
         // Pass 2: Σ exp(x - m) over the block (exp(-inf) == 0).
 #if defined(__AVX512F__)
-        const float s = exp_sum_avx512<ReadQ>(b, len, m, std::min(block, n - start - len), ReadQ ? q + start : nullptr,
-                                              q_sum, out == nullptr ? nullptr : out + start);
+        const float s = exp_sum_avx512<ReadQ, Write>(b, len, m, std::min(block, n - start - len),
+                                                     ReadQ ? q + start : nullptr, q_sum, Write ? out + start : nullptr);
 #else
         const Packet vm = ei::pset1<Packet>(m);
         Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
@@ -218,7 +222,7 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
             const Packet e1 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + L), vm));
             const Packet e2 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 2 * L), vm));
             const Packet e3 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 3 * L), vm));
-            if (out != nullptr) {
+            if constexpr (Write) {
                 ei::pstoreu(out + start + i, e0);
                 ei::pstoreu(out + start + i + L, e1);
                 ei::pstoreu(out + start + i + 2 * L, e2);
@@ -236,7 +240,7 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         float s = ei::predux(ei::padd(ei::padd(s0, s1), ei::padd(s2, s3)));
         for (Eigen::Index i = vec_end; i < len; ++i) {
             const float e = std::exp(b[i] - m);
-            if (out != nullptr) out[start + i] = e;
+            if constexpr (Write) out[start + i] = e;
             s += e;
         }
         if constexpr (ReadQ) {
@@ -253,7 +257,7 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         }
     }
     if (run_max == neg_inf) return neg_inf;
-    if (out != nullptr)  // the scaling pass
+    if constexpr (Write)  // the scaling pass
         for (Eigen::Index start = 0; start < n; start += block) {
             const float m = block_max[start / block];
             if (m == neg_inf) continue;
@@ -266,10 +270,10 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
 /// log Σ exp(x_i) of n floats, as log_sum_exp_impl documents.
 inline float log_sum_exp(const float* x, Eigen::Index n) { return log_sum_exp_impl<false>(x, n); }
 
-/// softmax(x) of n floats into out, as log_sum_exp_impl documents (block_max: one float per
-/// 2048-float block): the least work that writes a normalized distribution, as a drafter must.
+/// softmax(x) of n floats into out, as log_sum_exp_impl documents (block_max: lse_blocks(n)
+/// floats): the least work that writes a normalized distribution, as a drafter must.
 inline void softmax_into(const float* x, float* out, Eigen::Index n, float* block_max) {
-    log_sum_exp_impl<false>(x, n, nullptr, nullptr, out, block_max);
+    log_sum_exp_impl<false, true>(x, n, nullptr, nullptr, out, block_max);
 }
 
 /// A row's log-sum-exp and the sum of a draft column q of the same length, in one fused pass
