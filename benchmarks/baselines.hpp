@@ -62,14 +62,31 @@ struct splitmix64 {
 inline constexpr Eigen::Index lse_block = 2048;
 inline Eigen::Index lse_blocks(Eigen::Index n) { return (n + lse_block - 1) / lse_block; }
 
+/// The base-2 reference of the exps of a block whose maximum is m: each is 2^(x·log2(e) - ref).
+/// With AVX-512, ref = h = m·log2(e) rounded to a float, subtracted from x·log2(e) in one fused
+/// multiply-subtract, as specdec's own exp does (when h is finite; else (x - m)·log2(e), and ref
+/// is that product exactly); with Eigen's exp of x - m, ref = m·log2(e).
+inline double block_ref_log2(float m) {
 #if defined(__AVX512F__)
-/// Σ exp(b_i - m) over len floats with b_i <= m (or -Inf), AVX-512. exp(y) = 2^t with
-/// t = y·log2(e): n = round(t), 2^(t-n) by a degree-6 polynomial on [-1/2, 1/2], times 2^n by
-/// vscalefps (which gives exactly 0 for t < -149). With AVX512DQ, t - n comes from vreduceps,
-/// which is 0 for t = -Inf (so the polynomial sees no NaN); without it, t is clamped below at
-/// -200 first. The same instructions as specdec's own exp. Relative error of one term: about
-/// 1e-7 for y near 0, growing to 4e-6 at y = -87 (t·log2(e) rounding); the terms that carry the
-/// sum are those near 0, so the sum is accurate to float precision.
+    constexpr float log2e = 1.44269504088896341f;
+    const float h = m * log2e;
+    if (std::isfinite(h)) return h;
+    return static_cast<double>(m) * log2e;
+#else
+    return static_cast<double>(m) * 1.4426950408889634;
+#endif
+}
+
+#if defined(__AVX512F__)
+/// Σ 2^(b_i·log2(e) - block_ref_log2(m)) (= Σ exp(b_i - m) up to the reference's rounding) over
+/// len floats with b_i <= m (or -Inf), AVX-512: t = b_i·log2(e) - h in one fused multiply-subtract
+/// = n + f, n = floor(t): 2^f by a degree-5 polynomial on [0, 1] (fitted for the least maximum
+/// relative error), times 2^n by vscalefps, which floors t itself and gives exactly 0 for
+/// t < -149. With AVX512DQ, f comes from vreduceps (rounding down), which is 0 for t = -Inf (so
+/// the polynomial sees no NaN); without it, t is clamped below at -200 first. The same
+/// instructions as specdec's own exp. Relative error of one term: at most 1.8e-7 for t near 0,
+/// growing to 4e-6 at t = -125 (t's rounding); the terms that carry the sum are those near 0, so
+/// the sum is accurate to float precision.
 ///
 /// With `q` (ReadQ): also sums q[0..len) in the same loop into *q_sum, and prefetches q's next
 /// block: the bytes a draft-column check must read, hidden behind the exp where compute allows.
@@ -77,25 +94,26 @@ inline Eigen::Index lse_blocks(Eigen::Index n) { return (n + lse_block - 1) / ls
 template <bool ReadQ = false, bool Write = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
                             const float* q = nullptr, double* q_sum = nullptr, float* out = nullptr) {
-    const __m512 vm = _mm512_set1_ps(m), log2e = _mm512_set1_ps(1.44269504088896341f);
+    const float h = m * 1.44269504088896341f;
+    const bool fused = std::isfinite(h);
+    const __m512 vm = _mm512_set1_ps(m), vh = _mm512_set1_ps(h), log2e = _mm512_set1_ps(1.44269504088896341f);
 #if !defined(__AVX512DQ__)
     const __m512 floor_t = _mm512_set1_ps(-200.0f);  // keeps -Inf out of the polynomial
 #endif
-    const __m512 c0 = _mm512_set1_ps(1.0f), c1 = _mm512_set1_ps(0.693147182f), c2 = _mm512_set1_ps(0.240226507f),
-                 c3 = _mm512_set1_ps(0.0555041087f), c4 = _mm512_set1_ps(0.00961812911f),
-                 c5 = _mm512_set1_ps(0.00133335581f), c6 = _mm512_set1_ps(0.000154035304f);
+    const __m512 c0 = _mm512_set1_ps(1.0f), c1 = _mm512_set1_ps(0.693151295f), c2 = _mm512_set1_ps(0.240164459f),
+                 c3 = _mm512_set1_ps(0.055799894f), c4 = _mm512_set1_ps(0.00901705492f),
+                 c5 = _mm512_set1_ps(0.00186711829f);
     auto exp_of = [&](__m512 v) {
+        const __m512 t = fused ? _mm512_fmsub_ps(v, log2e, vh) : _mm512_mul_ps(_mm512_sub_ps(v, vm), log2e);
 #if defined(__AVX512DQ__)
-        const __m512 t = _mm512_mul_ps(_mm512_sub_ps(v, vm), log2e);
-        const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        const __m512 k = t;  // (floored by vscalefps)
 #else
-        const __m512 t = _mm512_max_ps(_mm512_mul_ps(_mm512_sub_ps(v, vm), log2e), floor_t);
-        const __m512 k = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        const __m512 f = _mm512_sub_ps(t, k);
+        const __m512 tc = _mm512_max_ps(t, floor_t);
+        const __m512 k = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+        const __m512 f = _mm512_sub_ps(tc, k);
 #endif
-        __m512 p = _mm512_fmadd_ps(c6, f, c5);
-        p = _mm512_fmadd_ps(p, f, c4);
+        __m512 p = _mm512_fmadd_ps(c5, f, c4);
         p = _mm512_fmadd_ps(p, f, c3);
         p = _mm512_fmadd_ps(p, f, c2);
         p = _mm512_fmadd_ps(p, f, c1);
@@ -159,11 +177,11 @@ inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::In
 ///
 /// Blockwise: the maximum of a block of 2048 floats (8 KiB, stays in L1), then Σ exp(x - max) of
 /// the same block, four independent accumulators; blocks are combined by rescaling with one
-/// scalar exp per block. Memory is streamed once; the second read of a block hits L1, and the
-/// next block is prefetched during the exp-sum (as specdec's own pass does, so that neither
-/// side waits on memory the other does not wait on). The exp-sum
-/// is exp_sum_avx512 where AVX-512 is enabled (about 1.3x faster than Eigen's exp on Zen 5), else
-/// Eigen's SIMD exp (AVX2 / SSE packets).
+/// scalar exp2 per block (by their references, block_ref_log2). Memory is streamed once; the
+/// second read of a block hits L1, and the next block is prefetched during the exp-sum (as
+/// specdec's own pass does, so that neither side waits on memory the other does not wait on).
+/// The exp-sum is exp_sum_avx512 where AVX-512 is enabled, else Eigen's SIMD exp (AVX2 / SSE
+/// packets).
 ///
 /// With Write (`out`, and `block_max`: lse_blocks(n) floats): also writes the normalized distribution
 /// exp(x_i) / Σ exp(x_j) to out, the least work that does so: the exps are stored by the same
@@ -180,7 +198,7 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
     constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
     float run_max = neg_inf;
-    double run_sum = 0.0;
+    double run_sum = 0.0, run_ref = 0.0;
     for (Eigen::Index start = 0; start < n; start += block) {
         const float* b = x + start;
         const Eigen::Index len = std::min(block, n - start);
@@ -249,11 +267,14 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         }
 #endif
 
+        // Blocks are combined in base 2, by their references (block_ref_log2).
+        const double ref = block_ref_log2(m);
         if (m > run_max) {
-            run_sum = run_sum * std::exp(static_cast<double>(run_max) - m) + s;
+            run_sum = run_max == neg_inf ? s : run_sum * std::exp2(run_ref - ref) + s;
             run_max = m;
+            run_ref = ref;
         } else {
-            run_sum += s * std::exp(static_cast<double>(m) - run_max);
+            run_sum += s * std::exp2(ref - run_ref);
         }
     }
     if (run_max == neg_inf) return neg_inf;
@@ -261,10 +282,10 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         for (Eigen::Index start = 0; start < n; start += block) {
             const float m = block_max[start / block];
             if (m == neg_inf) continue;
-            const auto f = static_cast<float>(std::exp(static_cast<double>(m) - run_max) / run_sum);
+            const auto f = static_cast<float>(std::exp2(block_ref_log2(m) - run_ref) / run_sum);
             Eigen::Map<Eigen::VectorXf>(out + start, std::min(block, n - start)) *= f;
         }
-    return run_max + static_cast<float>(std::log(run_sum));
+    return static_cast<float>(run_ref * 0.6931471805599453 + std::log(run_sum));
 }
 
 /// log Σ exp(x_i) of n floats, as log_sum_exp_impl documents.

@@ -250,3 +250,64 @@ TEST_CASE("standardize_and_sample writes standardize's distribution and inverts 
     bad.setConstant(-std::numeric_limits<float>::infinity());
     CHECK_THROWS_WITH(specdec::standardize_and_sample(bad, {}, out, 0.5, ws), specdec_test::contains("-Inf"));
 }
+
+TEST_CASE("The vectorized exp is within 2e-7 of the exp of its exponent, 0 at -Inf and NaN at NaN", "[sampling]") {
+    // pass_exp(x, m, 1/T) is the float every pass adds for logit x relative to reference m. With
+    // AVX-512 it is 2^t, t = x·s − h (exp2_reference): exact up to the polynomial (1.8e-7 on
+    // every float t in [−2, 0]) and t's own rounding (|t|·2^-24 in the exponent, about 4e-8·|t|
+    // relative); elsewhere Eigen's exp of y = (x − m)/T, a float, to about the same precision.
+    const float refs[] = {0.0f, 7.5f, -30.25f, 1000.0f, 31000.0f};
+    const float inv_ts[] = {1.0f, 2.0f, 0.37f};
+    double worst = 0.0;
+    for (const float m : refs)
+        for (const float inv_t : inv_ts)
+            for (int k = 0; k <= 20000; ++k) {
+                const float x = m + static_cast<float>(-60.0 * k / 20000.0 / inv_t);
+#if defined(__AVX512F__)
+                const specdec::detail::exp2_reference r(m, inv_t);
+                const double t = static_cast<double>(x) * r.s - r.log2();
+                const double expected = std::exp2(t);
+#else
+                const double t = static_cast<double>((x - m) * inv_t) * 1.4426950408889634;
+                const double expected = std::exp(static_cast<double>((x - m) * inv_t));
+#endif
+                const double got = specdec::detail::pass_exp(x, m, inv_t);
+                const double err = std::abs(got - expected) / expected;
+                INFO("x " << x << ", reference " << m << ", 1/T " << inv_t);
+                REQUIRE(err <= 2e-7 + 4.5e-8 * std::abs(t));
+                worst = std::max(worst, err / (2e-7 + 4.5e-8 * std::abs(t)));
+            }
+    INFO("largest error, as a fraction of the tolerance: " << worst);
+    CHECK(specdec::detail::pass_exp(-std::numeric_limits<float>::infinity(), 3.0f, 1.0f) == 0.0f);
+    CHECK(std::isnan(specdec::detail::pass_exp(std::numeric_limits<float>::quiet_NaN(), 3.0f, 1.0f)));
+    CHECK(specdec::detail::pass_exp(-1e30f, 3.0f, 1.0f) == 0.0f);
+}
+
+TEST_CASE("Rows of many blocks with large logits are normalized alike in every block", "[sampling]") {
+    // Logits near 1000 and 30000 rising block by block, so that each 2048-token block of the
+    // blockwise pass has its own reference: the factors between blocks must be those of the
+    // exponentials. Each p is then within float precision of the double-precision softmax
+    // (about 2e-6 for the least likely tokens here, whose exponent is largest); with AVX-512, a
+    // factor taken from the logits rather than from the base-2 references of the exponentials
+    // would be off by up to half an ulp of h = m·log2(e)/T: 4e-5 near 1000, 1e-3 near 30000.
+    std::mt19937_64 g(29);
+    std::normal_distribution<float> n(0.0f, 2.0f);
+    for (const float offset : {1000.0f, 30000.0f})
+        for (const float temperature : {1.0f, 0.7f}) {
+            const Eigen::Index size = 9000;
+            Eigen::VectorXf z(size);
+            for (Eigen::Index k = 0; k < size; ++k) z[k] = offset + 0.5f * static_cast<float>(k / 2048) + n(g);
+            const sampling_config s{.temperature = temperature};
+            const auto ref = specdec_test::ref_standardize(z, s);
+            specdec::sampling_workspace ws;
+            Eigen::VectorXf got(size);
+            (void)specdec::standardize_and_sample(z, s, got, 0.5, ws);
+            double worst = 0.0;
+            for (Eigen::Index k = 0; k < size; ++k) {
+                const double r = ref[static_cast<std::size_t>(k)];
+                worst = std::max(worst, std::abs(got[k] - r) / r);
+            }
+            INFO("offset " << offset << ", temperature " << temperature << ": largest relative error " << worst);
+            CHECK(worst < 5e-6);
+        }
+}
