@@ -162,6 +162,57 @@ TEST_CASE("The residual draw has the residual distribution when proposals and th
     check_residual(c, {.scheme = specdec::verification_scheme::token}, 250);
 }
 
+TEST_CASE("After a point-mass draft is rejected on a long row the correction follows p without it",
+          "[statistical][residual]") {
+    // q = δ(x): x is accepted with probability p(x), and the residual is p with x removed. On
+    // a long row up to point_mass_proposals proposals from p (accepted unless they are x) come
+    // before the exact draw from the block masses, and only when R = 1 − p(x) >= 1/4:
+    //  - p(x) = 0.3: proposals draw nearly every token (all eight fail with probability 7e-5);
+    //  - p(x) = 0.7: all eight fail with probability 0.058, so both share the draws;
+    //  - p(x) = 0.85: no proposal, the exact draw alone.
+    // 100,000 rejections each; negative control: the same draws against p (x included).
+    const case_shape shape = long_rows();
+    const token_id x = 2049;  // in the support, in block 1
+    for (const double px : {0.3, 0.7, 0.85}) {
+        std::mt19937_64 g(41);
+        std::normal_distribution<float> n(0.0f, 1.0f);
+        Eigen::MatrixXf logits = Eigen::MatrixXf::Constant(shape.vocab, 2, kNegInf);
+        logits(0, 1) = 0.0f;
+        double others = 0.0;
+        for (token_id t : shape.support)
+            if (t != x) others += std::exp(static_cast<double>(logits(t, 0) = n(g)));
+        logits(x, 0) = static_cast<float>(std::log(others) + std::log(px / (1.0 - px)));
+        double total = 0.0;
+        for (token_id t : shape.support) total += std::exp(static_cast<double>(logits(t, 0)));
+        std::vector<double> p, residual;
+        for (token_id t : shape.support) {
+            p.push_back(std::exp(static_cast<double>(logits(t, 0))) / total);
+            residual.push_back(t == x ? 0.0 : std::exp(static_cast<double>(logits(t, 0))) / others);
+        }
+        std::mt19937_64 rng(300);
+        specdec::verify_workspace ws;
+        std::vector<std::size_t> counts(shape.support.size(), 0);
+        const token_id tokens[] = {x};
+        std::size_t calls = 0;
+        for (std::size_t rejected = 0; rejected < kDraws; ++calls) {
+            const auto r = specdec::verify(logits, tokens, specdec::point_mass, {}, rng, ws,
+                                           {.scheme = specdec::verification_scheme::token});
+            if (r.accepted == 1) continue;
+            const auto at = std::find(shape.support.begin(), shape.support.end(), r.next_token);
+            REQUIRE(at != shape.support.end());
+            ++counts[static_cast<std::size_t>(at - shape.support.begin())];
+            ++rejected;
+        }
+        INFO("p(x) = " << px << ", rejected " << kDraws << " of " << calls);
+        const auto ok = specdec_test::chi_square_test(counts, residual);
+        INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
+        CHECK(ok.p_value >= kFalseAlarm);
+        const auto wrong = specdec_test::chi_square_test(counts, p);
+        INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
+        CHECK(wrong.p_value < kFalseAlarm);
+    }
+}
+
 TEST_CASE("On a short row whose pass keeps its exponentials the residual draw has the residual distribution",
           "[statistical][residual]") {
     // 1000 tokens, below residual_proposal_cost: no proposal, the exact pass over the kept

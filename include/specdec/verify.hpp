@@ -650,6 +650,11 @@ inline weighted_index draw_plain(const target_row& r, const Eigen::Ref<const Eig
 /// order give the residual's distribution however many are made (see sample_residual).
 inline constexpr int proposal_group = 4;
 
+/// After a rejection of a point-mass draft (q = δ(x)) on a long plain row, the residual, p with
+/// p(x) lowered, is drawn by at most this many proposals from p (two groups; each accepted
+/// unless it is x) before the exact draw from the block masses (see sample_residual).
+inline constexpr Eigen::Index point_mass_proposals = 2 * proposal_group;
+
 /// draw_plain with each of the uniforms u[0..proposal_group) into out[..] (a plain row that
 /// keeps no exponentials); with AVX-512 the draws run side by side (draw_plain_avx512).
 inline void draw_plain_group(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
@@ -777,7 +782,10 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
 /// probability ∝ max(0, a·p(y) − b·q(y)), and the final exact draw has that distribution too,
 /// so the mixture over where the procedure stops does as well (von Neumann's rejection
 /// method). In exact token verification a rejection happens with probability R, so the
-/// expected number of proposals per verification is at most 1 however small R is.
+/// expected number of proposals per verification is at most 1 however small R is. For a point
+/// mass the residual is p with p(x) lowered, whose mass and block sums follow from the block
+/// masses; on long plain rows up to point_mass_proposals proposals (accepted unless they hit x)
+/// come before its exact draw, which fills and scans part of one block.
 template <class G>
 token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
                          const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a, float b,
@@ -795,11 +803,17 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     };
     ws.sums.resize(static_cast<std::size_t>(nb));
     double total = 0.0;
-    if (q == nullptr) {
-        // Point mass at x: the residual is a·p with a·p(x) lowered by b; exact from the block masses.
+    // q(k): the draft column, or the point mass at x.
+    const float* qc = q == nullptr ? nullptr : q->col(j).data();
+    auto q_at = [&](Eigen::Index k) { return qc == nullptr ? (k == x ? 1.0f : 0.0f) : qc[k]; };
+    // Point mass at x: the residual is a·p with a·p(x) lowered by b, whose block sums follow
+    // from the block masses (no pass): its mass R is known, and the exact draw costs the fill
+    // and scan of one block.
+    double px_left = 0.0;
+    if (qc == nullptr) {
         const Eigen::Index xb = x / row_block;
         const double px = a * prob_of(r, logits, ws, x);
-        const double px_left = std::max(0.0, px - b);
+        px_left = std::max(0.0, px - b);
         for (Eigen::Index blk = 0; blk < nb; ++blk) {
             double bs = a * mass[blk];
             if (blk == xb) bs = std::max(0.0, bs - px + px_left);
@@ -807,36 +821,35 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
             total += bs;
         }
         if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, u);
-        return static_cast<token_id>(draw_by_blocks(
-            ws.sums.data(), nb, n, total, u, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
-                fill_p(blk, off, len, out);
-                Eigen::Map<Eigen::VectorXf>(out, len) *= a;
-                const Eigen::Index at = x - blk * row_block - off;
-                if (at >= 0 && at < len) out[at] = static_cast<float>(px_left);
-            }));
     }
-    const auto qc = q->col(j);
     // A row of one block whose values are kept has an exact pass with no exp (see
     // short_residual_weights): about 0.1 ns a token against about 40 ns a proposal, so that a
     // proposal pays for itself only where it is accepted with probability above about 400 / V.
     // Below residual_proposal_cost tokens that needs R > 0.4: such rows go to the pass at once
     // (budget 0), with u as its uniform.
     const bool short_kept = nb == 1 && in_rows(r);
-    const Eigen::Index budget = short_kept ? n / residual_proposal_cost
-                                           : std::max<Eigen::Index>(1, n / residual_proposal_cost);
-    Eigen::Index proposals = budget;
-    const double* prefix = nullptr;  // running block masses, for the proposals
-    if (budget > 0) {
-        prefix = block_prefix(r, n, ws);
-        const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
-        const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
-        // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget
-        // (about one pass), 6 a / R_lo of them (all fail with probability <= e^−6); otherwise
-        // the budget, then the pass (at most about twice the cost of the better choice,
-        // whatever R is).
-        if (r_low > 0.0 && a / r_low <= static_cast<double>(budget))
-            proposals = static_cast<Eigen::Index>(std::ceil(6.0 * a / r_low));
+    Eigen::Index proposals = 0;
+    if (qc == nullptr) {
+        // Point mass: the exact draw costs about as much as ten proposals (filling and scanning
+        // part of one block), so proposals pay only on long plain rows (16 exps each), where one
+        // is accepted with probability R / a: at most point_mass_proposals when that is >= 1/4.
+        if (r.kind == target_row::form::plain && !r.exps && total >= 0.25 * a) proposals = point_mass_proposals;
+    } else {
+        const Eigen::Index budget = short_kept ? n / residual_proposal_cost
+                                               : std::max<Eigen::Index>(1, n / residual_proposal_cost);
+        proposals = budget;
+        if (budget > 0) {
+            const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
+            const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
+            // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget
+            // (about one pass), 6 a / R_lo of them (all fail with probability <= e^−6);
+            // otherwise the budget, then the pass (at most about twice the cost of the better
+            // choice, whatever R is).
+            if (r_low > 0.0 && a / r_low <= static_cast<double>(budget))
+                proposals = static_cast<Eigen::Index>(std::ceil(6.0 * a / r_low));
+        }
     }
+    const double* prefix = proposals > 0 ? block_prefix(r, n, ws) : nullptr;  // running block masses
     // Long plain rows make their proposals in groups (see proposal_group): the group's
     // uniforms in the order of one-by-one proposals (draw, test, draw, test, ...), then its
     // draws, then its tests in order.
@@ -859,9 +872,19 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
         }
         for (int k = 0; k < group; ++k) {
             const double py = static_cast<double>(a) * y[k].weight;  // the weight y was drawn with
-            const double ry = py - static_cast<double>(b) * qc[y[k].index];
+            const double ry = py - static_cast<double>(b) * q_at(y[k].index);
             if (test_u[k] * py < ry) return static_cast<token_id>(y[k].index);
         }
+    }
+    if (qc == nullptr) {  // the exact draw of the point mass's residual
+        const double w = proposals > 0 ? uniform01(rng) : u;
+        return static_cast<token_id>(draw_by_blocks(
+            ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
+                fill_p(blk, off, len, out);
+                Eigen::Map<Eigen::VectorXf>(out, len) *= a;
+                const Eigen::Index at = x - blk * row_block - off;
+                if (at >= 0 && at < len) out[at] = static_cast<float>(px_left);
+            }));
     }
     // No proposal accepted: one exact pass. A row of one block whose values are kept writes
     // the residual's weights and lane sums, then draws in lane order (any fixed order of the
@@ -869,13 +892,13 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     // and scan the one block the draw lands in.
     if (short_kept) {
         short_row_lanes lanes;
-        total = short_residual_weights(r, qc.data(), a, b, ws, n, lanes);
+        total = short_residual_weights(r, qc, a, b, ws, n, lanes);
         const double w = proposals > 0 ? uniform01(rng) : u;
         if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
         return static_cast<token_id>(draw_short_residual(ws, lanes, n, total, w));
     }
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        const double bs = block_residual(r, logits, ws, qc.data(), blk, a, b);
+        const double bs = block_residual(r, logits, ws, qc, blk, a, b);
         ws.sums[static_cast<std::size_t>(blk)] = bs;
         total += bs;
     }
@@ -885,7 +908,7 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
         ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
             fill_p(blk, off, len, out);
             Eigen::Map<Eigen::ArrayXf> o(out, len);
-            o = (o * a - b * qc.segment(blk * row_block + off, len).array()).max(0.0f);
+            o = (o * a - b * Eigen::Map<const Eigen::ArrayXf>(qc + blk * row_block + off, len)).max(0.0f);
         }));
 }
 
