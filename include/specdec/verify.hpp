@@ -151,10 +151,12 @@ struct verify_workspace {
 /// detail::sample_residual). A proposal (a walk down the block, chunk and lane sums, 16
 /// exponentials, two uniforms and a read of q, mostly latency) costs about as much as the
 /// exact pass does over this many tokens, so V / this many proposals, the budget, cost about
-/// one pass. (Measured on one core: a proposal 40–140 ns, depending on what of the row is in
-/// cache, against 5 µs for the pass at V = 32000; 175 ns against 20 µs at V = 151936. Of 256,
-/// 512 and 1024, this value has the smallest worst case in verify_bench's BM_rejection, within
-/// 1.15x of the best at every V and R there.) Each proposal is accepted with probability R / a
+/// one pass. (Measured on one core with an exp of eleven instructions per 16 floats: a proposal
+/// 40–140 ns, depending on what of the row is in cache, against 5 µs for the pass at V = 32000;
+/// 175 ns against 20 µs at V = 151936. Of 256, 512 and 1024, this value had the smallest worst
+/// case in verify_bench's BM_rejection, within 1.15x of the best at every V and R there. The
+/// present exp makes the pass about 20% cheaper and the proposals no cheaper; the value has not
+/// been chosen again since.) Each proposal is accepted with probability R / a
 /// (R the residual mass); a lower bound R_lo on R comes with the rejected token. When a / R_lo
 /// is within the budget, 6 a / R_lo proposals are made (all fail with probability <= e^−6);
 /// otherwise the budget, then the pass: whatever R is, at most about twice the cost of the
