@@ -229,6 +229,10 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
                                                      ReadQ ? q + start : nullptr, q_sum, Write ? out + start : nullptr);
 #else
         const Packet vm = ei::pset1<Packet>(m);
+        // exp(max(x − m, −87)): as in specdec, pexp is kept away from subnormal results (at its
+        // clamp), which x86 cores compute slowly; the bound must not be slowed by them either.
+        const Packet low = ei::pset1<Packet>(-87.0f);
+        const auto exp_of = [&](const float* p) { return ei::pexp(ei::pmax(ei::psub(ei::ploadu<Packet>(p), vm), low)); };
         Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
         const Eigen::Index next_len = std::min(block, n - start - len);
         [[maybe_unused]] const float* qb = ReadQ ? q + start : nullptr;
@@ -238,10 +242,10 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
                     __builtin_prefetch(b + len + i + line, 0, 3);
                     if constexpr (ReadQ) __builtin_prefetch(qb + len + i + line, 0, 3);
                 }
-            const Packet e0 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i), vm));
-            const Packet e1 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + L), vm));
-            const Packet e2 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 2 * L), vm));
-            const Packet e3 = ei::pexp(ei::psub(ei::ploadu<Packet>(b + i + 3 * L), vm));
+            const Packet e0 = exp_of(b + i);
+            const Packet e1 = exp_of(b + i + L);
+            const Packet e2 = exp_of(b + i + 2 * L);
+            const Packet e3 = exp_of(b + i + 3 * L);
             if constexpr (Write) {
                 ei::pstoreu(out + start + i, e0);
                 ei::pstoreu(out + start + i + L, e1);

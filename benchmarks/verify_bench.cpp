@@ -133,7 +133,9 @@ constexpr int max_candidates = 20000;           // slots tried before a case giv
 constexpr float neg_inf = -std::numeric_limits<float>::infinity();
 
 enum class draft_kind { dist, point };
-enum class filter_kind { plain, topk40, topp09 };
+/// masked: drafter side only, plain sampling of a row where all but 1% of the tokens are −Inf
+/// (a constrained vocabulary).
+enum class filter_kind { plain, topk40, topp09, masked };
 enum class regime { all_accepted, first_reject, mix };
 
 struct case_spec {
@@ -155,7 +157,10 @@ struct case_spec {
     }
     std::string path() const {
         const char* d = draft == draft_kind::dist ? "dist" : "point";
-        const char* f = filter == filter_kind::plain ? "plain" : filter == filter_kind::topk40 ? "topk40" : "topp0.9";
+        const char* f = filter == filter_kind::plain    ? "plain"
+                        : filter == filter_kind::topk40 ? "topk40"
+                        : filter == filter_kind::topp09 ? "topp0.9"
+                                                        : "masked";
         const char* r = reg == regime::all_accepted ? "all_accepted" : reg == regime::first_reject ? "first_reject" : "mix";
         return std::string(d) + "/" + f + "/" + r;
     }
@@ -656,12 +661,16 @@ void bm_bound(benchmark::State& state, const case_spec& c, bool block, bool read
 
 // Drafter side: standardize + one draw from a V-sized logits vector.
 
-/// The logits row of a drafter-side benchmark (N(0, 3²), the same for every filter).
+/// The logits row of a drafter-side benchmark: N(0, 3²), the same for every filter, with all but
+/// every 100th token −Inf for `masked`.
 const Eigen::VectorXf& get_sample_input(Index vocab, filter_kind f) {
     return cached_input<Eigen::VectorXf>(std::pair{vocab, f}, [&] {
         splitmix64 g{mix_seed(static_cast<std::uint64_t>(vocab), 0xd4a7)};
         Eigen::MatrixXf m(vocab, 1);
         fill_normal(m, logit_sigma, g);
+        if (f == filter_kind::masked)
+            for (Index i = 0; i < vocab; ++i)
+                if (i % 100 != 0) m(i, 0) = neg_inf;
         return Eigen::VectorXf(m.col(0));
     });
 }
@@ -941,8 +950,10 @@ void register_all() {
         reg("BM_proposals" + p + "/group:8", [v](benchmark::State& s) { bm_proposals<8>(s, v); });
     }
     for (Index v : {Index{32000}, Index{151936}})
-        for (filter_kind f : {filter_kind::plain, filter_kind::topp09}) {
-            const std::string p = std::string("/") + (f == filter_kind::plain ? "plain" : "topp0.9");
+        for (filter_kind f : {filter_kind::plain, filter_kind::topp09, filter_kind::masked}) {
+            const std::string p = std::string("/") + (f == filter_kind::plain    ? "plain"
+                                                      : f == filter_kind::topp09 ? "topp0.9"
+                                                                                 : "masked");
             auto reg = [&](const std::string& name, auto fn) {
                 benchmark::RegisterBenchmark(name.c_str(), [v, f, fn](benchmark::State& s) { fn(s, v, f); })
                     ->Args({v, 1})
