@@ -65,14 +65,19 @@ inline Eigen::Index lse_blocks(Eigen::Index n) { return (n + lse_block - 1) / ls
 /// log2(e) as a float: the scale of the AVX-512 exp's exponent t = x·log2(e) - h.
 inline constexpr float log2e_float = 1.44269504088896341f;
 
+/// Whether the AVX-512 exp takes t = x·log2(e) - h in one fused multiply-subtract for a block
+/// whose h = m·log2(e) (a float): as in specdec, only while |h| <= 2^22, so that h's own rounding
+/// error (the exponent of x = m) stays within ±1/4.
+inline bool fused_reference(float h) { return std::abs(h) <= 4194304.0f; }
+
 /// The base-2 reference of the exps of a block whose maximum is m: each is 2^(x·log2(e) - ref).
 /// With AVX-512, ref = h = m·log2(e) rounded to a float, subtracted from x·log2(e) in one fused
-/// multiply-subtract, as specdec's own exp does (when h is finite; else (x - m)·log2(e), and ref
-/// is that product exactly); with Eigen's exp of x - m, ref = m·log2(e).
+/// multiply-subtract, as specdec's own exp does (when fused_reference(h); else (x - m)·log2(e),
+/// and ref is that product exactly); with Eigen's exp of x - m, ref = m·log2(e).
 inline double block_ref_log2(float m) {
 #if defined(__AVX512F__)
     const float h = m * log2e_float;
-    if (std::isfinite(h)) return h;
+    if (fused_reference(h)) return h;
     return static_cast<double>(m) * log2e_float;
 #else
     return static_cast<double>(m) * 1.4426950408889634;
@@ -96,8 +101,8 @@ inline double block_ref_log2(float m) {
 template <bool ReadQ = false, bool Write = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
                             const float* q = nullptr, double* q_sum = nullptr, float* out = nullptr) {
-    const float h = m * log2e_float;  // the reference of block_ref_log2 when finite
-    const bool fused = std::isfinite(h);
+    const float h = m * log2e_float;  // the reference of block_ref_log2 when fused
+    const bool fused = fused_reference(h);
     const __m512 vm = _mm512_set1_ps(m), vh = _mm512_set1_ps(h), log2e = _mm512_set1_ps(log2e_float);
 #if !defined(__AVX512DQ__)
     const __m512 floor_t = _mm512_set1_ps(-200.0f);  // keeps -Inf out of the polynomial

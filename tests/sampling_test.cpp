@@ -311,3 +311,38 @@ TEST_CASE("Rows of many blocks with large logits are normalized alike in every b
             CHECK(worst < 5e-6);
         }
 }
+
+TEST_CASE("Rows of logits of any finite magnitude are normalized exactly", "[sampling]") {
+    // Half the tokens at a logit b, half one float below it, over three 2048-token blocks (the
+    // first holds only the lower ones, so its reference differs from the row's maximum): the
+    // ratio of their probabilities must be exp(−ulp/T), down to 0 where that underflows, for
+    // |b| up to 3e38. With AVX-512 the exponent is x·s − h with h = b·log2(e)/T rounded to a
+    // float, exact only up to h's rounding error; fusing that subtraction for every finite h (the
+    // negative control: it did, before) left no weight or NaN from |b| = 1e10 on, where that
+    // error alone is hundreds of binary orders.
+    for (const float base : {1e3f, 2.9e6f, 3e6f, 1e7f, 1e9f, 1e10f, 1e20f, 1e30f, 3e38f})
+        for (const float sign : {1.0f, -1.0f})
+            for (const float temperature : {1.0f, 0.25f}) {
+                const float hi = sign * base, lo = std::nextafter(hi, -std::numeric_limits<float>::infinity());
+                const Eigen::Index size = 5000;
+                Eigen::VectorXf z(size);
+                for (Eigen::Index k = 0; k < size; ++k) z[k] = k < 2048 || k % 2 == 1 ? lo : hi;
+                const sampling_config s{.temperature = temperature};
+                const auto ref = specdec_test::ref_standardize(z, s);
+                specdec::sampling_workspace ws;
+                Eigen::VectorXf got(size);
+                (void)specdec::standardize_and_sample(z, s, got, 0.5, ws);
+                INFO("logit " << hi << ", temperature " << temperature << ": p(hi) " << got[2048] << ", p(lo) "
+                              << got[0] << " (expected " << ref[2048] << ", " << ref[0] << ")");
+                for (const Eigen::Index k : {Eigen::Index{0}, Eigen::Index{2047}, Eigen::Index{2048},
+                                             Eigen::Index{2049}, size - 1}) {
+                    const double r = ref[static_cast<std::size_t>(k)];
+                    REQUIRE(std::isfinite(got[k]));
+                    if (r > 1e-30)
+                        CHECK(std::abs(got[k] - r) <= 5e-6 * r);
+                    else
+                        CHECK(got[k] <= 1e-29f);
+                }
+                CHECK(std::abs(got.cast<double>().sum() - 1.0) < 1e-5);
+            }
+}

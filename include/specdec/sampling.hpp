@@ -222,14 +222,20 @@ inline constexpr float log2e_float = 1.44269504088896341f;
 /// is computed is then exp((x − m') inv_t) for the reference m' = h / s, which differs from m by
 /// the rounding of h (at most half its ulp, over s); the factors between blocks (block_factor)
 /// are taken from h as well, so the row's p is the same function of its logits whatever its
-/// blocks' references. When h is not a finite float (|m| inv_t beyond about 2e38), t = (x − m)·s
-/// instead, and the reference is m·s exactly.
+/// blocks' references. The exponent of x = m itself is then m·s − h, h's rounding error, up to
+/// half an ulp of h: this is kept within ±1/4 (the weight of the maximum within 2^±0.25) by
+/// fusing only while |h| <= 2^22 (|m| inv_t up to about 2.9e6; beyond 2^31 that error alone
+/// would overflow or underflow every exp of the block). Otherwise t = (x − m)·s, whose
+/// difference is exact near m, and the reference is m·s exactly.
 struct exp2_reference {
+    /// The largest |h| for which the multiply-subtract is used.
+    static constexpr float fused_limit = 4194304.0f;  // 2^22: ulp(h) <= 1/2
     float m;
     float s;
     float h;
     bool fused;
-    exp2_reference(float ref, float inv_t) : m(ref), s(inv_t * log2e_float), h(m * s), fused(std::isfinite(h)) {}
+    exp2_reference(float ref, float inv_t)
+        : m(ref), s(inv_t * log2e_float), h(m * s), fused(std::abs(h) <= fused_limit) {}
     /// The reference in base 2: 2^(x·s − log2()) is the exp of x relative to it.
     double log2() const { return fused ? static_cast<double>(h) : static_cast<double>(m) * s; }
 };
@@ -381,9 +387,10 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
     {
         const exp2_avx512 exp2_of{m, inv_t};
         const __m512 va = _mm512_set1_ps(a), vb = _mm512_set1_ps(b), zero = _mm512_setzero_ps();
-        auto term = [&](const float* x, const float* y) {
-            return _mm512_max_ps(zero, _mm512_fmsub_ps(exp2_of(_mm512_loadu_ps(x)), va, _mm512_mul_ps(vb, _mm512_loadu_ps(y))));
+        auto term_of = [&](__m512 x, __m512 y) {
+            return _mm512_max_ps(zero, _mm512_fmsub_ps(exp2_of(x), va, _mm512_mul_ps(vb, y)));
         };
+        auto term = [&](const float* x, const float* y) { return term_of(_mm512_loadu_ps(x), _mm512_loadu_ps(y)); };
         __m512 a0 = zero, a1 = zero, a2 = zero, a3 = zero;
         for (; k + 64 <= len; k += 64) {
             if (k < next_len)
@@ -395,6 +402,15 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
             a1 = _mm512_add_ps(a1, term(z + k + 16, q + k + 16));
             a2 = _mm512_add_ps(a2, term(z + k + 32, q + k + 32));
             a3 = _mm512_add_ps(a3, term(z + k + 48, q + k + 48));
+        }
+        for (; k < len; k += 16) {
+            // Last partial vectors, masked (−Inf and 0 in the unused lanes give 0), so that every
+            // term takes its exp from exp2_of, as the draw that scans the block recomputes it.
+            const Eigen::Index left = std::min<Eigen::Index>(16, len - k);
+            const auto mask = static_cast<__mmask16>((1u << static_cast<unsigned>(left)) - 1u);
+            a0 = _mm512_add_ps(a0, term_of(_mm512_mask_loadu_ps(_mm512_set1_ps(-std::numeric_limits<float>::infinity()),
+                                                                mask, z + k),
+                                           _mm512_maskz_loadu_ps(mask, q + k)));
         }
         sum = total_in_double(a0, a1, a2, a3);
     }
