@@ -26,6 +26,7 @@
 #endif
 
 #include <specdec/random.hpp>
+#include <specdec/sampling.hpp>
 #include <specdec/types.hpp>
 
 #include <algorithm>
@@ -75,7 +76,7 @@ inline bool fused_reference(float h) { return std::abs(h) <= 4194304.0f; }
 /// multiply-subtract, as specdec's own exp does (when fused_reference(h); else (x - m)·log2(e),
 /// and ref is that product exactly); with Eigen's exp of x - m, ref = m·log2(e).
 inline double block_ref_log2(float m) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(SPECDEC_DETAIL_EXP2_AVX2)
     const float h = m * log2e_float;
     if (fused_reference(h)) return h;
     return static_cast<double>(m) * log2e_float;
@@ -233,11 +234,17 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         const float s = exp_sum_avx512<ReadQ, Write>(b, len, m, std::min(block, n - start - len),
                                                      ReadQ ? q + start : nullptr, q_sum, Write ? out + start : nullptr);
 #else
-        const Packet vm = ei::pset1<Packet>(m);
+#if defined(SPECDEC_DETAIL_EXP2_AVX2)
+        // AVX2 and FMA: specdec's own exp (the same instructions as the AVX-512 one, 8 floats).
+        const specdec::detail::exp2_avx2 exp2_of{m, 1.0f};
+        const auto exp_of = [&](const float* p) { return exp2_of(ei::ploadu<Packet>(p)); };
+#else
         // exp(max(x − m, −87)): as in specdec, pexp is kept away from subnormal results (at its
         // clamp), which x86 cores compute slowly; the bound must not be slowed by them either.
+        const Packet vm = ei::pset1<Packet>(m);
         const Packet low = ei::pset1<Packet>(-87.0f);
         const auto exp_of = [&](const float* p) { return ei::pexp(ei::pmax(ei::psub(ei::ploadu<Packet>(p), vm), low)); };
+#endif
         Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
         const Eigen::Index next_len = std::min(block, n - start - len);
         [[maybe_unused]] const float* qb = ReadQ ? q + start : nullptr;

@@ -208,8 +208,13 @@ inline void prefetch(const float* p) {
 #endif
 }
 
-#if defined(__AVX512F__)
-/// Coefficients of f^5 .. f^1 of exp2_avx512's polynomial for 2^f on [0, 1] (constant term 1),
+/// With AVX2 and FMA but not AVX-512, the passes use exp2_avx2 (8 floats per packet) instead of
+/// Eigen's exp.
+#if !defined(__AVX512F__) && defined(__AVX2__) && defined(__FMA__)
+#define SPECDEC_DETAIL_EXP2_AVX2 1
+#endif
+
+/// Coefficients of f^5 .. f^1 of the vectorized polynomial for 2^f on [0, 1] (constant term 1),
 /// each the float nearest to the fitted value.
 inline constexpr float exp2_poly[5] = {0.00186711829f, 0.00901705492f, 0.055799894f, 0.240164459f, 0.693151295f};
 
@@ -239,6 +244,8 @@ struct exp2_reference {
     /// The reference in base 2: 2^(x·s − log2()) is the exp of x relative to it.
     double log2() const { return fused ? static_cast<double>(h) : static_cast<double>(m) * s; }
 };
+
+#if defined(__AVX512F__)
 
 /// exp((x − m) inv_t) of 16 floats with x <= m (or −Inf): 2^t with t = x·s − h (see
 /// exp2_reference) = n + f, n = floor(t), 0 <= f < 1: 2^f by a degree-5 polynomial fitted to it
@@ -275,6 +282,36 @@ struct exp2_avx512 {
 };
 #endif
 
+#if defined(SPECDEC_DETAIL_EXP2_AVX2)
+/// exp((x − m) inv_t) of 8 floats with x <= m (or −Inf), with AVX2 and FMA: the exponent t of
+/// exp2_avx512 (exp2_reference), clamped below at −127, = n + f with n = floor(t); 2^f by the
+/// same polynomial, times 2^n made in a float's exponent field, where n = −127 makes the factor
+/// +0: results below 2^−126 (a natural exponent below about −87.3) are exactly 0, never
+/// subnormal, and −Inf gives 0. NaN stays NaN (vmaxps returns its second operand, t, when one is
+/// NaN; its integer conversion then makes a factor of 1). The same floats as exp2_avx512 from
+/// 2^−126 up. Thirteen instructions per 8 floats, about half of Eigen's exp.
+struct exp2_avx2 {
+    __m256 vm, scale, ref;
+    bool fused;
+    explicit exp2_avx2(float m, float inv_t) : exp2_avx2(exp2_reference(m, inv_t)) {}
+    explicit exp2_avx2(const exp2_reference& r)
+        : vm(_mm256_set1_ps(r.m)), scale(_mm256_set1_ps(r.s)), ref(_mm256_set1_ps(r.h)), fused(r.fused) {}
+    __m256 operator()(__m256 x) const {
+        __m256 t = fused ? _mm256_fmsub_ps(x, scale, ref) : _mm256_mul_ps(_mm256_sub_ps(x, vm), scale);
+        t = _mm256_max_ps(_mm256_set1_ps(-127.0f), t);
+        const __m256 n = _mm256_floor_ps(t);
+        const __m256 f = _mm256_sub_ps(t, n);
+        __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(exp2_poly[0]), f, _mm256_set1_ps(exp2_poly[1]));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[2]));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[3]));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[4]));
+        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+        const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+        return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+    }
+};
+#endif
+
 #if !defined(__AVX512F__)
 /// exp((x − m) inv_t) of one Eigen packet. Eigen's pexp clamps its argument, so exp(−Inf) would
 /// come out as a tiny positive number rather than 0 and a token of probability 0 could be
@@ -290,6 +327,25 @@ Packet exp_shifted(const Packet& x, const Packet& m, const Packet& inv_t) {
     // one). Eigen's pmax returns its first argument when that is NaN (a test checks it).
     return ei::pselect(ei::pcmp_lt(y, low), ei::pzero(y), ei::pexp(ei::pmax(y, low)));
 }
+
+/// exp((x − m) inv_t) of Eigen packets as the passes without AVX-512 compute it: exp2_avx2 with
+/// AVX2 and FMA, else exp_shifted; `one` gives the same float for a single x.
+struct packet_exp {
+    using packet = Eigen::internal::packet_traits<float>::type;
+#if defined(SPECDEC_DETAIL_EXP2_AVX2)
+    exp2_avx2 exp_of;
+    packet_exp(float m, float inv_t) : exp_of(m, inv_t) {}
+    packet operator()(const packet& x) const { return exp_of(x); }
+    float one(float x) const { return _mm256_cvtss_f32(exp_of(_mm256_set1_ps(x))); }
+#else
+    packet pm, pt;
+    float m, inv_t;
+    packet_exp(float m_, float inv_t_)
+        : pm(Eigen::internal::pset1<packet>(m_)), pt(Eigen::internal::pset1<packet>(inv_t_)), m(m_), inv_t(inv_t_) {}
+    packet operator()(const packet& x) const { return exp_shifted(x, pm, pt); }
+    float one(float x) const { return std::exp((x - m) * inv_t); }
+#endif
+};
 #endif
 
 #if defined(__AVX512F__)
@@ -354,24 +410,24 @@ inline double exp_pass(const float* z, float* out, Eigen::Index len, float m, fl
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
-    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
+    const packet_exp exp_of{m, inv_t};
     packet a0 = ei::pset1<packet>(0.0f), a1 = a0;
     for (; k + 2 * width <= len; k += 2 * width) {
         if (k % 16 == 0 && k < next_len) prefetch(z + len + k);
-        const packet e0 = exp_shifted(ei::ploadu<packet>(z + k), pm, pt);
-        const packet e1 = exp_shifted(ei::ploadu<packet>(z + k + width), pm, pt);
+        const packet e0 = exp_of(ei::ploadu<packet>(z + k));
+        const packet e1 = exp_of(ei::ploadu<packet>(z + k + width));
         ei::pstoreu(out + k, e0);
         ei::pstoreu(out + k + width, e1);
         a0 = ei::padd(a0, e0);
         a1 = ei::padd(a1, e1);
     }
     sum = static_cast<double>(ei::predux(ei::padd(a0, a1)));
-#endif
     for (; k < len; ++k) {
-        const float e = std::exp((z[k] - m) * inv_t);
+        const float e = exp_of.one(z[k]);
         out[k] = e;
         sum += static_cast<double>(e);
     }
+#endif
     return sum;
 }
 
@@ -418,11 +474,10 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
-    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t), pa = ei::pset1<packet>(a),
-                 pb = ei::pset1<packet>(b), zero = ei::pzero(pm);
+    const packet_exp exp_of{m, inv_t};
+    const packet pa = ei::pset1<packet>(a), pb = ei::pset1<packet>(b), zero = ei::pset1<packet>(0.0f);
     auto term = [&](const float* x, const float* y) {
-        return ei::pmax(zero, ei::psub(ei::pmul(exp_shifted(ei::ploadu<packet>(x), pm, pt), pa),
-                                       ei::pmul(pb, ei::ploadu<packet>(y))));
+        return ei::pmax(zero, ei::psub(ei::pmul(exp_of(ei::ploadu<packet>(x)), pa), ei::pmul(pb, ei::ploadu<packet>(y))));
     };
     packet a0 = zero, a1 = zero;
     for (; k + 2 * width <= len; k += 2 * width) {
@@ -434,8 +489,8 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
         a1 = ei::padd(a1, term(z + k + width, q + k + width));
     }
     sum = static_cast<double>(ei::predux(ei::padd(a0, a1)));
+    for (; k < len; ++k) sum += static_cast<double>(std::max(0.0f, a * exp_of.one(z[k]) - b * q[k]));
 #endif
-    for (; k < len; ++k) sum += static_cast<double>(std::max(0.0f, a * std::exp((z[k] - m) * inv_t) - b * q[k]));
     return sum;
 }
 
@@ -455,7 +510,7 @@ inline float pass_exp(float x, float m, float inv_t) {
 #else
     namespace ei = Eigen::internal;
     using packet = ei::packet_traits<float>::type;
-    return ei::pfirst(exp_shifted(ei::pset1<packet>(x), ei::pset1<packet>(m), ei::pset1<packet>(inv_t)));
+    return ei::pfirst(packet_exp{m, inv_t}(ei::pset1<packet>(x)));
 #endif
 }
 
@@ -469,8 +524,8 @@ inline void exp_lane(const float* in, float* out, float m, float inv_t) {
     using packet = ei::packet_traits<float>::type;
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
     static_assert(chunk_lanes % width == 0);
-    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
-    for (Eigen::Index g = 0; g < chunk_lanes; g += width) ei::pstoreu(out + g, exp_shifted(ei::ploadu<packet>(in + g), pm, pt));
+    const packet_exp exp_of{m, inv_t};
+    for (Eigen::Index g = 0; g < chunk_lanes; g += width) ei::pstoreu(out + g, exp_of(ei::ploadu<packet>(in + g)));
 #endif
 }
 
@@ -578,8 +633,8 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
     constexpr Eigen::Index width = ei::packet_traits<float>::size;
     static_assert(chunk_lanes % width == 0);
     constexpr Eigen::Index per_group = chunk_lanes / width;  // packets per 16 consecutive floats
-    const packet pm = ei::pset1<packet>(m), pt = ei::pset1<packet>(inv_t);
-    auto exp_of = [&](const float* x) { return exp_shifted(ei::ploadu<packet>(x), pm, pt); };
+    const packet_exp exp_packet{m, inv_t};
+    auto exp_of = [&](const float* x) { return exp_packet(ei::ploadu<packet>(x)); };
     for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
         const Eigen::Index end = std::min(len, start + exp_chunk);
         // Lane l of the chunk sums the elements at offsets l, l + 16, ... (as the AVX-512 path).
@@ -962,7 +1017,7 @@ SPECDEC_ALWAYS_INLINE float blockwise_exp_pass(const Eigen::Ref<const Eigen::Vec
 /// relative to m, as the vectorized exp defines its references (with AVX-512, from the base-2
 /// references of exp2_reference, so that it matches the exponentials exactly).
 inline double block_factor(float ref, float m, float inv_t) {
-#if defined(__AVX512F__)
+#if defined(__AVX512F__) || defined(SPECDEC_DETAIL_EXP2_AVX2)
     return std::exp2(exp2_reference(ref, inv_t).log2() - exp2_reference(m, inv_t).log2());
 #else
     return std::exp(static_cast<double>(ref - m) * inv_t);
