@@ -635,11 +635,15 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
     constexpr Eigen::Index per_group = chunk_lanes / width;  // packets per 16 consecutive floats
     const packet_exp exp_packet{m, inv_t};
     auto exp_of = [&](const float* x) { return exp_packet(ei::ploadu<packet>(x)); };
+    packet q_bits = ei::pset1<packet>(0.0f);  // OR of q's entries, bit by bit (as the AVX-512 path)
     for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
         const Eigen::Index end = std::min(len, start + exp_chunk);
-        // Lane l of the chunk sums the elements at offsets l, l + 16, ... (as the AVX-512 path).
-        packet a[2][per_group];
+        // Lane l of the chunk sums the elements at offsets l, l + 16, ... (as the AVX-512 path),
+        // for the exponentials (a) and for q (b, while its loads hide behind the exp).
+        packet a[2][per_group], b[2][per_group];
         for (auto& row : a)
+            for (packet& x : row) x = ei::pset1<packet>(0.0f);
+        for (auto& row : b)
             for (packet& x : row) x = ei::pset1<packet>(0.0f);
         Eigen::Index k = start;
         for (; k + 2 * chunk_lanes <= end; k += 2 * chunk_lanes) {
@@ -656,8 +660,16 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
                 }
                 a[0][g] = ei::padd(a[0][g], e0);
                 a[1][g] = ei::padd(a[1][g], e1);
+                if (q != nullptr) {
+                    const packet v0 = ei::ploadu<packet>(q + k + g * width);
+                    const packet v1 = ei::ploadu<packet>(q + k + chunk_lanes + g * width);
+                    b[0][g] = ei::padd(b[0][g], v0);
+                    b[1][g] = ei::padd(b[1][g], v1);
+                    q_bits = ei::por(q_bits, ei::por(v0, v1));
+                }
             }
         }
+        const Eigen::Index q_tail = k;  // q's elements from here on are added after the loop
         for (; k < end; k += chunk_lanes) {
             // The last (partial) groups of 16, padded with -Inf (whose exp is 0).
             alignas(64) float group[chunk_lanes];
@@ -678,12 +690,22 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
             for (Eigen::Index i = 0; i < width; ++i) r.exp_sum += static_cast<double>(l[g * width + i]);
         }
         if (q != nullptr) {
-            // The draft column's lane sums and minimum, while in L1.
+            // The draft column's lane sums, with the elements the vector loop left (q_tail on).
             float* ql = q_lanes + c * chunk_lanes;
-            chunk_lane_sums(q + start, end - start, ql);
+            for (Eigen::Index g = 0; g < per_group; ++g) ei::pstoreu(ql + g * width, ei::padd(b[0][g], b[1][g]));
+            for (Eigen::Index i = q_tail; i < end; ++i) {
+                ql[(i - start) % chunk_lanes] += q[i];
+                q_sign = q_sign || !(q[i] >= 0.0f);
+            }
             for (Eigen::Index i = 0; i < chunk_lanes; ++i) q_sum += static_cast<double>(ql[i]);
-            q_sign = q_sign || !(Eigen::Map<const Eigen::VectorXf>(q + start, end - start).minCoeff() >= 0.0f);
         }
+    }
+    if (q != nullptr) {
+        // A set sign bit in the OR: some entry may be negative (or −0.0, or a NaN with its sign
+        // bit set; the caller's exact check decides).
+        alignas(64) float bits[width];
+        ei::pstore(bits, q_bits);
+        for (const float v : bits) q_sign = q_sign || std::signbit(v);
     }
 #endif
     if (q != nullptr) {
