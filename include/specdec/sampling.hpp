@@ -245,6 +245,17 @@ struct exp2_reference {
     double log2() const { return fused ? static_cast<double>(h) : static_cast<double>(m) * s; }
 };
 
+/// 2^f for 0 <= f < 1 by the polynomial exp2_poly (Horner's rule, one multiply-add per
+/// coefficient), for a vector type given its multiply-add fma(a, b, c) = a·b + c and broadcast.
+template <class V, class Fma, class Set1>
+SPECDEC_ALWAYS_INLINE V exp2_polynomial(V f, Fma fma, Set1 set1) {
+    V p = fma(set1(exp2_poly[0]), f, set1(exp2_poly[1]));
+    p = fma(p, f, set1(exp2_poly[2]));
+    p = fma(p, f, set1(exp2_poly[3]));
+    p = fma(p, f, set1(exp2_poly[4]));
+    return fma(p, f, set1(1.0f));
+}
+
 #if defined(__AVX512F__)
 
 /// exp((x − m) inv_t) of 16 floats with x <= m (or −Inf): 2^t with t = x·s − h (see
@@ -272,11 +283,9 @@ struct exp2_avx512 {
         const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
         const __m512 f = _mm512_sub_ps(t, n);
 #endif
-        __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(exp2_poly[0]), f, _mm512_set1_ps(exp2_poly[1]));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp2_poly[2]));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp2_poly[3]));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(exp2_poly[4]));
-        p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+        const __m512 p = exp2_polynomial(
+            f, [](__m512 a, __m512 b, __m512 c) { return _mm512_fmadd_ps(a, b, c); },
+            [](float c) { return _mm512_set1_ps(c); });
         return _mm512_scalef_ps(p, n);
     }
 };
@@ -301,11 +310,9 @@ struct exp2_avx2 {
         t = _mm256_max_ps(_mm256_set1_ps(-127.0f), t);
         const __m256 n = _mm256_floor_ps(t);
         const __m256 f = _mm256_sub_ps(t, n);
-        __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(exp2_poly[0]), f, _mm256_set1_ps(exp2_poly[1]));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[2]));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[3]));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(exp2_poly[4]));
-        p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+        const __m256 p = exp2_polynomial(
+            f, [](__m256 a, __m256 b, __m256 c) { return _mm256_fmadd_ps(a, b, c); },
+            [](float c) { return _mm256_set1_ps(c); });
         const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
         return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
     }
