@@ -243,7 +243,9 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         // clamp), which x86 cores compute slowly; the bound must not be slowed by them either.
         const Packet vm = ei::pset1<Packet>(m);
         const Packet low = ei::pset1<Packet>(-87.0f);
-        const auto exp_of = [&](const float* p) { return ei::pexp(ei::pmax(ei::psub(ei::ploadu<Packet>(p), vm), low)); };
+        const auto exp_of = [&](const float* p) {
+            return ei::pexp(ei::pmax(ei::psub(ei::ploadu<Packet>(p), vm), low));
+        };
 #endif
         Packet s0 = ei::pset1<Packet>(0.0f), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
         const Eigen::Index next_len = std::min(block, n - start - len);

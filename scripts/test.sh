@@ -24,7 +24,8 @@ run_preset() {
 run_preset release
 
 # The vector extensions -march=native turns on here.
-native="$(${CXX:-c++} -march=native -dM -E -x c++ /dev/null 2>/dev/null | grep -oE '__AVX2__|__FMA__|__AVX512F__' | sort -u | tr '\n' ' ' || true)"
+native="$(${CXX:-c++} -march=native -dM -E -x c++ /dev/null 2>/dev/null \
+  | grep -oE '__AVX2__|__FMA__|__AVX512F__' | sort -u | tr '\n' ' ' || true)"
 if [[ "${native}" == *__AVX512F__* && "${native}" == *__AVX2__* && "${native}" == *__FMA__* ]]; then
   echo "== again with AVX2 and FMA (the path of machines without AVX-512)"
   run_preset avx2

@@ -484,7 +484,8 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
     const packet_exp exp_of{m, inv_t};
     const packet pa = ei::pset1<packet>(a), pb = ei::pset1<packet>(b), zero = ei::pset1<packet>(0.0f);
     auto term = [&](const float* x, const float* y) {
-        return ei::pmax(zero, ei::psub(ei::pmul(exp_of(ei::ploadu<packet>(x)), pa), ei::pmul(pb, ei::ploadu<packet>(y))));
+        const packet scaled_q = ei::pmul(pb, ei::ploadu<packet>(y));
+        return ei::pmax(zero, ei::psub(ei::pmul(exp_of(ei::ploadu<packet>(x)), pa), scaled_q));
     };
     packet a0 = zero, a1 = zero;
     for (; k + 2 * width <= len; k += 2 * width) {
@@ -562,9 +563,9 @@ struct chunked_exp_sums {
 /// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
 /// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft
 /// column block q[0..len) is checked in the same loop (its loads hide behind the exp): its sum,
-/// and whether an entry may be negative (q_sign; the AVX-512 path ORs the bits of the entries,
-/// two vectors per instruction, and tests the sign bit, so −0.0 or a NaN with its sign bit set
-/// raise it too: the caller's exact check then decides), and its lane sums, laid out as those
+/// and whether an entry may be negative (q_sign; the loop ORs the bits of the entries (with
+/// AVX-512 two vectors per instruction) and tests the sign bit, so −0.0 or a NaN with its sign
+/// bit set raise it too: the caller's exact check then decides), and its lane sums, laid out as those
 /// of the exponentials, go to q_lanes (required with q). `next_len` > 0 says that the row goes
 /// on for that many floats after z + len (and after q + len): they are prefetched, so the next
 /// block's max pass finds them in cache.
