@@ -63,23 +63,12 @@ struct splitmix64 {
 inline constexpr Eigen::Index lse_block = 2048;
 inline Eigen::Index lse_blocks(Eigen::Index n) { return (n + lse_block - 1) / lse_block; }
 
-/// log2(e) as a float: the scale of the AVX-512 exp's exponent t = x·log2(e) - h.
-inline constexpr float log2e_float = 1.44269504088896341f;
-
-/// Whether the AVX-512 exp takes t = x·log2(e) - h in one fused multiply-subtract for a block
-/// whose h = m·log2(e) (a float): as in specdec, only while |h| <= 2^22, so that h's own rounding
-/// error (the exponent of x = m) stays within ±1/4.
-inline bool fused_reference(float h) { return std::abs(h) <= 4194304.0f; }
-
 /// The base-2 reference of the exps of a block whose maximum is m: each is 2^(x·log2(e) - ref).
-/// With AVX-512, ref = h = m·log2(e) rounded to a float, subtracted from x·log2(e) in one fused
-/// multiply-subtract, as specdec's own exp does (when fused_reference(h); else (x - m)·log2(e),
-/// and ref is that product exactly); with Eigen's exp of x - m, ref = m·log2(e).
+/// With AVX-512, or AVX2 with FMA, the bound uses specdec's own exp (exp2_avx512 / exp2_avx2 with
+/// 1/T = 1), whose reference is exp2_reference's; with Eigen's exp of x - m, ref = m·log2(e).
 inline double block_ref_log2(float m) {
 #if defined(__AVX512F__) || defined(SPECDEC_DETAIL_EXP2_AVX2)
-    const float h = m * log2e_float;
-    if (fused_reference(h)) return h;
-    return static_cast<double>(m) * log2e_float;
+    return specdec::detail::exp2_reference(m, 1.0f).log2();
 #else
     return static_cast<double>(m) * 1.4426950408889634;
 #endif
@@ -87,14 +76,10 @@ inline double block_ref_log2(float m) {
 
 #if defined(__AVX512F__)
 /// Σ 2^(b_i·log2(e) - block_ref_log2(m)) (= Σ exp(b_i - m) up to the reference's rounding) over
-/// len floats with b_i <= m (or -Inf), AVX-512: t = b_i·log2(e) - h in one fused multiply-subtract
-/// = n + f, n = floor(t): 2^f by a degree-5 polynomial on [0, 1] (fitted for the least maximum
-/// relative error), times 2^n by vscalefps, which floors t itself and gives exactly 0 for
-/// t < -149. With AVX512DQ, f comes from vreduceps (rounding down), which is 0 for t = -Inf (so
-/// the polynomial sees no NaN); without it, t is clamped below at -200 first. The same
-/// instructions as specdec's own exp. Relative error of one term: at most 1.8e-7 for t near 0,
-/// growing to 4e-6 at t = -125 (t's rounding); the terms that carry the sum are those near 0, so
-/// the sum is accurate to float precision.
+/// len floats with b_i <= m (or -Inf), AVX-512, with specdec's own exp (exp2_avx512: eight
+/// instructions per 16 floats, relative error at most 1.8e-7 for t near 0, growing to 4e-6 at
+/// t = -125 from t's rounding; the terms that carry the sum are those near 0, so the sum is
+/// accurate to float precision).
 ///
 /// With `q` (ReadQ): also sums q[0..len) in the same loop into *q_sum, and prefetches q's next
 /// block: the bytes a draft-column check must read, hidden behind the exp where compute allows.
@@ -102,32 +87,7 @@ inline double block_ref_log2(float m) {
 template <bool ReadQ = false, bool Write = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
                             const float* q = nullptr, double* q_sum = nullptr, float* out = nullptr) {
-    const float h = m * log2e_float;  // the reference of block_ref_log2 when fused
-    const bool fused = fused_reference(h);
-    const __m512 vm = _mm512_set1_ps(m), vh = _mm512_set1_ps(h), log2e = _mm512_set1_ps(log2e_float);
-#if !defined(__AVX512DQ__)
-    const __m512 floor_t = _mm512_set1_ps(-200.0f);  // keeps -Inf out of the polynomial
-#endif
-    const __m512 c0 = _mm512_set1_ps(1.0f), c1 = _mm512_set1_ps(0.693151295f), c2 = _mm512_set1_ps(0.240164459f),
-                 c3 = _mm512_set1_ps(0.055799894f), c4 = _mm512_set1_ps(0.00901705492f),
-                 c5 = _mm512_set1_ps(0.00186711829f);
-    auto exp_of = [&](__m512 v) {
-        const __m512 t = fused ? _mm512_fmsub_ps(v, log2e, vh) : _mm512_mul_ps(_mm512_sub_ps(v, vm), log2e);
-#if defined(__AVX512DQ__)
-        const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        const __m512 k = t;  // (floored by vscalefps)
-#else
-        const __m512 tc = _mm512_max_ps(t, floor_t);
-        const __m512 k = _mm512_roundscale_ps(tc, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-        const __m512 f = _mm512_sub_ps(tc, k);
-#endif
-        __m512 p = _mm512_fmadd_ps(c5, f, c4);
-        p = _mm512_fmadd_ps(p, f, c3);
-        p = _mm512_fmadd_ps(p, f, c2);
-        p = _mm512_fmadd_ps(p, f, c1);
-        p = _mm512_fmadd_ps(p, f, c0);
-        return _mm512_scalef_ps(p, k);
-    };
+    const specdec::detail::exp2_avx512 exp_of{m, 1.0f};  // its reference is block_ref_log2(m)
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
     Eigen::Index i = 0;
     for (; i + 64 <= len; i += 64) {
