@@ -216,8 +216,9 @@ TEST_CASE("standardize_and_sample writes standardize's distribution and inverts 
     for (const Eigen::Index size : {Eigen::Index{5}, Eigen::Index{2048}, Eigen::Index{2049}, Eigen::Index{9000}}) {
         Eigen::VectorXf z(size);
         for (Eigen::Index k = 0; k < size; ++k)
-            z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g)) ? -std::numeric_limits<float>::infinity()
-                                                                               : n(g);
+            z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g))
+                       ? -std::numeric_limits<float>::infinity()
+                       : n(g);
         for (const auto& s : settings) {
             INFO("size " << size << ", temperature " << s.temperature << ", top_k " << s.top_k);
             specdec::sampling_workspace ws;
@@ -313,6 +314,79 @@ TEST_CASE("Rows of many blocks with large logits are normalized alike in every b
         }
 }
 
+TEST_CASE("standardize_weights_and_sample writes weights whose scaled values are standardize's distribution",
+          "[sampling]") {
+    // As for standardize_and_sample: rows of 5 to 9000 tokens with -Inf holes and a block of
+    // -Inf; the draw inverts the running sum of q = scale · w at u.
+    std::mt19937_64 g(23);
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    std::bernoulli_distribution hole(0.2);
+    const specdec::sampling_config settings[] = {
+        {.temperature = 1.0f}, {.temperature = 0.6f}, {.temperature = 2.5f}, {.temperature = 1.0f, .top_k = 40},
+        {.temperature = 1.0f, .top_p = 0.9f}, {.temperature = 0.0f}};
+    for (const Eigen::Index size : {Eigen::Index{5}, Eigen::Index{2048}, Eigen::Index{2049}, Eigen::Index{9000}}) {
+        Eigen::VectorXf z(size);
+        for (Eigen::Index k = 0; k < size; ++k)
+            z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g))
+                       ? -std::numeric_limits<float>::infinity()
+                       : n(g);
+        for (const auto& s : settings) {
+            INFO("size " << size << ", temperature " << s.temperature << ", top_k " << s.top_k << ", top_p "
+                         << s.top_p);
+            specdec::sampling_workspace ws;
+            Eigen::VectorXf expected(size), w(size), plain(size);
+            specdec::standardize(z, s, expected, ws);
+            std::vector<double> cum(static_cast<std::size_t>(size));
+            double acc = 0.0;
+            for (Eigen::Index k = 0; k < size; ++k) cum[static_cast<std::size_t>(k)] = acc += expected[k];
+            for (int trial = 0; trial < 400; ++trial) {
+                const double u = trial == 0 ? 0.0 : trial == 1 ? std::nextafter(1.0, 0.0) : specdec::uniform01(g);
+                const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, u, ws);
+                REQUIRE(d.index >= 0);
+                REQUIRE(d.index < size);
+                REQUIRE(w[d.index] > 0.0f);
+                if (trial == 0) {
+                    // Truncation and temperature 0 write the distribution itself; plain sampling
+                    // writes exp((z − max) / T), whose largest weight is 1 (up to the vectorized
+                    // exp's rounding of its reference).
+                    if (s.temperature == 0.0f || s.top_k > 0 || s.top_p < 1.0f) {
+                        CHECK(d.scale == 1.0f);
+                    } else {
+                        CHECK(w.maxCoeff() == Approx(1.0f).epsilon(1e-6));
+                        CHECK(d.scale <= 1.0f + 1e-6f);
+                    }
+                    for (Eigen::Index k = 0; k < size; ++k)
+                        REQUIRE(d.scale * w[k] == Approx(expected[k]).epsilon(1e-5).margin(1e-12));
+                    // The same draw as standardize_and_sample wherever rounding leaves it alone.
+                    std::size_t same = 0;
+                    for (int t = 0; t < 200; ++t) {
+                        const double v = (t + 0.5) / 200.0;
+                        same += specdec::standardize_weights_and_sample(z, s, w, v, ws).index ==
+                                specdec::standardize_and_sample(z, s, plain, v, ws);
+                    }
+                    CHECK(same >= 198);
+                }
+                const double before = d.index > 0 ? cum[static_cast<std::size_t>(d.index - 1)] : 0.0;
+                CHECK(before <= u + 1e-5);
+                CHECK(cum[static_cast<std::size_t>(d.index)] >= u - 1e-5);
+            }
+        }
+    }
+    Eigen::VectorXf bad = Eigen::VectorXf::Zero(3000), out(3000);
+    specdec::sampling_workspace ws;
+    bad[2500] = std::numeric_limits<float>::quiet_NaN();
+    CHECK_THROWS_WITH(specdec::standardize_weights_and_sample(bad, {}, out, 0.5, ws),
+                      specdec_test::contains("logit 2500 is NaN"));
+    bad[2500] = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH(specdec::standardize_weights_and_sample(bad, {}, out, 0.5, ws),
+                      specdec_test::contains("logit 2500 is +Inf"));
+    bad.setConstant(-std::numeric_limits<float>::infinity());
+    CHECK_THROWS_WITH(specdec::standardize_weights_and_sample(bad, {}, out, 0.5, ws), specdec_test::contains("-Inf"));
+    Eigen::VectorXf empty(0);
+    CHECK_THROWS_WITH(specdec::standardize_weights_and_sample(empty, {}, empty, 0.5, ws),
+                      specdec_test::contains("empty"));
+}
+
 TEST_CASE("Rows of logits of any finite magnitude are normalized exactly", "[sampling]") {
     // Half the tokens at a logit b, half one float below it, over three 2048-token blocks (the
     // first holds only the lower ones, so its reference differs from the row's maximum): the
@@ -333,6 +407,12 @@ TEST_CASE("Rows of logits of any finite magnitude are normalized exactly", "[sam
                 specdec::sampling_workspace ws;
                 Eigen::VectorXf got(size);
                 (void)specdec::standardize_and_sample(z, s, got, 0.5, ws);
+                // The weights variant takes the row's maximum as its one reference: the same
+                // distribution once scaled.
+                Eigen::VectorXf w(size);
+                const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, 0.5, ws);
+                for (Eigen::Index k = 0; k < size; ++k)
+                    REQUIRE(d.scale * w[k] == Approx(got[k]).epsilon(1e-5).margin(1e-30));
                 INFO("logit " << hi << ", temperature " << temperature << ": p(hi) " << got[2048] << ", p(lo) "
                               << got[0] << " (expected " << ref[2048] << ", " << ref[0] << ")");
                 for (const Eigen::Index k : {Eigen::Index{0}, Eigen::Index{2047}, Eigen::Index{2048},

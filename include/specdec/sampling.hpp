@@ -1203,4 +1203,79 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     return 0;
 }
 
+/// A token drawn from weights w, with the factor that turns them into the distribution:
+/// q = scale · w.
+struct scaled_draw {
+    Eigen::Index index = 0;  ///< the token drawn
+    float scale = 1.0f;      ///< q = scale · w; 1 when w is already the distribution
+};
+
+/// standardize_and_sample without its normalizing pass: writes weights w to `out` with the
+/// standardized distribution q = scale · w, and returns a draw from q with the uniform u
+/// together with that scale. This is what a drafter needs for verification, which takes the
+/// scale with the weights (see the verify() overload with draft_scales, and
+/// draft_block::scales), so the row is read twice (a vectorized maximum, then the exps,
+/// written, with their block sums) and written once, never rescaled. Without truncation and
+/// at temperature > 0, w = exp((z − max z) / T) (the largest weight is 1 up to rounding, so
+/// the scale lies in about [1 / V, 1]); truncating settings and temperature 0 write the distribution itself
+/// (scale 1), as standardize_and_sample. The draw is the first index whose running weight
+/// exceeds u · Σw.
+/// 	hrows std::invalid_argument as standardize().
+[[nodiscard]] inline scaled_draw standardize_weights_and_sample(
+    const Eigen::Ref<const Eigen::VectorXf>& logits, const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
+    double u, sampling_workspace& ws, const char* where = "specdec::standardize_weights_and_sample") {
+    const Eigen::Index n = logits.size();
+    SPECDEC_ASSERT(out.size() == n, "standardize_weights_and_sample: output size must match logits");
+    if (s.temperature == 0.0f || detail::truncates(s))
+        return {standardize_and_sample(logits, s, out, u, ws, where), 1.0f};
+    if (n == 0) detail::fail_invalid(where, ": logits row is empty");
+    using detail::row_block;
+    constexpr float inf = std::numeric_limits<float>::infinity();
+    const Eigen::Index nb = detail::blocks_of(n);
+    ws.block_sums.resize(static_cast<std::size_t>(nb));
+    double* mass = ws.block_sums.data();
+    // One reference for the whole row, its maximum, so that one factor normalizes every block.
+    float m = -inf;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const float bm = detail::block_max(logits, b * row_block, detail::block_len(n, b));
+        if (std::isnan(bm) || bm == inf) detail::diagnose_logits(logits, where);
+        m = std::max(m, bm);
+    }
+    if (m == -inf) detail::diagnose_logits(logits, where);
+    const float inv_t = 1.0f / s.temperature;
+    double total = 0.0;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        const Eigen::Index start = b * row_block;
+        mass[b] = detail::exp_pass(logits.data() + start, out.data() + start, detail::block_len(n, b), m, inv_t,
+                                   detail::block_len(n, b + 1));
+        total += mass[b];
+    }
+    if (std::isnan(total)) detail::diagnose_logits(logits, where);  // a NaN the maxima did not show
+    const auto scale = static_cast<float>(1.0 / total);
+    // Inversion over the block sums, then within one block (groups of 16 skipped by their sums).
+    const double target = u * total;
+    double acc = 0.0;
+    Eigen::Index last = -1;
+    for (Eigen::Index b = 0; b < nb; ++b) {
+        if (acc + mass[b] <= target) {
+            acc += mass[b];
+            if (mass[b] > 0.0) last = b;
+            continue;
+        }
+        Eigen::Index block_last = -1;
+        const Eigen::Index k = detail::scan_block(out.data() + b * row_block, detail::block_len(n, b), acc, target,
+                                                  block_last);
+        if (k >= 0) return {b * row_block + k, scale};
+        if (block_last >= 0) last = b;  // rounding: the block's weights did not reach the target
+    }
+    // Rounding overshoot past every block: the last element with weight.
+    for (Eigen::Index b = last; b >= 0; --b) {
+        const Eigen::Index start = b * row_block;
+        for (Eigen::Index k = detail::block_len(n, b) - 1; k >= 0; --k)
+            if (out[start + k] > 0.0f) return {start + k, scale};
+    }
+    SPECDEC_ASSERT(false, "standardize_weights_and_sample: all weights are zero");
+    return {0, scale};
+}
+
 }  // namespace specdec
