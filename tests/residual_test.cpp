@@ -494,11 +494,11 @@ TEST_CASE("The lane-level residual mass bound never exceeds the exact residual m
         specdec::detail::keep_draft_lanes(unchecked, q, unchecked_ws);
         REQUIRE(unchecked.q_lanes);
         for (const double w : {0.05, 0.3, 0.7, 1.0}) {
-            const double exact = specdec::detail::residual_mass(row, logits, &qref, 0, w, false, ws, "test");
-            const double low = specdec::detail::residual_mass_lower_bound(row, vocab, ws, w);
+            const double exact = specdec::detail::residual_mass(row, logits, &qref, 1.0f, 0, w, false, ws, "test");
+            const double low = specdec::detail::residual_mass_lower_bound(row, vocab, ws, w, 1.0f);
             INFO("trial " << trial << ", noise " << noise << ", w " << w << ": R = " << exact << ", bound " << low);
             CHECK(low >= 0.0);
-            CHECK(specdec::detail::residual_mass_lower_bound(unchecked, vocab, unchecked_ws, w) ==
+            CHECK(specdec::detail::residual_mass_lower_bound(unchecked, vocab, unchecked_ws, w, 1.0f) ==
                   Approx(low).epsilon(1e-5).margin(1e-9));
             CHECK(low <= exact + 1e-6);
             // Drafts equal to the target up to scaling inside each lane: the bound is exact.

@@ -276,6 +276,102 @@ TEST_CASE("The draft-column check finds a bad entry anywhere in a long column an
         }
     }
 }
+TEST_CASE("Scaled draft columns give the decisions and draws of the columns multiplied out", "[verify][scales]") {
+    // q_i = c_i · w_i with c_i a power of two, so that w_i = q_i / c_i and c_i · w_i = q_i hold
+    // exactly in float: every decision and draw must then be the same, uniform for uniform, as
+    // verify() on q itself, on every path (short rows that keep their exps, rows of several
+    // blocks with grouped proposals, block verification's lane bounds and coins, stored
+    // truncated rows, temperature 0), with and without the check.
+    std::mt19937_64 g(41);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    const specdec::sampling_config settings[] = {
+        {.temperature = 1.0f}, {.temperature = 0.7f}, {.temperature = 1.0f, .top_k = 40}, {.temperature = 0.0f}};
+    const float powers[] = {0x1p-6f, 0x1p-1f, 0x1p3f, 0x1p9f};
+    std::size_t rejections = 0, cases = 0;
+    for (const int vocab : {300, 7000}) {
+        const int gamma = 3;
+        for (int trial = 0; trial < 24; ++trial) {
+            const float noise = trial % 3 == 0 ? 0.2f : trial % 3 == 1 ? 1.0f : 3.0f;
+            Eigen::MatrixXf z(vocab, gamma + 1), dz(vocab, gamma);
+            for (int j = 0; j <= gamma; ++j)
+                for (int k = 0; k < vocab; ++k) z(k, j) = 2.0f * n(g);
+            for (int j = 0; j < gamma; ++j)
+                for (int k = 0; k < vocab; ++k) dz(k, j) = z(k, j) + noise * n(g);
+            for (const auto& s : settings) {
+                specdec::sampling_workspace sws;
+                Eigen::MatrixXf q(vocab, gamma), w(vocab, gamma);
+                std::vector<float> scales(gamma);
+                std::vector<token_id> draft(gamma);
+                for (int j = 0; j < gamma; ++j) {
+                    Eigen::VectorXf col(vocab);
+                    specdec::standardize(dz.col(j), s, col, sws);
+                    q.col(j) = col;
+                    scales[static_cast<std::size_t>(j)] = powers[(trial + j) % 4];
+                    w.col(j) = col / scales[static_cast<std::size_t>(j)];
+                    draft[static_cast<std::size_t>(j)] =
+                        static_cast<token_id>(specdec::sample_from_weights(col, specdec::uniform01(g), sws));
+                }
+                for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block})
+                    for (const bool check : {true, false}) {
+                        INFO("vocab " << vocab << ", trial " << trial << ", temperature " << s.temperature << ", top_k "
+                                      << s.top_k << ", block " << (scheme == specdec::verification_scheme::block)
+                                      << ", check " << check);
+                        const specdec::verify_options opts{.check_draft_distributions = check, .scheme = scheme};
+                        specdec::verify_workspace ws_q, ws_w;
+                        for (std::uint64_t seed = 0; seed < 4; ++seed) {
+                            specdec_test::counting_rng a(seed), b(seed);
+                            const auto r0 = specdec::verify(z, draft, q, s, a, ws_q, opts);
+                            const auto r1 = specdec::verify(z, draft, w, scales, s, b, ws_w, opts);
+                            REQUIRE(r1.accepted == r0.accepted);
+                            REQUIRE(r1.next_token == r0.next_token);
+                            REQUIRE(b.calls == a.calls);
+                            rejections += r0.accepted < static_cast<std::size_t>(gamma);
+                            ++cases;
+                        }
+                    }
+            }
+        }
+    }
+    // Both outcomes are common, so the residual draws were compared as often as the bonus draws.
+    CHECK(rejections > cases / 4);
+    CHECK(rejections < cases * 3 / 4 + cases / 8);
+}
+
+TEST_CASE("verify with draft scales names a bad scale or a scaled column that is not a distribution",
+          "[verify][errors][scales]") {
+    const auto z = random_logits(8, 3, 4);
+    const Eigen::MatrixXf q = softmax_columns(random_logits(8, 2, 5));
+    const std::vector<token_id> draft{1, 2};
+    std::mt19937_64 rng(1);
+    specdec::verify_workspace ws;
+    const std::vector<float> ones{1.0f, 1.0f}, one{1.0f};
+    CHECK_NOTHROW(specdec::verify(z, draft, q, ones, {}, rng, ws));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, one, {}, rng, ws), contains("draft_scales has 1 entries"));
+    for (const float bad : {0.0f, -1.0f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        const std::vector<float> scales{1.0f, bad};
+        CHECK_THROWS_WITH(specdec::verify(z, draft, q, scales, {}, rng, ws),
+                          contains("draft_scales[1] = ") && contains("finite and positive"));
+    }
+    // The check applies to the products: q itself with a scale of 2 sums to 2.
+    const std::vector<float> doubled{1.0f, 2.0f};
+    CHECK_THROWS_WITH(specdec::verify(z, draft, q, doubled, {}, rng, ws),
+                      contains("column 1 times draft_scales[1] = 2 sums to "));
+    // Weights that do not sum to 1 are fine with the scale that normalizes them.
+    const Eigen::MatrixXf w = q * 8.0f;
+    const std::vector<float> eighths{0.125f, 0.125f};
+    CHECK_NOTHROW(specdec::verify(z, draft, w, eighths, {}, rng, ws));
+    CHECK_THROWS_WITH(specdec::verify(z, draft, w, {}, rng, ws), contains("sums to"));
+    Eigen::MatrixXf neg = w;
+    neg(0, 0) = -0.1f;
+    CHECK_THROWS_WITH(specdec::verify(z, draft, neg, eighths, {}, rng, ws), contains("draft_probs(0, 0) = -0.1"));
+    // At temperature 0 the one entry read is checked, scaled: 8 · q(x) may exceed 1.
+    Eigen::MatrixXf big = q;
+    big(1, 0) = 0.5f;
+    const std::vector<float> fours{4.0f, 1.0f};
+    CHECK_THROWS_WITH(specdec::verify(z, draft, big, fours, {.temperature = 0.0f}, rng, ws),
+                      contains("draft_scales[0] * draft_probs(1, 0) = 2"));
+}
+
 TEST_CASE("verify with no draft tokens samples one token from the first row", "[verify]") {
     Eigen::MatrixXf z(4, 1);
     z << -1.0f, 2.0f, 0.0f, 1.0f;

@@ -29,8 +29,10 @@
 #include <cmath>
 #include <concepts>
 #include <cstddef>
+#include <limits>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "error.hpp"
@@ -186,24 +188,39 @@ inline const float* chunk_data(const verify_workspace& ws, Eigen::Index vocab, s
     return ws.chunk_lanes.data() + chunk_offset(vocab, j, b);
 }
 
-/// Throws unless q_i(k) is a probability (finite, in [0, 1]).
-inline void check_draft_entry(const Eigen::Ref<const Eigen::MatrixXf>& q, Eigen::Index k, std::size_t i,
-                              const char* where) {
-    const float v = q(k, static_cast<Eigen::Index>(i));
-    if (!(v >= 0.0f && v <= 1.0f))
-        fail_invalid(where, ": draft_probs(", k, ", ", i, ") = ", v, " is not a probability (negative, NaN or > 1)");
+/// The name of draft entry (k, i) in error messages: with a column scale c other than 1,
+/// the entry is q_i(k) = c · draft_probs(k, i).
+inline std::string draft_entry_name(Eigen::Index k, std::size_t i, float c) {
+    std::string s = "draft_probs(" + std::to_string(k) + ", " + std::to_string(i) + ")";
+    if (c != 1.0f) s = "draft_scales[" + std::to_string(i) + "] * " + s;
+    return s;
 }
 
-inline void check_draft_column(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, const char* where) {
+/// Throws unless q_i(k) = c · draft_probs(k, i) is a probability (finite, in [0, 1]).
+inline void check_draft_entry(const Eigen::Ref<const Eigen::MatrixXf>& q, Eigen::Index k, std::size_t i, float c,
+                              const char* where) {
+    const float v = c * q(k, static_cast<Eigen::Index>(i));
+    if (!(v >= 0.0f && v <= 1.0f))
+        fail_invalid(where, ": ", draft_entry_name(k, i, c), " = ", v, " is not a probability (negative, NaN or > 1)");
+}
+
+/// Throws unless c · q is a probability distribution (with details of what is wrong).
+inline void check_draft_column(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, float c, const char* where) {
     double s = 0.0;
     for (Eigen::Index k = 0; k < q.size(); ++k) {
         const float v = q[k];
         if (!(v >= 0.0f) || !std::isfinite(v))
-            fail_invalid(where, ": draft_probs(", k, ", ", i, ") = ", v, " is not a probability (negative, NaN or Inf)");
+            fail_invalid(where, ": ", draft_entry_name(k, i, 1.0f), " = ", v,
+                         " is not a probability (negative, NaN or Inf)");
         s += v;
     }
-    if (std::abs(s - 1.0) > draft_probability_tolerance)
+    s *= c;
+    if (std::abs(s - 1.0) > draft_probability_tolerance) {
+        if (c != 1.0f)
+            fail_invalid(where, ": draft distribution column ", i, " times draft_scales[", i, "] = ", c, " sums to ",
+                         s, ", not 1");
         fail_invalid(where, ": draft distribution column ", i, " sums to ", s, ", not 1");
+    }
 }
 
 /// Accumulates the checks of one block of a draft column (sign and sum, while in L1).
@@ -214,28 +231,27 @@ struct column_check {
         may_be_negative = may_be_negative || !(qb.minCoeff() >= 0.0f);
         sum += qb.sum();  // NaN or +Inf anywhere makes the sum fail the check
     }
-    /// Throws (with details) unless the column was a probability distribution.
-    void finish(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, const char* where) const {
-        if (may_be_negative || !(std::abs(sum - 1.0) <= draft_probability_tolerance)) check_draft_column(q, i, where);
+    /// Throws (with details) unless the column times c was a probability distribution.
+    void finish(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, float c, const char* where) const {
+        if (may_be_negative || !(std::abs(sum * c - 1.0) <= draft_probability_tolerance))
+            check_draft_column(q, i, c, where);
     }
 };
 
-/// Checks draft column i, n floats at q, blockwise (one pass). The sum catches NaN and +Inf.
-inline void check_column(const float* q, Eigen::Index n, std::size_t i, const char* where) {
-    column_check c;
+/// Checks draft column i, n floats at q with scale c, blockwise (one pass). The sum catches
+/// NaN and +Inf.
+inline void check_column(const float* q, Eigen::Index n, std::size_t i, float c, const char* where) {
+    column_check check;
     for (Eigen::Index start = 0; start < n; start += row_block)
-        c.add(Eigen::Map<const Eigen::VectorXf>(q + start, std::min(row_block, n - start)));
-    c.finish(Eigen::Map<const Eigen::VectorXf>(q, n), i, where);
-}
-inline void check_column(const Eigen::Ref<const Eigen::MatrixXf>& q, std::size_t i, const char* where) {
-    check_column(q.col(static_cast<Eigen::Index>(i)).data(), q.rows(), i, where);
+        check.add(Eigen::Map<const Eigen::VectorXf>(q + start, std::min(row_block, n - start)));
+    check.finish(Eigen::Map<const Eigen::VectorXf>(q, n), i, c, where);
 }
 
 /// The plain (untruncated, temperature > 0) case of prepare_row, for rows that keep their
 /// exponentials in ws.rows (keep_exps) or not.
 template <bool keep_exps>
 target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
-                             verify_workspace& ws, const char* where, const float* check_q) {
+                             verify_workspace& ws, const char* where, const float* check_q, float check_scale) {
     const auto col = static_cast<Eigen::Index>(j);
     const auto z = logits.col(col);
     const Eigen::Index n = z.size(), nb = blocks_of(n);
@@ -269,7 +285,7 @@ target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, st
             if constexpr (keep_exps) std::fill(exps + start, exps + start + len, 0.0f);
             if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
         });
-    if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, where);
+    if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, check_scale, where);
     if (nb == 1) {
         // One block (its reference is the row's maximum): p = exp((z − m) / T) / its sum.
         const double inv_total = 1.0 / mass[0];
@@ -292,18 +308,19 @@ target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, st
 /// the long rows' pass is compiled on its own.
 SPECDEC_NOINLINE target_row prepare_short_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j,
                                               const sampling_config& s, verify_workspace& ws, const char* where,
-                                              const float* check_q) {
-    return prepare_plain_row<true>(logits, j, s, ws, where, check_q);
+                                              const float* check_q, float check_scale) {
+    return prepare_plain_row<true>(logits, j, s, ws, where, check_q, check_scale);
 }
 
 /// Normalizes column j of the target logits in one pass: per L1-sized block a vectorized
 /// maximum, then a vectorized exp-sum while the block is in L1; the global normalizer is
 /// assembled from the block sums (a blockwise log-sum-exp). Nothing of the size of a long row
 /// is written (truncating sampling aside): this is exactly the bound's work. `check_q`, when
-/// not null, is draft column j: it is checked in the same pass (read block by block next to the
-/// logits, hidden behind the exp).
+/// not null, is draft column j, with scale check_scale: it is checked in the same pass (read
+/// block by block next to the logits, hidden behind the exp).
 inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
-                              verify_workspace& ws, const char* where, const float* check_q = nullptr) {
+                              verify_workspace& ws, const char* where, const float* check_q = nullptr,
+                              float check_scale = 1.0f) {
     const auto col = static_cast<Eigen::Index>(j);
     const auto z = logits.col(col);
     if (s.temperature == 0.0f) {
@@ -315,8 +332,8 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     }
     const Eigen::Index n = z.size();
     if (!truncates(s)) {
-        if (n <= kept_row_limit) return prepare_short_row(logits, j, s, ws, where, check_q);
-        return prepare_plain_row<false>(logits, j, s, ws, where, check_q);
+        if (n <= kept_row_limit) return prepare_short_row(logits, j, s, ws, where, check_q, check_scale);
+        return prepare_plain_row<false>(logits, j, s, ws, where, check_q, check_scale);
     }
     target_row r{};
     r.column = j;
@@ -331,7 +348,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
         ws.block_max[base + static_cast<std::size_t>(b)] = 0.0f;
         ws.block_mass[base + static_cast<std::size_t>(b)] = e.segment(b * row_block, block_len(n, b)).sum();
     }
-    if (check_q != nullptr) check_column(check_q, n, j, where);
+    if (check_q != nullptr) check_column(check_q, n, j, check_scale, where);
     return r;
 }
 
@@ -787,10 +804,11 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
 /// expected number of proposals per verification is at most 1 however small R is. For a point
 /// mass the residual is p with p(x) lowered, whose mass and block sums follow from the block
 /// masses; on long plain rows up to point_mass_proposals proposals (accepted unless they hit x)
-/// come before its exact draw, which fills and scans part of one block.
+/// come before its exact draw, which fills and scans part of one block. With draft
+/// distributions q = c · the column (c = 1 unless the columns come with scales).
 template <class G>
 token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
-                         const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, float a, float b,
+                         const Eigen::Ref<const Eigen::MatrixXf>* q, float c, token_id x, float a, float b,
                          verify_workspace& ws, G& rng) {
     // p = δ(argmax): the residual is a multiple of δ(argmax) or empty, and the fallback is p
     // as well: the argmax either way, drawn with no uniform.
@@ -805,9 +823,11 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     };
     ws.sums.resize(static_cast<std::size_t>(nb));
     double total = 0.0;
-    // q(k): the draft column, or the point mass at x.
+    // q(k): c times the draft column, or the point mass at x. The passes below take b·q as
+    // bc times the column.
     const float* qc = q == nullptr ? nullptr : q->col(j).data();
-    auto q_at = [&](Eigen::Index k) { return qc == nullptr ? (k == x ? 1.0f : 0.0f) : qc[k]; };
+    auto q_at = [&](Eigen::Index k) { return qc == nullptr ? (k == x ? 1.0f : 0.0f) : c * qc[k]; };
+    const float bc = b * c;
     // Point mass at x: the residual is a·p with a·p(x) lowered by b, whose block sums follow
     // from the block masses (no pass): its mass R is known, and the exact draw costs the fill
     // and scan of one block.
@@ -841,7 +861,7 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
                                                : std::max<Eigen::Index>(1, n / residual_proposal_cost);
         proposals = budget;
         if (budget > 0) {
-            const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * qc[x];
+            const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * q_at(x);
             const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
             // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget
             // (about one pass), 6 a / R_lo of them (all fail with probability <= e^−6);
@@ -894,13 +914,13 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
     // and scan the one block the draw lands in.
     if (short_kept) {
         short_row_lanes lanes;
-        total = short_residual_weights(r, qc, a, b, ws, n, lanes);
+        total = short_residual_weights(r, qc, a, bc, ws, n, lanes);
         const double w = proposals > 0 ? uniform01(rng) : u;
         if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
         return static_cast<token_id>(draw_short_residual(ws, lanes, n, total, w));
     }
     for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        const double bs = block_residual(r, logits, ws, qc, blk, a, b);
+        const double bs = block_residual(r, logits, ws, qc, blk, a, bc);
         ws.sums[static_cast<std::size_t>(blk)] = bs;
         total += bs;
     }
@@ -910,7 +930,7 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
         ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
             fill_p(blk, off, len, out);
             Eigen::Map<Eigen::ArrayXf> o(out, len);
-            o = (o * a - b * Eigen::Map<const Eigen::ArrayXf>(qc + blk * row_block + off, len)).max(0.0f);
+            o = (o * a - bc * Eigen::Map<const Eigen::ArrayXf>(qc + blk * row_block + off, len)).max(0.0f);
         }));
 }
 
@@ -938,6 +958,16 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
             fail_invalid(where, ": draft_tokens[", i, "] = ", draft_tokens[i], " is out of range [0, ", vocab, ")");
 }
 
+/// Throws unless `scales` has one finite, positive factor per draft column (`columns`).
+inline void check_draft_scales(std::span<const float> scales, Eigen::Index columns, const char* where) {
+    if (static_cast<Eigen::Index>(scales.size()) != columns)
+        fail_invalid(where, ": draft_scales has ", scales.size(), " entries; expected one per draft column = ",
+                     columns);
+    for (std::size_t i = 0; i < scales.size(); ++i)
+        if (!(scales[i] > 0.0f && scales[i] < std::numeric_limits<float>::infinity()))
+            fail_invalid(where, ": draft_scales[", i, "] = ", scales[i], " must be finite and positive");
+}
+
 /// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
 /// The V x (n + 1) matrix of rows is allocated only under truncating sampling or for short rows
 /// (at most kept_row_limit tokens).
@@ -957,29 +987,33 @@ inline void reserve_rows(verify_workspace& ws, Eigen::Index vocab, std::size_t n
     if (ws.block.size() < static_cast<std::size_t>(row_block)) ws.block.resize(static_cast<std::size_t>(row_block));
 }
 
-/// q_i(x) (1 for a point mass).
-inline double draft_prob(const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x) {
-    return q == nullptr ? 1.0 : static_cast<double>((*q)(x, static_cast<Eigen::Index>(i)));
+/// Column i's scale c_i (q_i = c_i · draft_probs column i): 1 without scales.
+inline float draft_scale(const float* scales, std::size_t i) { return scales == nullptr ? 1.0f : scales[i]; }
+
+/// q_i(x) = c · draft_probs(x, i) (1 for a point mass).
+inline double draft_prob(const Eigen::Ref<const Eigen::MatrixXf>* q, std::size_t i, token_id x, float c) {
+    return q == nullptr ? 1.0 : static_cast<double>(c * (*q)(x, static_cast<Eigen::Index>(i)));
 }
 
 /// Draft column i's data when it is to be checked in the pass over row i (temperature > 0),
 /// else null; at temperature 0 only the entries the decision reads are checked, here q_i(x_i).
 inline const float* column_to_check(const Eigen::Ref<const Eigen::MatrixXf>* q, bool check, std::size_t i, token_id x,
-                                    const sampling_config& s, const char* where) {
+                                    float c, const sampling_config& s, const char* where) {
     if (!check) return nullptr;
     if (s.temperature == 0.0f) {
-        check_draft_entry(*q, x, i, where);
+        check_draft_entry(*q, x, i, c, where);
         return nullptr;
     }
     return q->col(static_cast<Eigen::Index>(i)).data();
 }
 
-/// Token verification (Leviathan et al. 2023, Alg. 1). q == nullptr: point-mass drafts.
+/// Token verification (Leviathan et al. 2023, Alg. 1). q == nullptr: point-mass drafts;
+/// q_scales == nullptr: q_i is column i itself, else q_scales[i] times it.
 template <class G>
 verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                             std::span<const token_id> draft_tokens, const Eigen::Ref<const Eigen::MatrixXf>* q,
-                            const sampling_config& sampling, G& rng, verify_workspace& ws, const verify_options& opts,
-                            const char* where) {
+                            const float* q_scales, const sampling_config& sampling, G& rng, verify_workspace& ws,
+                            const verify_options& opts, const char* where) {
     const std::size_t n = draft_tokens.size();
     const double lenience = opts.lenience;
     const bool check = q != nullptr && opts.check_draft_distributions;
@@ -990,9 +1024,10 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
     // draw recomputes the one block it lands in.
     for (std::size_t i = 0; i < n; ++i) {
         const token_id x = draft_tokens[i];
-        const float* check_q = column_to_check(q, check, i, x, sampling, where);
-        const target_row row = prepare_row(target_logits, i, sampling, ws, where, check_q);
-        const double qx = draft_prob(q, i, x);
+        const float c = draft_scale(q_scales, i);
+        const float* check_q = column_to_check(q, check, i, x, c, sampling, where);
+        const target_row row = prepare_row(target_logits, i, sampling, ws, where, check_q, c);
+        const double qx = draft_prob(q, i, x, c);
         const double px = prob_of(row, target_logits, ws, x);
         // Greedy rows have p(x) in {0, 1}: the test below does not depend on r, so none is drawn.
         const double r = greedy ? 0.0 : uniform01(rng);
@@ -1000,17 +1035,17 @@ verify_result verify_tokens(const Eigen::Ref<const Eigen::MatrixXf>& target_logi
         // with l = 1 is Alg. 1). A token the drafter gave q(x) = 0 is rejected.
         if (qx > 0.0 && r * lenience * qx < px) continue;
         // Rejected at position i: resample from p' = norm(max(0, p_i − l q_i)) (Sec. 2.3).
-        return {i, sample_residual(row, target_logits, q, x, 1.0f, opts.lenience, ws, rng)};
+        return {i, sample_residual(row, target_logits, q, c, x, 1.0f, opts.lenience, ws, rng)};
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
     const target_row row = prepare_row(target_logits, n, sampling, ws, where);
     return {n, sample_target_from(row, target_logits, ws, rng)};
 }
 
-/// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (or a point mass at
-/// x); at temperature 0 checks the one draft entry it reads when `check`.
+/// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (q = c · the column),
+/// or a point mass at x; at temperature 0 checks the one draft entry it reads when `check`.
 inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
-                            const Eigen::Ref<const Eigen::MatrixXf>* q, token_id x, double w, bool check,
+                            const Eigen::Ref<const Eigen::MatrixXf>* q, float c, token_id x, double w, bool check,
                             verify_workspace& ws, const char* where) {
     const auto j = static_cast<Eigen::Index>(r.column);
     if (q == nullptr) {
@@ -1021,22 +1056,24 @@ inline double residual_mass(const target_row& r, const Eigen::Ref<const Eigen::M
     const auto qc = q->col(j);
     if (r.kind == target_row::form::greedy) {
         // p = δ(a): max(0, w − q(a)); the other terms are max(0, −q) = 0.
-        if (check) check_draft_entry(*q, r.argmax, r.column, where);
-        return std::max(0.0, w - static_cast<double>(qc[r.argmax]));
+        if (check) check_draft_entry(*q, r.argmax, r.column, c, where);
+        return std::max(0.0, w - static_cast<double>(c * qc[r.argmax]));
     }
     // (Plain and stored rows have temperature > 0: their draft column was checked in the pass
     // that prepared them.)
     double total = 0.0;
     for (Eigen::Index blk = 0; blk < blocks_of(logits.rows()); ++blk)
-        total += block_residual(r, logits, ws, qc.data(), blk, static_cast<float>(w), 1.0f);
+        total += block_residual(r, logits, ws, qc.data(), blk, static_cast<float>(w), c);
     return total;
 }
 
 /// A lower bound on Σ_x max(0, w p(x) − q(x)) for a plain row whose pass kept the draft
 /// column's lane sums: Σ over lanes L of max(0, w p(L) − q(L)) (the positive part of a sum is
 /// at most the sum of the positive parts). Reads V/16 floats of each, no exp; within rounding of
-/// the exact value when p − q keeps one sign inside each lane of 16 tokens.
-inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab, const verify_workspace& ws, double w) {
+/// the exact value when p − q keeps one sign inside each lane of 16 tokens. q = c · the
+/// column whose lane sums were kept.
+inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab, const verify_workspace& ws, double w,
+                                        float c) {
     const std::size_t base = block_base(vocab, r.column);
     double total = 0.0;
     for (Eigen::Index b = 0; b < blocks_of(vocab); ++b) {
@@ -1045,7 +1082,7 @@ inline double residual_mass_lower_bound(const target_row& r, Eigen::Index vocab,
         const Eigen::Index count = chunks_of(block_len(vocab, b)) * chunk_lanes;
         const std::size_t off = chunk_offset(vocab, r.column, b);
         const Eigen::Map<const Eigen::ArrayXf> p(ws.chunk_lanes.data() + off, count), q(ws.q_lanes.data() + off, count);
-        total += (p * static_cast<float>(w * ws.scale[at]) - q).max(0.0f).sum();
+        total += (p * static_cast<float>(w * ws.scale[at]) - q * c).max(0.0f).sum();
     }
     return total;
 }
@@ -1071,8 +1108,9 @@ inline void keep_draft_lanes(target_row& r, const Eigen::Ref<const Eigen::Matrix
 /// lane's term l = max(0, w p(lane) − q(lane)) of residual_mass_lower_bound (the same floats),
 /// R_lane being Σ max(0, w p − q) over the lane's 16 tokens, recomputed as a draw does. Summed
 /// over a row, max(0, w p(y) − q(y)) times this fraction gives R − L, L the lower bound.
+/// q = c · the column at `q`.
 inline double lane_excess_fraction(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
-                                   const verify_workspace& ws, const float* q, Eigen::Index y, double w) {
+                                   const verify_workspace& ws, const float* q, float c, Eigen::Index y, double w) {
     const Eigen::Index n = logits.rows(), b = y / row_block, in_block = y - b * row_block;
     const Eigen::Index first = in_block / exp_chunk * exp_chunk + in_block % chunk_lanes;  // the lane's first token
     const Eigen::Index len = block_len(n, b), start = b * row_block;
@@ -1083,11 +1121,12 @@ inline double lane_excess_fraction(const target_row& r, const Eigen::Ref<const E
     double lane_r = 0.0;
     for (Eigen::Index k = 0; k < chunk_lanes; ++k) {
         const Eigen::Index o = first + k * chunk_lanes;
-        if (o < len) lane_r += std::max(0.0, w * static_cast<double>(e[k] * scale) - static_cast<double>(q[start + o]));
+        if (o < len)
+            lane_r += std::max(0.0, w * static_cast<double>(e[k] * scale) - static_cast<double>(c * q[start + o]));
     }
     const std::size_t lane = chunk_offset(n, r.column, b) + static_cast<std::size_t>(first / exp_chunk * chunk_lanes +
                                                                                      first % chunk_lanes);
-    const float low = std::max(0.0f, ws.chunk_lanes[lane] * static_cast<float>(w * scale) - ws.q_lanes[lane]);
+    const float low = std::max(0.0f, ws.chunk_lanes[lane] * static_cast<float>(w * scale) - ws.q_lanes[lane] * c);
     return lane_r > 0.0 ? std::max(0.0, 1.0 - static_cast<double>(low) / lane_r) : 0.0;
 }
 
@@ -1110,7 +1149,7 @@ inline double lane_excess_fraction(const target_row& r, const Eigen::Ref<const E
 /// which, η_i being independent of the rounds, holds with probability g too. The decision has
 /// exactly the test's probability; only the uniforms it takes differ.
 template <class G>
-int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const float* q,
+int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits, const float* q, float c,
                         double w, double low, verify_workspace& ws, G& rng) {
     const Eigen::Index n = logits.rows();
     const double b = low + (1.0 - w);
@@ -1119,10 +1158,10 @@ int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen::Matri
     const double* prefix = block_prefix(r, n, ws);
     for (Eigen::Index t = 0; t < budget; ++t) {
         const weighted_index y = draw_plain(r, logits, ws, prefix, uniform01(rng));
-        const double at = uniform01(rng) * y.weight, wp = w * y.weight, qy = static_cast<double>(q[y.index]);
+        const double at = uniform01(rng) * y.weight, wp = w * y.weight, qy = static_cast<double>(c * q[y.index]);
         const double fails = b * std::min(wp, qy), over = std::max(0.0, wp - qy);
         if (at < fails) return 0;
-        if (at < fails + over && at < fails + over * lane_excess_fraction(r, logits, ws, q, y.index, w)) return 1;
+        if (at < fails + over && at < fails + over * lane_excess_fraction(r, logits, ws, q, c, y.index, w)) return 1;
     }
     return -1;
 }
@@ -1149,8 +1188,8 @@ int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen::Matri
 template <class G>
 verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                            std::span<const token_id> draft_tokens, const Eigen::Ref<const Eigen::MatrixXf>* q,
-                           const sampling_config& sampling, G& rng, verify_workspace& ws, const verify_options& opts,
-                           const char* where) {
+                           const float* q_scales, const sampling_config& sampling, G& rng, verify_workspace& ws,
+                           const verify_options& opts, const char* where) {
     const std::size_t n = draft_tokens.size();
     const bool check = q != nullptr && opts.check_draft_distributions;
     reserve_rows(ws, target_logits.rows(), n, sampling);
@@ -1171,9 +1210,10 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     double w = 1.0;
     for (std::size_t i = 0; i < n; ++i) {
         const token_id x = draft_tokens[i];
-        const float* check_q = column_to_check(q, check, i, x, sampling, where);
-        ws.prepared[i] = prepare_row(target_logits, i, sampling, ws, where, check_q);
-        const double qx = draft_prob(q, i, x);
+        const float c = draft_scale(q_scales, i);
+        const float* check_q = column_to_check(q, check, i, x, c, sampling, where);
+        ws.prepared[i] = prepare_row(target_logits, i, sampling, ws, where, check_q, c);
+        const double qx = draft_prob(q, i, x, c);
         const double px = prob_of(ws.prepared[i], target_logits, ws, x);
         ws.p_draft[i] = px;
         ws.q_draft[i] = qx;
@@ -1198,6 +1238,7 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
             continue;
         }
         if (eta >= wi) continue;  // h_i <= w_i <= η_i
+        const float c = draft_scale(q_scales, i);  // the scale of q_{i+1}, column i (i < n here)
         // R_i needs row i (p_{i+1}) and draft token i (x_{i+1}), both seen in the forward pass.
         const double low = wi * ws.p_draft[i] - (q == nullptr ? 1.0 : ws.q_draft[i]);
         bool hit = low > 0.0 && eta < low / (low + 1.0 - wi);
@@ -1205,20 +1246,20 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
             // A tighter lower bound from lane sums of q (kept by the checking pass, else made
             // now from q alone): decides nearly every hit without a pass over the row.
             if (!ws.prepared[i].q_lanes) keep_draft_lanes(ws.prepared[i], *q, ws);
-            const double lanes_low = residual_mass_lower_bound(ws.prepared[i], target_logits.rows(), ws, wi);
+            const double lanes_low = residual_mass_lower_bound(ws.prepared[i], target_logits.rows(), ws, wi, c);
             hit = lanes_low > 0.0 && eta < lanes_low / (lanes_low + 1.0 - wi);
             // Still open (η in [h(L), w), L = lanes_low): on a long row, by coins rather than a pass.
             // (A positive draft-token bound above L would mean w_{i+1} = 1, after which this test
             // is almost never reached; the pass decides it.)
             if (!hit && !ws.prepared[i].exps && low <= lanes_low) {
                 const float* qi = q->col(static_cast<Eigen::Index>(i)).data();
-                const int coins = block_test_by_coins(ws.prepared[i], target_logits, qi, wi, lanes_low, ws, rng);
+                const int coins = block_test_by_coins(ws.prepared[i], target_logits, qi, c, wi, lanes_low, ws, rng);
                 if (coins == 1) hit = true;
                 if (coins == 0) continue;
             }
         }
         if (!hit) {
-            const double big_r = residual_mass(ws.prepared[i], target_logits, q, draft_tokens[i], wi,
+            const double big_r = residual_mass(ws.prepared[i], target_logits, q, c, draft_tokens[i], wi,
                                                  check && sampling.temperature == 0.0f, ws, where);
             const double h = big_r > 0.0 ? big_r / (big_r + 1.0 - wi) : 0.0;
             hit = eta < h;
@@ -1234,18 +1275,18 @@ verify_result verify_block(const Eigen::Ref<const Eigen::MatrixXf>& target_logit
     }
     const double w_tau = tau == 0 ? 1.0 : ws.weight[tau - 1];
     // Row τ (0-based; p_{τ+1} in Sun et al.'s 1-based notation) was prepared in the forward pass.
-    return {tau, sample_residual(ws.prepared[tau], target_logits, q, draft_tokens[tau], static_cast<float>(w_tau), 1.0f,
-                                 ws, rng)};
+    return {tau, sample_residual(ws.prepared[tau], target_logits, q, draft_scale(q_scales, tau), draft_tokens[tau],
+                                 static_cast<float>(w_tau), 1.0f, ws, rng)};
 }
 
 template <class G>
 verify_result dispatch_verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                               std::span<const token_id> draft_tokens, const Eigen::Ref<const Eigen::MatrixXf>* q,
-                              const sampling_config& sampling, G& rng, verify_workspace& ws, const verify_options& opts,
-                              const char* where) {
+                              const float* q_scales, const sampling_config& sampling, G& rng, verify_workspace& ws,
+                              const verify_options& opts, const char* where) {
     if (opts.scheme == verification_scheme::block)
-        return verify_block(target_logits, draft_tokens, q, sampling, rng, ws, opts, where);
-    return verify_tokens(target_logits, draft_tokens, q, sampling, rng, ws, opts, where);
+        return verify_block(target_logits, draft_tokens, q, q_scales, sampling, rng, ws, opts, where);
+    return verify_tokens(target_logits, draft_tokens, q, q_scales, sampling, rng, ws, opts, where);
 }
 
 }  // namespace detail
@@ -1294,7 +1335,35 @@ verify_result verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std
     constexpr const char* where = "specdec::verify";
     const Eigen::Index qr = draft_probs.rows(), qc = draft_probs.cols();
     detail::check_verify_inputs(target_logits, draft_tokens, &qr, &qc, sampling, opts, where);
-    return detail::dispatch_verify(target_logits, draft_tokens, &draft_probs, sampling, rng, ws, opts, where);
+    return detail::dispatch_verify(target_logits, draft_tokens, &draft_probs, nullptr, sampling, rng, ws, opts, where);
+}
+
+/// verify() with draft distributions given as weights and one factor per column:
+/// q_i = draft_scales[i] · draft_probs.col(i), as standardize_weights_and_sample() writes
+/// them, so that a drafter need not normalize its columns. The same decisions and draws as
+/// verify() with the columns multiplied out (exactly so when the factors are powers of two);
+/// with the check on, the products are what is checked.
+///
+/// \param draft_probs  V x γ non-negative weights (any positive multiple of q_i in column i).
+/// \param draft_scales γ factors, each finite and > 0.
+/// \throws std::invalid_argument as verify(), and for a draft_scales of the wrong length or
+///         a factor that is not finite and positive.
+///
+/// \code
+/// auto d = specdec::standardize_weights_and_sample(draft_logits, sampling, weights.col(i), u, sws);
+/// scales[i] = d.scale;  // ... for each draft position i, then:
+/// auto r = specdec::verify(target_logits, draft_tokens, weights, scales, sampling, rng, ws);
+/// \endcode
+template <random_generator G>
+verify_result verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std::span<const token_id> draft_tokens,
+                     const Eigen::Ref<const Eigen::MatrixXf>& draft_probs, std::span<const float> draft_scales,
+                     const sampling_config& sampling, G&& rng, verify_workspace& ws, const verify_options& opts = {}) {
+    constexpr const char* where = "specdec::verify";
+    const Eigen::Index qr = draft_probs.rows(), qc = draft_probs.cols();
+    detail::check_verify_inputs(target_logits, draft_tokens, &qr, &qc, sampling, opts, where);
+    detail::check_draft_scales(draft_scales, qc, where);
+    return detail::dispatch_verify(target_logits, draft_tokens, &draft_probs, draft_scales.data(), sampling, rng, ws,
+                                   opts, where);
 }
 
 /// Verifies point-mass drafts (no draft distributions, e.g. n-gram or prompt-lookup
@@ -1307,7 +1376,7 @@ verify_result verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std
                      const verify_options& opts = {}) {
     constexpr const char* where = "specdec::verify";
     detail::check_verify_inputs(target_logits, draft_tokens, nullptr, nullptr, sampling, opts, where);
-    return detail::dispatch_verify(target_logits, draft_tokens, nullptr, sampling, rng, ws, opts, where);
+    return detail::dispatch_verify(target_logits, draft_tokens, nullptr, nullptr, sampling, rng, ws, opts, where);
 }
 
 }  // namespace specdec
