@@ -3,6 +3,8 @@
 
 #include <specdec/speculative_step.hpp>
 
+#include <cmath>
+#include <limits>
 #include <random>
 #include <stdexcept>
 #include <vector>
@@ -125,6 +127,38 @@ TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and mal
     } bad_probs;
     CHECK_THROWS_WITH(specdec::speculative_step(bad_probs, target, seq, stats, {.gamma = 2}, rng, ws),
                       contains("sums to"));
+
+    // Scales: one positive factor per column, q_i = scales[i] · column i.
+    struct scaled_drafter {
+        std::vector<float> scales;
+        Eigen::Index columns = 1;
+        std::ptrdiff_t vocab_size() const { return 8; }
+        void draft(std::span<const token_id>, std::size_t, const specdec::sampling_config&, specdec::uniform_source&,
+                   specdec::draft_block& out) const {
+            out.tokens.assign(static_cast<std::size_t>(columns), 2);
+            out.probs = Eigen::MatrixXf::Constant(8, columns, 0.5f);  // sums to 4: right with a scale of 1/4
+            out.scales = scales;
+        }
+    };
+    scaled_drafter scaled{{0.25f}};
+    CHECK_NOTHROW(specdec::speculative_step(scaled, target, seq, stats, {.gamma = 2}, rng, ws));
+    seq = {0};
+    stats = {};
+    scaled.scales = {0.5f};
+    CHECK_THROWS_WITH(specdec::speculative_step(scaled, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("times draft_scales[0] = 0.5 sums to 2"));
+    scaled.scales = {0.25f, 0.25f};
+    CHECK_THROWS_WITH(specdec::speculative_step(scaled, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("the drafter's scales has 2 entries"));
+    for (const float bad : {0.0f, -0.25f, std::nanf(""), std::numeric_limits<float>::infinity()}) {
+        scaled.scales = {bad};
+        CHECK_THROWS_WITH(specdec::speculative_step(scaled, target, seq, stats, {.gamma = 2}, rng, ws),
+                          contains("the drafter's scales[0] = ") && contains("finite and positive"));
+    }
+    scaled.scales = {0.25f};
+    scaled.columns = 0;  // point masses with a scale: contradictory
+    CHECK_THROWS_WITH(specdec::speculative_step(scaled, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("the drafter's scales has 1 entries"));
 
     struct wrong_shape_verifier {
         std::ptrdiff_t vocab_size() const { return 8; }

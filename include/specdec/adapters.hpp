@@ -29,7 +29,8 @@ void checked_next_logits(M& m, std::span<const token_id> context, Eigen::Index v
 }
 
 /// Alg. 1, first loop: sample x_1..x_γ autoregressively from the standardized draft
-/// distributions q_i, which are kept in out.probs for verification.
+/// distributions q_i, which are kept for verification as weights in out.probs and factors in
+/// out.scales (q_i = out.scales[i] · out.probs.col(i)).
 template <LanguageModel M>
 void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma, const sampling_config& sampling,
                       uniform_source& uniforms, draft_block& out, std::vector<token_id>& scratch,
@@ -38,13 +39,17 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.tokens.clear();
     out.probs.resize(vocab, static_cast<Eigen::Index>(gamma));
+    out.scales.clear();
     out.model_calls = 0;
     scratch.assign(context.begin(), context.end());
     for (std::size_t i = 0; i < gamma; ++i) {
         checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
         ++out.model_calls;
+        // Weights and their scale, q_i = scale · column i: no pass normalizes the column.
         auto q = out.probs.col(static_cast<Eigen::Index>(i));
-        const auto x = static_cast<token_id>(standardize_and_sample(logits, sampling, q, uniforms(), sws, where));
+        const scaled_draw d = standardize_weights_and_sample(logits, sampling, q, uniforms(), sws, where);
+        const auto x = static_cast<token_id>(d.index);
+        out.scales.push_back(d.scale);
         out.tokens.push_back(x);
         scratch.push_back(x);
     }

@@ -37,6 +37,11 @@ struct draft_block {
     /// prompt lookup): then q_i is the point mass at x_i, the acceptance probability is
     /// p_i(x_i), and the residual is p_i with x_i removed.
     Eigen::MatrixXf probs;
+    /// Optional factors of the columns of probs: empty, or one per column, each finite and
+    /// positive; then q_i = scales[i] · probs.col(i), and probs may hold weights that do not sum
+    /// to 1 (such as the exponentials of standardize_weights_and_sample, which saves the pass
+    /// that normalizes them). speculative_step() empties it before each draft() call.
+    std::vector<float> scales;
     /// How many forward passes of a draft model this block cost (for statistics);
     /// a drafter without a model may leave it 0.
     std::size_t model_calls = 0;
@@ -102,8 +107,9 @@ concept InPlaceBatchVerifier =
 ///  1. It writes at most `gamma` tokens into `out.tokens`, each in [0, vocab_size()).
 ///  2. Either `out.probs` has vocab_size() rows and one column per token, column i the
 ///     distribution q_i that token i was actually sampled from, given context and the
-///     earlier draft tokens; or `out.probs` has 0 columns and the tokens are a
-///     deterministic function of the context (point-mass drafts).
+///     earlier draft tokens (or, with `out.scales`, q_i = out.scales[i] · column i); or
+///     `out.probs` has 0 columns and the tokens are a deterministic function of the context
+///     (point-mass drafts).
 ///  3. No hidden randomness: every random draw comes from `uniforms`, which reads the
 ///     caller's generator. Output is exact whatever q is, as long as 2 holds; q only
 ///     decides how many tokens are accepted.

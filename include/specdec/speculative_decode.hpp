@@ -173,7 +173,9 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
                                      "; expected ", vocab, " x 1");
             logits = scores.col(0);
         }
-        const auto t = static_cast<token_id>(standardize_and_sample(logits, options.sampling, p, uniform01(rng), sws, where));
+        // Only the draw is needed: the weights are never normalized.
+        const auto t = static_cast<token_id>(
+            standardize_weights_and_sample(logits, options.sampling, p, uniform01(rng), sws, where).index);
         sequence.push_back(t);
         result.tokens.push_back(t);
         result.stats.steps += 1;

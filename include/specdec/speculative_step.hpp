@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <limits>
 #include <random>
 #include <span>
 #include <vector>
@@ -95,6 +96,7 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 
     // Alg. 1, first loop: sample γ guesses from M_q.
     uniform_source uniforms(rng);
+    block.scales.clear();  // a drafter that does not use scales leaves it empty
     if (gamma == 0) {
         block.tokens.clear();
         block.probs.resize(vocab, 0);
@@ -111,6 +113,16 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
         (block.probs.rows() != vocab || block.probs.cols() != static_cast<Eigen::Index>(n)))
         fail_invalid(where, ": the drafter's probs is ", block.probs.rows(), " x ", block.probs.cols(),
                      "; expected vocab_size x drafted tokens = ", vocab, " x ", n, " (or 0 columns for point-mass drafts)");
+    const bool scaled = !block.scales.empty();
+    if (scaled) {
+        if (!block.has_distributions() || block.scales.size() != n)
+            fail_invalid(where, ": the drafter's scales has ", block.scales.size(),
+                         " entries; expected none, or one per drafted token (", n, ") with distributions");
+        for (std::size_t i = 0; i < n; ++i)
+            if (!(block.scales[i] > 0.0f && block.scales[i] < std::numeric_limits<float>::infinity()))
+                fail_invalid(where, ": the drafter's scales[", i, "] = ", block.scales[i],
+                             " must be finite and positive");
+    }
 
     // Alg. 1: run M_p on all γ+1 prefixes in one pass.
     const std::span<const token_id> draft_tokens(block.tokens);
@@ -131,14 +143,16 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     verify_options vopts;
     vopts.lenience = lenience;
     vopts.scheme = scheme;
-    // Distributions made by draft_from_model come from standardize() and need no check.
+    // Distributions made by draft_from_model come from standardize_weights_and_sample() and need
+    // no check.
     vopts.check_draft_distributions = BlockDrafter<D>;
     const Eigen::Index q_rows = vocab, q_cols = static_cast<Eigen::Index>(n);
     check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
                         sampling, vopts, where);
     const Eigen::Ref<const Eigen::MatrixXf> probs(block.probs);
-    const verify_result r = dispatch_verify(ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
-                                            sampling, rng, ws.verify, vopts, where);
+    const verify_result r =
+        dispatch_verify(ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
+                        scaled ? block.scales.data() : nullptr, sampling, rng, ws.verify, vopts, where);
 
     // Commit. Everything that can throw (allocation) happens before the first change.
     sequence.reserve(sequence.size() + r.accepted + 1);

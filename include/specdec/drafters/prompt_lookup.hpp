@@ -37,6 +37,7 @@ public:
                draft_block& out) const {
         out.tokens.clear();
         out.probs.resize(0, 0);
+        out.scales.clear();
         out.model_calls = 0;
         const std::size_t len = context.size();
         for (std::size_t n = std::min(max_ngram_, len > 0 ? len - 1 : 0); n >= min_ngram_ && n > 0; --n) {
