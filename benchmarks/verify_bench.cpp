@@ -79,7 +79,9 @@
 //   BM_proposals/V:<vocab>/group:<K>    that call's residual proposals alone, K made side by side
 //                                       (per_call: seconds per proposal)
 //
-// Drafter side:  BM_sample/<filter>/V:<vocab>/T:1        standardize_and_sample (as the drafters run)
+// Drafter side:  BM_sample/<filter>/V:<vocab>/T:1        standardize_and_sample (q normalized)
+//                BM_sample_weights/...                    standardize_weights_and_sample (weights and
+//                                                         their scale, as speculative decoding drafts)
 //                BM_sample_naive/...                      naive softmax + std::discrete_distribution
 //                BM_sample_bound/...                      log-sum-exp of the row
 //                BM_sample_bound_write/...                that pass also storing its exps, then one
@@ -696,6 +698,22 @@ void bm_sample(benchmark::State& state, Index vocab, filter_kind f) {
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
 }
 
+/// standardize_weights_and_sample: what speculative decoding runs on a draft model's logits
+/// (the weights and their scale go to verification, and no pass normalizes them).
+void bm_sample_weights(benchmark::State& state, Index vocab, filter_kind f) {
+    const Eigen::VectorXf& z = get_sample_input(vocab, f);
+    const specdec::sampling_config s = sample_config(f);
+    specdec::sampling_workspace ws;
+    Eigen::VectorXf w(vocab);
+    std::mt19937_64 rng(42);
+    for (auto _ : state) {
+        const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, specdec::uniform01(rng), ws);
+        benchmark::DoNotOptimize(d);
+    }
+    state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
+    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
+}
+
 void bm_sample_naive(benchmark::State& state, Index vocab, filter_kind f) {
     const Eigen::VectorXf& z = get_sample_input(vocab, f);
     const specdec::sampling_config s = sample_config(f);
@@ -961,6 +979,7 @@ void register_all() {
                     ->Unit(benchmark::kMicrosecond);
             };
             reg("BM_sample" + p, bm_sample);
+            reg("BM_sample_weights" + p, bm_sample_weights);
             reg("BM_sample_naive" + p, bm_sample_naive);
             reg("BM_sample_bound" + p, bm_sample_bound);
             reg("BM_sample_bound_write" + p, bm_sample_bound_write);

@@ -23,7 +23,7 @@ UNIT_TO_US = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 
 VERIFY_IMPLS = ("BM_verify", "BM_verify_token", "BM_verify_nocheck", "BM_verify_block_nocheck", "BM_naive", "BM_bound",
                 "BM_bound_block", "BM_bound_q", "BM_bound_block_q")
-SAMPLE_IMPLS = ("BM_sample", "BM_sample_naive", "BM_sample_bound", "BM_sample_bound_write")
+SAMPLE_IMPLS = ("BM_sample", "BM_sample_weights", "BM_sample_naive", "BM_sample_bound", "BM_sample_bound_write")
 REJECTION_IMPLS = ("BM_rejection", "BM_rejection_bound", "BM_rejection_bound_q")
 
 
@@ -211,18 +211,19 @@ def sample_table(data):
                    key=lambda c: (c.split("/")[0] != "plain", int(case_label(c)[1].get("V", 0))))
     if not cases:
         return []
-    head = ["filter", "V", "T", "standardize_and_sample µs", "bound µs", "bound+write µs", "naive µs",
-            "specdec/bound", "specdec/bound+write", "naive/specdec"]
+    head = ["filter", "V", "T", "standardize_and_sample µs", "weights µs", "bound µs", "bound+write µs",
+            "naive µs", "specdec/bound", "specdec/bound+write", "weights/bound", "naive/specdec"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for case in cases:
         parts = case.split("/")
         args = dict(p.split(":", 1) for p in parts if ":" in p)
         s = value(data, "BM_sample", case)
+        sw = value(data, "BM_sample_weights", case)
         b = value(data, "BM_sample_bound", case)
         w = value(data, "BM_sample_bound_write", case)
         n = value(data, "BM_sample_naive", case)
-        row = [parts[0], args.get("V", "?"), args.get("T", "?"), fmt_us(s), fmt_us(b), fmt_us(w), fmt_us(n),
-               fmt_ratio(s, b), fmt_ratio(s, w), fmt_ratio(n, s)]
+        row = [parts[0], args.get("V", "?"), args.get("T", "?"), fmt_us(s), fmt_us(sw), fmt_us(b), fmt_us(w),
+               fmt_us(n), fmt_ratio(s, b), fmt_ratio(s, w), fmt_ratio(sw, b), fmt_ratio(n, s)]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
@@ -311,9 +312,10 @@ def main():
     print_section("Parts of a rejection call (R = 0.01): the normalizing pass over the row alone (BM_pass), against "
                   "the bound of that row; the residual draw's proposals alone (BM_proposals), made one at a time or "
                   "side by side.", parts_table(data))
-    print_section("Drafter side: standardize_and_sample vs naive softmax + std::discrete_distribution; "
+    print_section("Drafter side: standardize_and_sample (q normalized) and standardize_weights_and_sample (weights "
+                  "and their scale, as speculative decoding drafts) vs naive softmax + std::discrete_distribution; "
                   "bound: log-sum-exp of the row; bound+write: that pass storing its exps, then one pass scaling "
-                  "them to sum 1 (the least work that writes q).", sample_table(data))
+                  "them to sum 1 (the least work that writes a normalized q).", sample_table(data))
 
 if __name__ == "__main__":
     main()
