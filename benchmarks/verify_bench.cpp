@@ -683,35 +683,32 @@ specdec::sampling_config sample_config(filter_kind f) {
     return s;
 }
 
-/// sample_from_weights(w, u, ws) where the header has it, else sample_from_weights(w, total, u).
-void bm_sample(benchmark::State& state, Index vocab, filter_kind f) {
+/// One drafter-side sampler on a row: draw(z, s, out, u, ws) per iteration.
+template <class Draw>
+void run_sampler(benchmark::State& state, Index vocab, filter_kind f, Draw&& draw) {
     const Eigen::VectorXf& z = get_sample_input(vocab, f);
     const specdec::sampling_config s = sample_config(f);
     specdec::sampling_workspace ws;
-    Eigen::VectorXf q(vocab);
+    Eigen::VectorXf out(vocab);
     std::mt19937_64 rng(42);
     for (auto _ : state) {
-        Index x = specdec::standardize_and_sample(z, s, q, specdec::uniform01(rng), ws);
+        double u = specdec::uniform01(rng);
+        const auto x = draw(z, s, out, u, ws);
         benchmark::DoNotOptimize(x);
     }
     state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
 }
 
+/// standardize_and_sample: q written normalized.
+void bm_sample(benchmark::State& state, Index vocab, filter_kind f) {
+    run_sampler(state, vocab, f, [](auto&... a) { return specdec::standardize_and_sample(a...); });
+}
+
 /// standardize_weights_and_sample: what speculative decoding runs on a draft model's logits
 /// (the weights and their scale go to verification, and no pass normalizes them).
 void bm_sample_weights(benchmark::State& state, Index vocab, filter_kind f) {
-    const Eigen::VectorXf& z = get_sample_input(vocab, f);
-    const specdec::sampling_config s = sample_config(f);
-    specdec::sampling_workspace ws;
-    Eigen::VectorXf w(vocab);
-    std::mt19937_64 rng(42);
-    for (auto _ : state) {
-        const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, specdec::uniform01(rng), ws);
-        benchmark::DoNotOptimize(d);
-    }
-    state.counters["tok/s"] = benchmark::Counter(1.0, benchmark::Counter::kIsIterationInvariantRate);
-    state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations()) * vocab * 4);
+    run_sampler(state, vocab, f, [](auto&... a) { return specdec::standardize_weights_and_sample(a...); });
 }
 
 void bm_sample_naive(benchmark::State& state, Index vocab, filter_kind f) {

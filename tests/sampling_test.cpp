@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <vector>
 
 using specdec::sampling_config;
 
@@ -25,6 +26,26 @@ Eigen::VectorXf random_logits(int n, std::uint64_t seed) {
     Eigen::VectorXf z(n);
     for (int i = 0; i < n; ++i) z[i] = d(g);
     return z;
+}
+
+/// Logits N(0, 3²) with about a fifth of them -Inf (never the first), and, in rows of more
+/// than two 2048-token blocks, the whole second block -Inf.
+Eigen::VectorXf holey_row(Eigen::Index size, std::mt19937_64& g) {
+    std::normal_distribution<float> n(0.0f, 3.0f);
+    std::bernoulli_distribution hole(0.2);
+    Eigen::VectorXf z(size);
+    for (Eigen::Index k = 0; k < size; ++k)
+        z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g)) ? -std::numeric_limits<float>::infinity()
+                                                                           : n(g);
+    return z;
+}
+
+/// Running sums of p, in double.
+std::vector<double> running_sums(const Eigen::VectorXf& p) {
+    std::vector<double> cum(static_cast<std::size_t>(p.size()));
+    double acc = 0.0;
+    for (Eigen::Index k = 0; k < p.size(); ++k) cum[static_cast<std::size_t>(k)] = acc += p[k];
+    return cum;
 }
 }  // namespace
 
@@ -208,25 +229,17 @@ TEST_CASE("standardize_and_sample writes standardize's distribution and inverts 
     // Rows of 5 to 9000 tokens (several 2048-token blocks, a block of -Inf, -Inf scattered),
     // plain sampling at three temperatures and the truncating / greedy paths.
     std::mt19937_64 g(17);
-    std::normal_distribution<float> n(0.0f, 3.0f);
-    std::bernoulli_distribution hole(0.2);
     const specdec::sampling_config settings[] = {
         {.temperature = 1.0f}, {.temperature = 0.6f}, {.temperature = 2.5f}, {.temperature = 1.0f, .top_k = 40},
         {.temperature = 0.0f}};
     for (const Eigen::Index size : {Eigen::Index{5}, Eigen::Index{2048}, Eigen::Index{2049}, Eigen::Index{9000}}) {
-        Eigen::VectorXf z(size);
-        for (Eigen::Index k = 0; k < size; ++k)
-            z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g))
-                       ? -std::numeric_limits<float>::infinity()
-                       : n(g);
+        const Eigen::VectorXf z = holey_row(size, g);
         for (const auto& s : settings) {
             INFO("size " << size << ", temperature " << s.temperature << ", top_k " << s.top_k);
             specdec::sampling_workspace ws;
             Eigen::VectorXf expected(size), got(size);
             specdec::standardize(z, s, expected, ws);
-            std::vector<double> cum(static_cast<std::size_t>(size));
-            double acc = 0.0;
-            for (Eigen::Index k = 0; k < size; ++k) cum[static_cast<std::size_t>(k)] = acc += expected[k];
+            const std::vector<double> cum = running_sums(expected);
             for (int trial = 0; trial < 400; ++trial) {
                 const double u = trial == 0 ? 0.0 : trial == 1 ? std::nextafter(1.0, 0.0) : specdec::uniform01(g);
                 const Eigen::Index y = specdec::standardize_and_sample(z, s, got, u, ws);
@@ -319,26 +332,18 @@ TEST_CASE("standardize_weights_and_sample writes weights whose scaled values are
     // As for standardize_and_sample: rows of 5 to 9000 tokens with -Inf holes and a block of
     // -Inf; the draw inverts the running sum of q = scale · w at u.
     std::mt19937_64 g(23);
-    std::normal_distribution<float> n(0.0f, 3.0f);
-    std::bernoulli_distribution hole(0.2);
     const specdec::sampling_config settings[] = {
         {.temperature = 1.0f}, {.temperature = 0.6f}, {.temperature = 2.5f}, {.temperature = 1.0f, .top_k = 40},
         {.temperature = 1.0f, .top_p = 0.9f}, {.temperature = 0.0f}};
     for (const Eigen::Index size : {Eigen::Index{5}, Eigen::Index{2048}, Eigen::Index{2049}, Eigen::Index{9000}}) {
-        Eigen::VectorXf z(size);
-        for (Eigen::Index k = 0; k < size; ++k)
-            z[k] = (size > 4096 && k >= 2048 && k < 4096) || (k > 0 && hole(g))
-                       ? -std::numeric_limits<float>::infinity()
-                       : n(g);
+        const Eigen::VectorXf z = holey_row(size, g);
         for (const auto& s : settings) {
             INFO("size " << size << ", temperature " << s.temperature << ", top_k " << s.top_k << ", top_p "
                          << s.top_p);
             specdec::sampling_workspace ws;
             Eigen::VectorXf expected(size), w(size), plain(size);
             specdec::standardize(z, s, expected, ws);
-            std::vector<double> cum(static_cast<std::size_t>(size));
-            double acc = 0.0;
-            for (Eigen::Index k = 0; k < size; ++k) cum[static_cast<std::size_t>(k)] = acc += expected[k];
+            const std::vector<double> cum = running_sums(expected);
             for (int trial = 0; trial < 400; ++trial) {
                 const double u = trial == 0 ? 0.0 : trial == 1 ? std::nextafter(1.0, 0.0) : specdec::uniform01(g);
                 const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, u, ws);
