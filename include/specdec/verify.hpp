@@ -84,7 +84,8 @@ struct verify_options {
     /// change the outcome (each p_i is a point mass: x_i is accepted exactly when it is the
     /// target's argmax, and the correction is the argmax), so only the entries that are read,
     /// q_i(x_i) (and under block verification q_i at the argmax), are checked to be
-    /// probabilities. Turn off only for distributions the caller produced with standardize().
+    /// probabilities. Turn off only for distributions the caller produced with standardize() or
+    /// its sampling variants (standardize_and_sample, standardize_weights_and_sample).
     bool check_draft_distributions = true;
     /// Token or block verification (block is the default).
     verification_scheme scheme = verification_scheme::block;
