@@ -1054,6 +1054,18 @@ inline double block_factor(float ref, float m, float inv_t) {
 #endif
 }
 
+/// The last index of a weight above 0 among the row_block blocks 0..last_block of the n weights
+/// at w, or −1: where an inverse-CDF draw lands when rounding carried its running sum past
+/// every block.
+inline Eigen::Index last_weighted(const float* w, Eigen::Index n, Eigen::Index last_block) {
+    for (Eigen::Index b = last_block; b >= 0; --b) {
+        const Eigen::Index start = b * row_block;
+        for (Eigen::Index k = block_len(n, b) - 1; k >= 0; --k)
+            if (w[start + k] > 0.0f) return start + k;
+    }
+    return -1;
+}
+
 /// After blockwise_exp_pass: fn(b, block_factor(ref[b], m, 1 / T)) for each block with mass, in
 /// order, with one factor per distinct reference (p = exp((z − ref_b) / T) · that factor / S).
 template <class Fn>
@@ -1194,13 +1206,9 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     });
     if (pick >= 0) return pick;
     // Rounding overshoot past every block: the last element with weight.
-    for (Eigen::Index b = last; b >= 0; --b) {
-        const Eigen::Index start = b * row_block, len = detail::block_len(n, b);
-        for (Eigen::Index k = len - 1; k >= 0; --k)
-            if (out[start + k] > 0.0f) return start + k;
-    }
-    SPECDEC_ASSERT(false, "standardize_and_sample: all weights are zero");
-    return 0;
+    const Eigen::Index k = detail::last_weighted(out.data(), n, last);
+    SPECDEC_ASSERT(k >= 0, "standardize_and_sample: all weights are zero");
+    return std::max<Eigen::Index>(k, 0);
 }
 
 /// A token drawn from weights w, with the factor that turns them into the distribution:
@@ -1269,13 +1277,9 @@ struct scaled_draw {
         if (block_last >= 0) last = b;  // rounding: the block's weights did not reach the target
     }
     // Rounding overshoot past every block: the last element with weight.
-    for (Eigen::Index b = last; b >= 0; --b) {
-        const Eigen::Index start = b * row_block;
-        for (Eigen::Index k = detail::block_len(n, b) - 1; k >= 0; --k)
-            if (out[start + k] > 0.0f) return {start + k, scale};
-    }
-    SPECDEC_ASSERT(false, "standardize_weights_and_sample: all weights are zero");
-    return {0, scale};
+    const Eigen::Index k = detail::last_weighted(out.data(), n, last);
+    SPECDEC_ASSERT(k >= 0, "standardize_weights_and_sample: all weights are zero");
+    return {std::max<Eigen::Index>(k, 0), scale};
 }
 
 }  // namespace specdec

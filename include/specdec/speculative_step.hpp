@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
-#include <limits>
 #include <random>
 #include <span>
 #include <vector>
@@ -113,16 +112,9 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
         (block.probs.rows() != vocab || block.probs.cols() != static_cast<Eigen::Index>(n)))
         fail_invalid(where, ": the drafter's probs is ", block.probs.rows(), " x ", block.probs.cols(),
                      "; expected vocab_size x drafted tokens = ", vocab, " x ", n, " (or 0 columns for point-mass drafts)");
+    // Scales, when given, are one per column of probs (none for point masses).
     const bool scaled = !block.scales.empty();
-    if (scaled) {
-        if (!block.has_distributions() || block.scales.size() != n)
-            fail_invalid(where, ": the drafter's scales has ", block.scales.size(),
-                         " entries; expected none, or one per drafted token (", n, ") with distributions");
-        for (std::size_t i = 0; i < n; ++i)
-            if (!(block.scales[i] > 0.0f && block.scales[i] < std::numeric_limits<float>::infinity()))
-                fail_invalid(where, ": the drafter's scales[", i, "] = ", block.scales[i],
-                             " must be finite and positive");
-    }
+    if (scaled) check_draft_scales(block.scales, block.probs.cols(), where, "the drafter's scales");
 
     // Alg. 1: run M_p on all γ+1 prefixes in one pass.
     const std::span<const token_id> draft_tokens(block.tokens);

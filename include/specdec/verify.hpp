@@ -959,14 +959,15 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
             fail_invalid(where, ": draft_tokens[", i, "] = ", draft_tokens[i], " is out of range [0, ", vocab, ")");
 }
 
-/// Throws unless `scales` has one finite, positive factor per draft column (`columns`).
-inline void check_draft_scales(std::span<const float> scales, Eigen::Index columns, const char* where) {
+/// Throws unless `scales` has one finite, positive factor per draft column (`columns`);
+/// messages call them `name`.
+inline void check_draft_scales(std::span<const float> scales, Eigen::Index columns, const char* where,
+                               const char* name = "draft_scales") {
     if (static_cast<Eigen::Index>(scales.size()) != columns)
-        fail_invalid(where, ": draft_scales has ", scales.size(), " entries; expected one per draft column = ",
-                     columns);
+        fail_invalid(where, ": ", name, " has ", scales.size(), " entries; expected one per draft column = ", columns);
     for (std::size_t i = 0; i < scales.size(); ++i)
         if (!(scales[i] > 0.0f && scales[i] < std::numeric_limits<float>::infinity()))
-            fail_invalid(where, ": draft_scales[", i, "] = ", scales[i], " must be finite and positive");
+            fail_invalid(where, ": ", name, "[", i, "] = ", scales[i], " must be finite and positive");
 }
 
 /// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
