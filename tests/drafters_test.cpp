@@ -64,6 +64,17 @@ TEST_CASE("Prompt lookup continues the most recent earlier occurrence of the las
     CHECK_THROWS_AS(specdec::prompt_lookup_drafter(10, 1, 2), std::invalid_argument);
 }
 
+TEST_CASE("model_drafter samples its columns with standardize_weights_and_sample and says so", "[drafters]") {
+    auto model = markov_model::random(10, 2, 4);
+    specdec::model_drafter<markov_model> drafter(model);
+    specdec::draft_block block;
+    CHECK(draft_once(drafter, {1, 2}, 3, block).size() == 3);
+    CHECK(block.standardized);
+    REQUIRE(block.scales.size() == 3);
+    for (Eigen::Index i = 0; i < 3; ++i)
+        CHECK(std::abs(block.scales[static_cast<std::size_t>(i)] * block.probs.col(i).sum() - 1.0f) < 1e-5f);
+}
+
 TEST_CASE("A fallback chain uses the first drafter that proposes something", "[drafters]") {
     auto model = markov_model::random(10, 2, 4);
     specdec::prompt_lookup_drafter lookup(10, 2, 2);
@@ -72,10 +83,16 @@ TEST_CASE("A fallback chain uses the first drafter that proposes something", "[d
     CHECK(draft_once(chain, {1, 2, 7, 1, 2}, 2, block) == std::vector<token_id>{7, 1});
     CHECK(chain.last_used() == 0);
     CHECK(block.model_calls == 0);
+    CHECK_FALSE(block.standardized);
     CHECK(draft_once(chain, {1, 2, 3}, 2, block).size() == 2);
     CHECK(chain.last_used() == 1);
     CHECK(block.probs.cols() == 2);
     CHECK(block.model_calls == 2);
+    CHECK(block.standardized);  // the model's columns come from standardize_weights_and_sample
+    // Lookup again into the same block: the model's flag (and scales) must not carry over.
+    CHECK(draft_once(chain, {1, 2, 7, 1, 2}, 2, block) == std::vector<token_id>{7, 1});
+    CHECK_FALSE(block.standardized);
+    CHECK(block.scales.empty());
     auto other = markov_model::random(11, 2, 4);
     CHECK_THROWS_WITH((specdec::fallback_drafter(lookup, other)), contains("different vocab_size"));
 }

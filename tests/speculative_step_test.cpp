@@ -160,6 +160,27 @@ TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and mal
     CHECK_THROWS_WITH(specdec::speculative_step(scaled, target, seq, stats, {.gamma = 2}, rng, ws),
                       contains("the drafter's scales has 1 entries"));
 
+    // A drafter that says its columns come from standardize() is not checked (its documented
+    // contract): the same bad column passes.
+    struct claims_standardized_drafter {
+        std::ptrdiff_t vocab_size() const { return 8; }
+        void draft(std::span<const token_id>, std::size_t, const specdec::sampling_config&, specdec::uniform_source&,
+                   specdec::draft_block& out) const {
+            out.tokens.assign(1, 2);
+            out.probs = Eigen::MatrixXf::Constant(8, 1, 0.5f);  // sums to 4
+            out.standardized = true;
+        }
+    } claims_standardized;
+    seq = {0};
+    stats = {};
+    CHECK_NOTHROW(specdec::speculative_step(claims_standardized, target, seq, stats, {.gamma = 2}, rng, ws));
+    seq = {0};
+    stats = {};
+    // ... and the flag does not outlive its step: the bad drafter above, run with the same
+    // workspace next, is checked again.
+    CHECK_THROWS_WITH(specdec::speculative_step(bad_probs, target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("sums to"));
+
     struct wrong_shape_verifier {
         std::ptrdiff_t vocab_size() const { return 8; }
         Eigen::MatrixXf score(std::span<const token_id>, std::span<const token_id> draft) const {

@@ -40,6 +40,7 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
     out.tokens.clear();
     out.probs.resize(vocab, static_cast<Eigen::Index>(gamma));
     out.scales.clear();
+    out.standardized = false;  // (until every column is written)
     out.model_calls = 0;
     scratch.assign(context.begin(), context.end());
     for (std::size_t i = 0; i < gamma; ++i) {
@@ -53,6 +54,7 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
         out.tokens.push_back(x);
         scratch.push_back(x);
     }
+    out.standardized = true;
 }
 
 /// Scores context + draft with γ+1 calls of next_logits (for models without score()).

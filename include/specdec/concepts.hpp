@@ -42,6 +42,15 @@ struct draft_block {
     /// to 1 (such as the exponentials of standardize_weights_and_sample, which saves the pass
     /// that normalizes them). speculative_step() empties it before each draft() call.
     std::vector<float> scales;
+    /// True when every column of probs (with its scale) was written by standardize() or one
+    /// of its sampling variants (standardize_and_sample, standardize_weights_and_sample) from
+    /// the drafter's logits, as model_drafter's and fallback_drafter's model columns are. Such
+    /// columns are distributions by construction, so speculative_step() does not check them
+    /// (verify_options::check_draft_distributions), which saves a pass over each tested
+    /// column. A drafter that sets it for columns of its own gives up that check: columns
+    /// that are not distributions then make the output inexact without an error.
+    /// speculative_step() resets it to false before each draft() call.
+    bool standardized = false;
     /// How many forward passes of a draft model this block cost (for statistics);
     /// a drafter without a model may leave it 0.
     std::size_t model_calls = 0;

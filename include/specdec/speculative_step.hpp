@@ -95,7 +95,8 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 
     // Alg. 1, first loop: sample γ guesses from M_q.
     uniform_source uniforms(rng);
-    block.scales.clear();  // a drafter that does not use scales leaves it empty
+    block.scales.clear();         // a drafter that does not use scales leaves it empty
+    block.standardized = false;  // and this stays false unless the drafter sets it
     if (gamma == 0) {
         block.tokens.clear();
         block.probs.resize(vocab, 0);
@@ -135,9 +136,9 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     verify_options vopts;
     vopts.lenience = lenience;
     vopts.scheme = scheme;
-    // Distributions made by draft_from_model come from standardize_weights_and_sample() and need
-    // no check.
-    vopts.check_draft_distributions = BlockDrafter<D>;
+    // Columns written by standardize() or its sampling variants (draft_from_model's, through
+    // model_drafter or a plain LanguageModel drafter) are distributions by construction.
+    vopts.check_draft_distributions = !block.standardized;
     const Eigen::Index q_rows = vocab, q_cols = static_cast<Eigen::Index>(n);
     check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
                         sampling, vopts, where);

@@ -58,7 +58,9 @@ private:
         if constexpr (I < sizeof...(Ds)) {
             auto& d = *std::get<I>(drafters_);
             out.model_calls = 0;
-            out.scales.clear();  // what an earlier drafter left must not apply to this one's columns
+            // What an earlier drafter left must not apply to this one's columns.
+            out.scales.clear();
+            out.standardized = false;
             if constexpr (BlockDrafter<std::remove_reference_t<decltype(d)>>) {
                 d.draft(context, gamma, sampling, uniforms, out);
             } else {

@@ -38,6 +38,7 @@ public:
         out.tokens.clear();
         out.probs.resize(0, 0);
         out.scales.clear();
+        out.standardized = false;
         out.model_calls = 0;
         const std::size_t len = context.size();
         for (std::size_t n = std::min(max_ngram_, len > 0 ? len - 1 : 0); n >= min_ngram_ && n > 0; --n) {
