@@ -20,6 +20,12 @@
 //   alpha                   accepted / tested draft tokens (decode_stats::acceptance_rate)
 //   speedup                 time of one autoregressive generation at the same temperature
 //                           (e2e/autoregressive, measured in this binary) / time of this one
+// Verification's share (e2e/verify_share/<drafter>): the same generation run once more through
+// wrappers that record what each step handed to specdec::verify (the target's scores, the draft
+// tokens, their columns and scales); those calls are then replayed in the timed loop, with the
+// options speculative_step used, and set against the time of the generation (counters steps,
+// verify_us_per_step, step_us, share). It shows what verification costs at the vocabulary of
+// 512, where its ratios to verify_bench's bound are highest, in real decoding.
 // Times are CPU time, as Google Benchmark's rate counters use: decoding is single-threaded, so on
 // an idle machine this is wall time, and on a shared one it leaves out the time other processes
 // hold the core. A markdown summary (medians over --benchmark_repetitions) follows the run.
@@ -50,7 +56,9 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <time.h>
@@ -136,13 +144,97 @@ specdec::decode_result generate_autoregressive(int temperature) {
     return specdec::autoregressive_decode(m.target, m.prompt, options(temperature), rng);
 }
 
-/// One speculative generation from scratch with the given drafter.
-specdec::decode_result generate_speculative(drafter_kind kind, int temperature) {
+/// What one speculative step handed to verification: the target's scores, the draft tokens, and
+/// their draft distributions (0 columns for point masses; with scales when the drafter gave them;
+/// `standardized`: written by specdec's sampling, so speculative_step did not check them).
+struct recorded_step {
+    Eigen::MatrixXf target_logits;
+    std::vector<token_id> tokens;
+    Eigen::MatrixXf probs;
+    std::vector<float> scales;
+    bool standardized = false;
+};
+
+/// A generation's verification inputs, step by step.
+struct recorded_generation {
+    std::vector<recorded_step> steps;
+};
+
+/// How recording_drafter holds its drafter: a BlockDrafter by reference, a plain LanguageModel in
+/// specdec::model_drafter (which drafts as speculative_step does with such a model).
+template <class D>
+struct held_drafter {
+    using type = D&;
+};
+template <class D>
+    requires(!specdec::BlockDrafter<D>)
+struct held_drafter<D> {
+    using type = specdec::model_drafter<D>;
+};
+
+/// A BlockDrafter that forwards to `inner` and keeps a copy of each block it drafts.
+template <class D>
+class recording_drafter {
+public:
+    explicit recording_drafter(D& inner) : inner_(inner) {}
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return inner_.vocab_size(); }
+    void draft(std::span<const token_id> context, std::size_t count, const specdec::sampling_config& sampling,
+               specdec::uniform_source& uniforms, specdec::draft_block& out) {
+        inner_.draft(context, count, sampling, uniforms, out);
+        last = out;
+    }
+    specdec::draft_block last;
+
+private:
+    typename held_drafter<D>::type inner_;
+};
+
+/// The target, scoring as it does (score_into), recording each step: its scores and the draft
+/// they score, with the drafter's last block (a step with an empty draft does not call the
+/// drafter: then point masses, none).
+template <class D>
+class recording_target {
+public:
+    recording_target(llama2::transformer& target, const recording_drafter<D>& drafter, recorded_generation& log)
+        : target_(target), drafter_(drafter), log_(log) {}
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return target_.vocab_size(); }
+    [[nodiscard]] Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        Eigen::MatrixXf out;
+        score_into(context, draft, out);
+        return out;
+    }
+    void score_into(std::span<const token_id> context, std::span<const token_id> draft, Eigen::MatrixXf& out) {
+        target_.score_into(context, draft, out);
+        recorded_step s{out, {draft.begin(), draft.end()}, Eigen::MatrixXf(out.rows(), 0), {}, false};
+        if (!draft.empty()) {
+            s.probs = drafter_.last.probs;
+            s.scales = drafter_.last.scales;
+            s.standardized = drafter_.last.standardized;
+        }
+        log_.steps.push_back(std::move(s));
+    }
+
+private:
+    llama2::transformer& target_;
+    const recording_drafter<D>& drafter_;
+    recorded_generation& log_;
+};
+
+/// One speculative generation from scratch with the given drafter; with `log`, through the
+/// recording wrappers above (the same draws: the wrappers only copy), keeping what each step
+/// verified.
+specdec::decode_result generate_speculative(drafter_kind kind, int temperature, recorded_generation* log = nullptr) {
     real_pair& m = models();
     m.target.clear_cache();
     const specdec::decode_options opts = options(temperature);
     std::mt19937_64 rng(seed);
-    auto run = [&](auto& drafter) { return specdec::speculative_decode(drafter, m.target, m.prompt, opts, rng); };
+    auto run = [&](auto& drafter) {
+        if (log == nullptr) return specdec::speculative_decode(drafter, m.target, m.prompt, opts, rng);
+        using D = std::remove_cvref_t<decltype(drafter)>;
+        recording_drafter<D> recording(drafter);
+        recording_target<D> target(m.target, recording, *log);
+        return specdec::speculative_decode(recording, target, m.prompt, opts, rng);
+    };
     auto run_model = [&](llama2::transformer& model) {
         model.clear_cache();
         llama2::context_limited_drafter<llama2::transformer> drafter(model);
@@ -224,21 +316,92 @@ void bm_autoregressive(benchmark::State& state) {
     set_counters(state, out, per_generation);
 }
 
+/// CPU seconds of one speculative generation, per (drafter, temperature).
+std::map<std::pair<drafter_kind, int>, double>& speculative_cache() {
+    static std::map<std::pair<drafter_kind, int>, double> cache;
+    return cache;
+}
+
+/// The time of one speculative generation: what e2e/speculative measured, or, when it did not run
+/// (filtered out), the median of 5 generations measured here.
+double speculative_seconds(drafter_kind kind, int temperature) {
+    auto& cache = speculative_cache();
+    if (auto it = cache.find({kind, temperature}); it != cache.end()) return it->second;
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) {
+        const double t0 = thread_cpu_seconds();
+        benchmark::DoNotOptimize(generate_speculative(kind, temperature).tokens.data());
+        times.push_back(thread_cpu_seconds() - t0);
+    }
+    return cache[{kind, temperature}] = median_of(times);
+}
+
 void bm_speculative(benchmark::State& state, drafter_kind kind) {
     const int temperature = int(state.range(0));
     const double baseline_s = baseline_seconds(temperature);  // outside the timed loop
     if (temperature == 0) (void)greedy_tokens();
     specdec::decode_result out;
+    const double t0 = thread_cpu_seconds();
     for (auto _ : state) {
         out = generate_speculative(kind, temperature);
         benchmark::DoNotOptimize(out.tokens.data());
     }
+    speculative_cache()[{kind, temperature}] = (thread_cpu_seconds() - t0) / double(state.iterations());
     // Every iteration is the same generation (same seed), so checking the last one suffices.
     if (out.tokens.size() != new_tokens) state.SkipWithError("wrong number of tokens generated");
     if (temperature == 0 && out.tokens != greedy_tokens())
         state.SkipWithError("temperature 0 output differs from greedy autoregressive decoding");
     set_counters(state, out, baseline_s);
     state.counters["alpha"] = out.stats.acceptance_rate();
+}
+
+/// Verification's share of speculative decoding on the real pair (vocabulary 512): the
+/// verification inputs of one whole generation (recorded through the wrappers above) are replayed
+/// through specdec::verify, with the options speculative_step used, and the time of that replay
+/// is set against the time of the generation itself (e2e/speculative, or timed here). The
+/// replay's uniforms come from a fresh stream, so single outcomes may differ from the recorded
+/// ones; the inputs, and so the work per step, are those of real decoding.
+// Counters: steps (of the generation), verify_us_per_step, step_us (generation time / steps),
+//           share (replay time / generation time).
+void bm_verify_share(benchmark::State& state, drafter_kind kind) {
+    const int temperature = int(state.range(0));
+    recorded_generation log;
+    const specdec::decode_result recorded = generate_speculative(kind, temperature, &log);
+    if (recorded.tokens != generate_speculative(kind, temperature).tokens) {
+        state.SkipWithError("the recorded generation differs from the plain one");
+        return;
+    }
+    const double generation_s = speculative_seconds(kind, temperature);
+    const specdec::sampling_config sampling = options(temperature).sampling;
+    specdec::verify_options opts;  // block verification, as the generation ran
+    specdec::verify_workspace ws;
+    std::mt19937_64 rng(seed);
+    std::size_t emitted = 0;
+    auto replay = [&] {
+        for (const recorded_step& s : log.steps) {
+            const std::span<const token_id> tokens(s.tokens);
+            opts.check_draft_distributions = !s.standardized;  // as speculative_step decided
+            specdec::verify_result r;
+            if (s.probs.cols() == 0)
+                r = specdec::verify(s.target_logits, tokens, specdec::point_mass, sampling, rng, ws, opts);
+            else if (s.scales.empty())
+                r = specdec::verify(s.target_logits, tokens, s.probs, sampling, rng, ws, opts);
+            else
+                r = specdec::verify(s.target_logits, tokens, s.probs, std::span<const float>(s.scales), sampling, rng,
+                                    ws, opts);
+            emitted += r.accepted + 1;
+        }
+    };
+    replay();  // warm-up: the workspace reaches its size
+    const double t0 = thread_cpu_seconds();
+    for (auto _ : state) replay();
+    const double per_generation = (thread_cpu_seconds() - t0) / double(state.iterations());
+    benchmark::DoNotOptimize(emitted);
+    const auto steps = double(log.steps.size());
+    state.counters["steps"] = steps;
+    state.counters["verify_us_per_step"] = 1e6 * per_generation / steps;
+    state.counters["step_us"] = 1e6 * generation_s / steps;
+    state.counters["share"] = per_generation / generation_s;
 }
 
 using specdec_bench::recording_reporter;
@@ -261,6 +424,17 @@ void print_summary(const recording_reporter& rec) {
             std::printf("| %s | %d | %.0f | %.0f | %.2fx | %.2f | %.3f |\n", d.name, t, rate, base,
                         rec.median(name, "speedup").value_or(-1.0), rec.median(name, "tokens_per_target_call").value_or(-1.0),
                         rec.median(name, "alpha").value_or(-1.0));
+        }
+    std::printf("\n## Verification's share of a step (the same generations, their verify calls replayed)\n\n"
+                "| drafter | temperature | steps | verify µs per step | step µs | share |\n|---|---|---|---|---|---|\n");
+    for (const drafter_info& d : drafters)
+        for (const int t : {0, 1}) {
+            const std::string name = std::string("e2e/verify_share/") + d.name + "/temperature:" + std::to_string(t);
+            const double share = rec.median(name, "share").value_or(-1.0);
+            if (share < 0) continue;
+            std::printf("| %s | %d | %.0f | %.3g | %.0f | %.2g%% |\n", d.name, t, rec.median(name, "steps").value_or(-1.0),
+                        rec.median(name, "verify_us_per_step").value_or(-1.0), rec.median(name, "step_us").value_or(-1.0),
+                        100.0 * share);
         }
     std::fflush(stdout);
 }
@@ -297,6 +471,13 @@ int main(int argc, char** argv) {
             ->Arg(0)
             ->Arg(1)
             ->Unit(benchmark::kMillisecond);
+
+    for (const drafter_info& d : drafters)
+        benchmark::RegisterBenchmark((std::string("e2e/verify_share/") + d.name).c_str(), bm_verify_share, d.kind)
+            ->ArgName("temperature")
+            ->Arg(0)
+            ->Arg(1)
+            ->Unit(benchmark::kMicrosecond);
 
     benchmark::AddCustomContext("models", dir);
     recording_reporter reporter(isatty(STDOUT_FILENO) != 0 ? benchmark::ConsoleReporter::OO_Color
