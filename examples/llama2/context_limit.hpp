@@ -34,6 +34,8 @@ public:
         if (k == 0) {
             out.tokens.clear();
             out.probs.resize(0, 0);
+            out.scales.clear();
+            out.standardized = false;
             out.model_calls = 0;
             return;
         }

@@ -118,7 +118,8 @@ concept InPlaceBatchVerifier =
 ///     distribution q_i that token i was actually sampled from, given context and the
 ///     earlier draft tokens (or, with `out.scales`, q_i = out.scales[i] · column i); or
 ///     `out.probs` has 0 columns and the tokens are a deterministic function of the context
-///     (point-mass drafts).
+///     (point-mass drafts). Columns are checked to be distributions unless `out.standardized`
+///     says that standardize() or one of its sampling variants wrote them.
 ///  3. No hidden randomness: every random draw comes from `uniforms`, which reads the
 ///     caller's generator. Output is exact whatever q is, as long as 2 holds; q only
 ///     decides how many tokens are accepted.
