@@ -189,9 +189,9 @@ private:
     typename held_drafter<D>::type inner_;
 };
 
-/// The target, scoring as it does (score_into), recording each step: its scores and the draft
-/// they score, with the drafter's last block (a step with an empty draft does not call the
-/// drafter: then point masses, none).
+/// The target, scoring as it does (score_into) and recording each step: its scores, the draft
+/// they score, and that draft's columns from the drafter's last block (none for an empty draft:
+/// then the step may not have called the drafter at all).
 template <class D>
 class recording_target {
 public:
@@ -426,15 +426,16 @@ void print_summary(const recording_reporter& rec) {
                         rec.median(name, "alpha").value_or(-1.0));
         }
     std::printf("\n## Verification's share of a step (the same generations, their verify calls replayed)\n\n"
-                "| drafter | temperature | steps | verify µs per step | step µs | share |\n|---|---|---|---|---|---|\n");
+                "| drafter | temperature | steps | verify µs per step | step µs | share |\n"
+                "|---|---|---|---|---|---|\n");
     for (const drafter_info& d : drafters)
         for (const int t : {0, 1}) {
             const std::string name = std::string("e2e/verify_share/") + d.name + "/temperature:" + std::to_string(t);
             const double share = rec.median(name, "share").value_or(-1.0);
             if (share < 0) continue;
-            std::printf("| %s | %d | %.0f | %.3g | %.0f | %.2g%% |\n", d.name, t, rec.median(name, "steps").value_or(-1.0),
-                        rec.median(name, "verify_us_per_step").value_or(-1.0), rec.median(name, "step_us").value_or(-1.0),
-                        100.0 * share);
+            auto median = [&](const char* counter) { return rec.median(name, counter).value_or(-1.0); };
+            std::printf("| %s | %d | %.0f | %.3g | %.0f | %.2g%% |\n", d.name, t, median("steps"),
+                        median("verify_us_per_step"), median("step_us"), 100.0 * share);
         }
     std::fflush(stdout);
 }
