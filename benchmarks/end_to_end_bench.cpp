@@ -156,9 +156,7 @@ struct recorded_step {
 };
 
 /// A generation's verification inputs, step by step.
-struct recorded_generation {
-    std::vector<recorded_step> steps;
-};
+using recorded_generation = std::vector<recorded_step>;
 
 /// How recording_drafter holds its drafter: a BlockDrafter by reference, a plain LanguageModel in
 /// specdec::model_drafter (which drafts as speculative_step does with such a model).
@@ -211,7 +209,7 @@ public:
             s.scales = drafter_.last.scales;
             s.standardized = drafter_.last.standardized;
         }
-        log_.steps.push_back(std::move(s));
+        log_.push_back(std::move(s));
     }
 
 private:
@@ -267,6 +265,19 @@ specdec::decode_result generate_speculative(drafter_kind kind, int temperature, 
 
 using specdec_bench::median_of;
 
+/// The median CPU seconds of 5 calls of generate() (a whole generation), for a time that its
+/// benchmark, filtered out, did not measure.
+template <class Generate>
+double median_seconds_of(Generate&& generate) {
+    std::vector<double> times;
+    for (int i = 0; i < 5; ++i) {
+        const double t0 = thread_cpu_seconds();
+        benchmark::DoNotOptimize(generate().tokens.data());
+        times.push_back(thread_cpu_seconds() - t0);
+    }
+    return median_of(times);
+}
+
 /// CPU seconds of one autoregressive generation, per temperature.
 std::map<int, double>& baseline_cache() {
     static std::map<int, double> cache;
@@ -278,13 +289,7 @@ std::map<int, double>& baseline_cache() {
 double baseline_seconds(int temperature) {
     auto& cache = baseline_cache();
     if (auto it = cache.find(temperature); it != cache.end()) return it->second;
-    std::vector<double> times;
-    for (int i = 0; i < 5; ++i) {
-        const double t0 = thread_cpu_seconds();
-        benchmark::DoNotOptimize(generate_autoregressive(temperature).tokens.data());
-        times.push_back(thread_cpu_seconds() - t0);
-    }
-    return cache[temperature] = median_of(times);
+    return cache[temperature] = median_seconds_of([&] { return generate_autoregressive(temperature); });
 }
 
 /// The greedy autoregressive output: speculative decoding at temperature 0 must reproduce it.
@@ -327,13 +332,7 @@ std::map<std::pair<drafter_kind, int>, double>& speculative_cache() {
 double speculative_seconds(drafter_kind kind, int temperature) {
     auto& cache = speculative_cache();
     if (auto it = cache.find({kind, temperature}); it != cache.end()) return it->second;
-    std::vector<double> times;
-    for (int i = 0; i < 5; ++i) {
-        const double t0 = thread_cpu_seconds();
-        benchmark::DoNotOptimize(generate_speculative(kind, temperature).tokens.data());
-        times.push_back(thread_cpu_seconds() - t0);
-    }
-    return cache[{kind, temperature}] = median_of(times);
+    return cache[{kind, temperature}] = median_seconds_of([&] { return generate_speculative(kind, temperature); });
 }
 
 void bm_speculative(benchmark::State& state, drafter_kind kind) {
@@ -378,7 +377,7 @@ void bm_verify_share(benchmark::State& state, drafter_kind kind) {
     std::mt19937_64 rng(seed);
     std::size_t emitted = 0;
     auto replay = [&] {
-        for (const recorded_step& s : log.steps) {
+        for (const recorded_step& s : log) {
             const std::span<const token_id> tokens(s.tokens);
             opts.check_draft_distributions = !s.standardized;  // as speculative_step decided
             specdec::verify_result r;
@@ -397,7 +396,7 @@ void bm_verify_share(benchmark::State& state, drafter_kind kind) {
     for (auto _ : state) replay();
     const double per_generation = (thread_cpu_seconds() - t0) / double(state.iterations());
     benchmark::DoNotOptimize(emitted);
-    const auto steps = double(log.steps.size());
+    const auto steps = double(log.size());
     state.counters["steps"] = steps;
     state.counters["verify_us_per_step"] = 1e6 * per_generation / steps;
     state.counters["step_us"] = 1e6 * generation_s / steps;

@@ -1225,10 +1225,10 @@ struct scaled_draw {
 /// draft_block::scales), so the row is read twice (a vectorized maximum, then the exps,
 /// written, with their block sums) and written once, never rescaled. Without truncation and
 /// at temperature > 0, w = exp((z − max z) / T) (the largest weight is 1 up to rounding, so
-/// the scale lies in about [1 / V, 1]); truncating settings and temperature 0 write the distribution itself
-/// (scale 1), as standardize_and_sample. The draw is the first index whose running weight
-/// exceeds u · Σw.
-/// 	hrows std::invalid_argument as standardize().
+/// the scale lies in about [1 / V, 1]); truncating settings and temperature 0 write the
+/// distribution itself (scale 1), as standardize_and_sample. The draw is the first index whose
+/// running weight exceeds u · Σw.
+/// \throws std::invalid_argument as standardize().
 [[nodiscard]] inline scaled_draw standardize_weights_and_sample(
     const Eigen::Ref<const Eigen::VectorXf>& logits, const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
     double u, sampling_workspace& ws, const char* where = "specdec::standardize_weights_and_sample") {
