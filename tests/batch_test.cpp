@@ -84,5 +84,15 @@ TEST_CASE("A failing sequence in a batch is reported and left unchanged, the oth
     std::vector<markov_model> two{target, target};
     CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(two), std::span(verifiers), std::span(seqs), {.gamma = 2}, ws),
                       contains("one of each per sequence"));
+    // A sequence holding a token outside the vocabulary fails alone, before its models see it.
+    std::vector<specdec::batch_sequence<std::mt19937_64>> with_bad(2, {{0}, {}, std::mt19937_64(1)});
+    with_bad[1].tokens = {0, 8};
+    std::vector<markov_model> pair{target, target};
+    CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(pair), std::span(pair), std::span(with_bad),
+                                                      {.gamma = 2}, ws),
+                      contains("sequence tokens[1] = 8 is out of range"));
+    CHECK(with_bad[0].tokens.size() > 1);
+    CHECK(with_bad[1].tokens == std::vector<token_id>{0, 8});
+    CHECK(pair[0].calls + pair[1].calls > 0);
     CHECK_THROWS_AS(specdec::batch_workspace(0), std::invalid_argument);
 }

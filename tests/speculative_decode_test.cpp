@@ -231,6 +231,29 @@ TEST_CASE("speculative_decode validates its options before any model call", "[de
                       contains("stop_tokens[0] = 8"));
     auto small = markov_model::random(4, 2, 5);
     CHECK_THROWS_WITH(specdec::speculative_decode(small, target, prompt, {}, rng), contains("vocab_size"));
+    // A prompt token out of range is caught before any model sees it.
+    const std::vector<token_id> bad_prompt{0, 3, 8};
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, bad_prompt, {}, rng),
+                      contains("speculative_decode: prompt[2] = 8 is out of range [0, vocab_size = 8)"));
+    CHECK_THROWS_WITH(specdec::autoregressive_decode(target, std::vector<token_id>{-1}, {}, rng),
+                      contains("autoregressive_decode: prompt[0] = -1 is out of range"));
     CHECK(target.calls == 0);
     CHECK(draft.calls == 0);
+}
+
+TEST_CASE("A huge token budget ended by a stop token does not allocate the budget", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 4);
+    const std::vector<token_id> prompt{0};
+    // Every token stops the run, so one step is taken; reserving 2^40 tokens up front would
+    // throw std::bad_alloc (or abort under a sanitizer).
+    specdec::decode_options opts{.gamma = 3, .max_new_tokens = std::size_t{1} << 40, .stop_tokens = {}};
+    for (token_id t = 0; t < 8; ++t) opts.stop_tokens.push_back(t);
+    std::mt19937_64 a(1), b(1);
+    const auto r = specdec::speculative_decode(draft, target, prompt, opts, a);
+    CHECK(r.stop == specdec::stop_reason::stop_token);
+    CHECK(r.tokens.size() == 1);
+    const auto base = specdec::autoregressive_decode(target, prompt, opts, b);
+    CHECK(base.stop == specdec::stop_reason::stop_token);
+    CHECK(base.tokens.size() == 1);
 }

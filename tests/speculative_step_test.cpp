@@ -114,8 +114,18 @@ TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and mal
             out.probs.resize(0, 0);
         }
     } out_of_range;
-    CHECK_THROWS_WITH(specdec::speculative_step(out_of_range, target, seq, stats, {.gamma = 2}, rng, ws),
-                      contains("draft_tokens[0] = 9"));
+    // Caught before the target sees the token (a real engine would index its embedding table).
+    batched_markov counting_target{&target};
+    CHECK_THROWS_WITH(specdec::speculative_step(out_of_range, counting_target, seq, stats, {.gamma = 2}, rng, ws),
+                      contains("the drafter proposed token 9 at position 0, out of range [0, vocab_size = 8)"));
+    CHECK(counting_target.passes == 0);
+
+    // So is a token of the caller's sequence.
+    std::vector<token_id> bad_seq{0, 8, 1};
+    CHECK_THROWS_WITH(specdec::speculative_step(target, counting_target, bad_seq, stats, {.gamma = 2}, rng, ws),
+                      contains("sequence[1] = 8 is out of range [0, vocab_size = 8)"));
+    CHECK(counting_target.passes == 0);
+    CHECK(bad_seq == std::vector<token_id>{0, 8, 1});
 
     struct bad_probs_drafter {
         std::ptrdiff_t vocab_size() const { return 8; }

@@ -178,6 +178,7 @@ void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::
     ws.parallel_for(sequences.size(), [&](std::size_t i) {
         auto& s = sequences[i];
         const std::ptrdiff_t vocab = detail::checked_vocab(drafters[i], verifiers[i], where);
+        detail::check_token_range(s.tokens, vocab, where, "sequence tokens");
         detail::step_impl(drafters[i], verifiers[i], s.tokens, s.stats, opts.gamma, opts.sampling, opts.lenience,
                           opts.scheme, s.rng, ws.sequence(i), vocab, where);
     });

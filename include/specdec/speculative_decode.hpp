@@ -78,11 +78,16 @@ inline bool cut_at_stop(std::vector<token_id>& sequence, std::size_t fresh, std:
     return false;
 }
 
-inline void check_stop_tokens(std::span<const token_id> stop_tokens, std::ptrdiff_t vocab, const char* where) {
-    for (std::size_t i = 0; i < stop_tokens.size(); ++i)
-        if (stop_tokens[i] < 0 || stop_tokens[i] >= vocab)
-            fail_invalid(where, ": stop_tokens[", i, "] = ", stop_tokens[i], " is out of range [0, ", vocab, ")");
+/// The prompt and the stop tokens must be tokens of the models' vocabulary.
+inline void check_prompt_and_stop_tokens(std::span<const token_id> prompt, std::span<const token_id> stop_tokens,
+                                         std::ptrdiff_t vocab, const char* where) {
+    check_token_range(prompt, vocab, where, "prompt");
+    check_token_range(stop_tokens, vocab, where, "stop_tokens");
 }
+
+/// How many generated tokens to reserve room for up front: a large budget with a stop token
+/// ("until end of text") must not allocate the whole budget.
+inline constexpr std::size_t initial_reserve = 4096;
 
 }  // namespace detail
 
@@ -100,7 +105,7 @@ inline void check_stop_tokens(std::span<const token_id> stop_tokens, std::ptrdif
 /// \param rng       the caller's generator: the same seed gives the same tokens
 /// \returns the generated tokens, statistics and stop reason.
 /// \throws std::invalid_argument for invalid options, a vocabulary mismatch between the
-///         models, or malformed model output; and whatever an adapter or the callback throws.
+///         models, a prompt or stop token out of range, or malformed model output; and whatever an adapter or the callback throws.
 ///
 /// \code
 /// my_model target{...}, draft{...};   // any types with vocab_size() and next_logits(span)
@@ -113,11 +118,12 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
     constexpr const char* where = "specdec::speculative_decode";
     detail::check_step_options(options.gamma, options.sampling, options.lenience, options.scheme, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
-    detail::check_stop_tokens(options.stop_tokens, vocab, where);
+    detail::check_prompt_and_stop_tokens(prompt, options.stop_tokens, vocab, where);
 
     decode_result result;
     std::vector<token_id> sequence(prompt.begin(), prompt.end());
-    sequence.reserve(prompt.size() + options.max_new_tokens + options.gamma + 1);
+    sequence.reserve(prompt.size() + std::min(options.max_new_tokens, detail::initial_reserve) +
+                     std::min(options.gamma, detail::initial_reserve) + 1);
     step_workspace ws;
     std::size_t generated = 0;
     while (generated < options.max_new_tokens) {
@@ -146,7 +152,8 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
 ///
 /// \param model  a Verifier; a plain LanguageModel is called through next_logits, a
 ///               BatchVerifier without it through score(context, {}).
-/// \throws std::invalid_argument for invalid options or malformed model output.
+/// \throws std::invalid_argument for invalid options, a prompt or stop token out of range, or
+///         malformed model output.
 template <Verifier M, random_generator G>
 decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, const decode_options& options,
                                     G&& rng) {
@@ -154,11 +161,11 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
     validate(options.sampling, where);
     const auto vocab = static_cast<Eigen::Index>(model.vocab_size());
     if (vocab <= 0) detail::fail_invalid(where, ": vocab_size() = ", vocab, " must be positive");
-    detail::check_stop_tokens(options.stop_tokens, vocab, where);
+    detail::check_prompt_and_stop_tokens(prompt, options.stop_tokens, vocab, where);
 
     decode_result result;
     std::vector<token_id> sequence(prompt.begin(), prompt.end());
-    sequence.reserve(prompt.size() + options.max_new_tokens);
+    sequence.reserve(prompt.size() + std::min(options.max_new_tokens, detail::initial_reserve));
     Eigen::VectorXf logits, p(vocab);
     Eigen::MatrixXf scores;
     sampling_workspace sws;
