@@ -189,6 +189,36 @@ TEST_CASE("Invalid sampling settings are rejected with the field named", "[sampl
     CHECK_NOTHROW(specdec::validate({.temperature = 0.0f, .top_k = 5, .top_p = 1.0f, .min_p = 0.0f}));
 }
 
+TEST_CASE("The sampling functions check their settings, their output's size and the weights' sum",
+          "[sampling][errors]") {
+    using specdec_test::contains;
+    Eigen::VectorXf z(4), out(4), too_short(3), none;
+    z << 0.0f, 1.0f, 2.0f, 3.0f;
+    out.setConstant(7.0f);
+    specdec::sampling_workspace ws;
+    // A view cannot be resized: a wrong size is an error, and out keeps its contents.
+    CHECK_THROWS_WITH(specdec::standardize(z, {}, too_short, ws), contains("standardize: out has 3 entries but logits has 4"));
+    CHECK_THROWS_WITH((void)specdec::standardize_and_sample(z, {}, none, 0.5, ws),
+                      contains("standardize_and_sample: out has 0 entries but logits has 4"));
+    CHECK_THROWS_WITH((void)specdec::standardize_weights_and_sample(z, {}, too_short, 0.5, ws),
+                      contains("standardize_weights_and_sample: out has 3 entries"));
+    // Settings are checked as validate() does.
+    CHECK_THROWS_WITH(specdec::standardize(z, {.temperature = -1.0f}, out, ws), contains("sampling.temperature = -1"));
+    CHECK_THROWS_WITH((void)specdec::standardize_and_sample(z, {.top_p = 0.0f}, out, 0.5, ws),
+                      contains("sampling.top_p = 0"));
+    CHECK_THROWS_WITH((void)specdec::standardize_weights_and_sample(z, {.top_k = -2}, out, 0.5, ws),
+                      contains("sampling.top_k = -2"));
+    CHECK((out.array() == 7.0f).all());
+    // Weights that sum to zero or to a non-finite value cannot be sampled.
+    Eigen::VectorXf w = Eigen::VectorXf::Zero(5);
+    CHECK_THROWS_WITH((void)specdec::sample_from_weights(w, 0.5, ws), contains("the weights sum to 0 over 5 entries"));
+    CHECK_THROWS_WITH((void)specdec::sample_from_weights(none, 0.5, ws), contains("sum to 0 over 0 entries"));
+    w[2] = std::nanf("");
+    CHECK_THROWS_WITH((void)specdec::sample_from_weights(w, 0.5, ws), contains("sum to nan"));
+    w[2] = std::numeric_limits<float>::infinity();
+    CHECK_THROWS_WITH((void)specdec::sample_from_weights(w, 0.5, ws), contains("sum to inf"));
+}
+
 TEST_CASE("sample_from_weights inverts the running sum and never returns a zero-weight index", "[sampling]") {
     Eigen::VectorXf w(5);
     w << 0.0f, 1.0f, 0.0f, 3.0f, 0.0f;

@@ -60,6 +60,20 @@ inline void validate(const sampling_config& s, const char* where = "specdec::val
         detail::fail_invalid(where, ": sampling.min_p = ", s.min_p, " must lie in [0, 1] (0 disables it)");
 }
 
+namespace detail {
+
+/// The O(1) checks of every public sampling call: valid settings, and an output view of the
+/// logits' size (an Eigen::Ref is written in place and cannot be resized).
+inline void check_sampling_call(Eigen::Index logits_size, Eigen::Index out_size, const sampling_config& s,
+                                const char* where) {
+    validate(s, where);
+    if (out_size != logits_size)
+        fail_invalid(where, ": out has ", out_size, " entries but logits has ", logits_size,
+                     "; size out to match first (it is written in place, not resized)");
+}
+
+}  // namespace detail
+
 /// Scratch buffers for the truncating filters; reuse one across calls so that
 /// sampling allocates nothing after warm-up.
 struct sampling_workspace {
@@ -1090,16 +1104,18 @@ SPECDEC_ALWAYS_INLINE void for_each_block_factor(const float* ref, const double*
 /// Turns one row of logits into the standardized distribution it is sampled from.
 ///
 /// \param logits  raw logits, one per token (any contiguous float vector or column)
-/// \param s       sampling settings (validated by the caller, see validate())
-/// \param out     receives the probabilities (resized to logits.size(); sums to 1)
+/// \param s       sampling settings (checked as validate() does)
+/// \param out     receives the probabilities (sums to 1); must already have logits.size()
+///                entries: a view is written in place, not resized
 /// \param ws      scratch for top-k / top-p
 /// \param where   function name used in error messages
-/// \throws std::invalid_argument if logits contain NaN or +Inf, or are all -Inf.
+/// \throws std::invalid_argument for invalid settings, an `out` of another size, or logits
+///         that contain NaN or +Inf, or are all -Inf.
 inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const sampling_config& s,
                         Eigen::Ref<Eigen::VectorXf> out, sampling_workspace& ws,
                         const char* where = "specdec::standardize") {
     const Eigen::Index n = logits.size();
-    SPECDEC_ASSERT(out.size() == n, "standardize: output size must match logits");
+    detail::check_sampling_call(n, out.size(), s, where);
     const detail::row_argmax best = detail::checked_argmax(logits, where);
     if (s.temperature == 0.0f) {
         // Argmax as a distribution: zero all but the max and normalize (Sec. 2.2).
@@ -1138,10 +1154,16 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
 /// first index whose running sum exceeds u * Σw. Never returns an index of weight 0. The
 /// weights need not be normalized. Blocked: one vectorized pass for block sums, then a scan
 /// of one block.
-/// \pre the weights are finite, non-negative and not all zero.
+/// \pre the weights are non-negative (not checked: it would take another pass).
+/// \throws std::invalid_argument when the weights sum to zero or to a value that is not
+///         finite (all zero, an empty vector, NaN or Inf among them).
 [[nodiscard]] inline Eigen::Index sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double u,
-                                                      sampling_workspace& ws) {
+                                                      sampling_workspace& ws,
+                                                      const char* where = "specdec::sample_from_weights") {
     const double total = detail::compute_block_sums(w, ws.block_sums);
+    if (!(total > 0.0) || !std::isfinite(total))
+        detail::fail_invalid(where, ": the weights sum to ", total, " over ", w.size(),
+                             " entries; they must be finite, non-negative and not all zero");
     return detail::sample_with_block_sums(w, ws.block_sums, total, u);
 }
 
@@ -1160,7 +1182,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
                                                          double u, sampling_workspace& ws,
                                                          const char* where = "specdec::standardize_and_sample") {
     const Eigen::Index n = logits.size();
-    SPECDEC_ASSERT(out.size() == n, "standardize_and_sample: output size must match logits");
+    detail::check_sampling_call(n, out.size(), s, where);
     if (s.temperature == 0.0f || detail::truncates(s)) {
         standardize(logits, s, out, ws, where);
         return sample_from_weights(out, u, ws);
@@ -1233,7 +1255,7 @@ struct scaled_draw {
     const Eigen::Ref<const Eigen::VectorXf>& logits, const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
     double u, sampling_workspace& ws, const char* where = "specdec::standardize_weights_and_sample") {
     const Eigen::Index n = logits.size();
-    SPECDEC_ASSERT(out.size() == n, "standardize_weights_and_sample: output size must match logits");
+    detail::check_sampling_call(n, out.size(), s, where);
     if (s.temperature == 0.0f || detail::truncates(s))
         return {standardize_and_sample(logits, s, out, u, ws, where), 1.0f};
     if (n == 0) detail::fail_invalid(where, ": logits row is empty");
