@@ -2,6 +2,7 @@
 
 #include <specdec/random.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <random>
 
@@ -39,6 +40,37 @@ TEST_CASE("uniform01 works with a 24-bit generator and stays below 1", "[random]
     CHECK(hi < 1.0);
     // Mean of n uniforms: sd = 1/sqrt(12 n) ~ 0.002; 6 sd bound (false alarm ~2e-9).
     CHECK(std::abs(sum / n - 0.5) < 6.0 / std::sqrt(12.0 * n));
+}
+
+TEST_CASE("uniform01 takes generators whose range is not a power of two, and redraws outside 2^b", "[random]") {
+    // std::minstd_rand gives 2^31 - 2 values, min() = 1: 30 usable bits a call, and a call
+    // whose offset from min() is 2^30 or more is drawn again.
+    std::minstd_rand a(11), b(11);
+    auto next30 = [&] {
+        for (;;) {
+            const std::uint64_t x = b() - std::minstd_rand::min();
+            if (x < (std::uint64_t{1} << 30)) return x;
+        }
+    };
+    for (int i = 0; i < 1000; ++i) {
+        const std::uint64_t hi = next30(), lo = next30();
+        CHECK(specdec::uniform01(a) == static_cast<double>((hi << 23) | (lo >> 7)) * 0x1.0p-53);
+    }
+    // The same through std::knuth_b, and the result is uniform: mean within 6 sd of 1/2, and
+    // the top bit equally often 0 and 1 (each check false-alarms with probability ~2e-9).
+    std::knuth_b g(3);
+    constexpr int n = 20000;
+    double sum = 0.0;
+    int upper = 0;
+    for (int i = 0; i < n; ++i) {
+        const double u = specdec::uniform01(g);
+        REQUIRE(u >= 0.0);
+        REQUIRE(u < 1.0);
+        sum += u;
+        upper += u >= 0.5;
+    }
+    CHECK(std::abs(sum / n - 0.5) < 6.0 / std::sqrt(12.0 * n));
+    CHECK(std::abs(upper - n / 2.0) < 6.0 * std::sqrt(n / 4.0));
 }
 
 TEST_CASE("uniform_source reads the caller's generator", "[random]") {

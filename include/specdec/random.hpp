@@ -7,6 +7,7 @@
 /// whose results differ between standard libraries). The same seed therefore
 /// gives the same output on every platform.
 
+#include <bit>
 #include <concepts>
 #include <cstdint>
 #include <limits>
@@ -17,15 +18,15 @@ namespace specdec {
 
 namespace detail {
 
-/// Number of whole random bits one call of G delivers (its range must be a power of two).
+/// Number of whole random bits one accepted call of G delivers: b with 2^b <= max() - min() + 1
+/// < 2^(b+1). When the range is a power of two every call is accepted; otherwise a call whose
+/// offset from min() is 2^b or more is drawn again (see uniform01).
 template <class G>
 constexpr int generator_bits() noexcept {
-    constexpr auto lo = std::remove_cvref_t<G>::min();
-    constexpr auto hi = std::remove_cvref_t<G>::max();
-    constexpr std::uint64_t span = static_cast<std::uint64_t>(hi - lo);
-    int bits = 0;
-    while (bits < 64 && ((span >> bits) & 1u) != 0) ++bits;
-    return bits;
+    constexpr std::uint64_t span =
+        static_cast<std::uint64_t>(std::remove_cvref_t<G>::max() - std::remove_cvref_t<G>::min());
+    if (span == std::numeric_limits<std::uint64_t>::max()) return 64;
+    return static_cast<int>(std::bit_width(span + 1)) - 1;
 }
 
 }  // namespace detail
@@ -33,20 +34,27 @@ constexpr int generator_bits() noexcept {
 /// Draws a double uniformly from [0, 1) with 53 random bits, built from as many
 /// calls of `g` as needed (one for a 64-bit generator, two for a 32-bit one).
 ///
-/// \pre G's range max() - min() is 2^b - 1 for some b >= 1 (true for every standard
-///      engine); a static_assert reports other generators.
+/// Any std::uniform_random_bit_generator works. A generator whose range max() - min() + 1 is
+/// a power of two 2^b (the Mersenne twisters, the ranlux engines) gives b bits a call. For
+/// another range (std::minstd_rand, std::knuth_b: 2^31 − 2 values) a call is used only when
+/// its offset from min() is below 2^b, the largest power of two in the range, and is drawn
+/// again otherwise (fewer than two calls per b bits on average); the bits stay exactly
+/// uniform and the result depends only on the generator's output, as everywhere here.
 template <std::uniform_random_bit_generator G>
 [[nodiscard]] double uniform01(G& g) {
     constexpr auto lo = G::min();
     constexpr std::uint64_t span = static_cast<std::uint64_t>(G::max() - lo);
     constexpr int bits = detail::generator_bits<G>();
-    static_assert(bits >= 64 || span == ((std::uint64_t{1} << bits) - 1),
-                  "specdec::uniform01: the generator's range must be a power of two (max() - min() == 2^b - 1)");
+    static_assert(bits >= 1, "specdec::uniform01: the generator must deliver at least two values");
+    constexpr bool whole_range = (span & (span + 1)) == 0;  // max() - min() + 1 is 2^bits
     std::uint64_t acc = 0;
     int have = 0;
     while (have < 53) {
-        // Take the most significant bits of each draw until 53 are collected.
         const std::uint64_t x = static_cast<std::uint64_t>(g() - lo);
+        if constexpr (!whole_range) {
+            if ((x >> bits) != 0) continue;  // outside [0, 2^bits): draw again
+        }
+        // Take the most significant bits of each draw until 53 are collected.
         const int take = bits < 53 - have ? bits : 53 - have;
         acc = (acc << take) | (x >> (bits - take));
         have += take;
