@@ -46,8 +46,12 @@ TEST_CASE("A batch step gives each sequence what separate runs with the same see
             for (std::size_t b = 0; b < batch; ++b)
                 seqs.push_back({{static_cast<token_id>(b % 16)}, {}, std::mt19937_64(100 + b)});
             specdec::batch_workspace ws(threads);
-            for (std::size_t s = 0; s < steps; ++s)
-                specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs), opts, ws);
+            for (std::size_t s = 0; s < steps; ++s) {
+                if (s % 2 == 0)
+                    specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs), opts, ws);
+                else  // the overload for vectors is the same call
+                    specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
+            }
             std::size_t ragged = 0;
             for (std::size_t b = 0; b < batch; ++b) {
                 INFO("threads " << threads << " sequence " << b);

@@ -184,4 +184,13 @@ void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::
     });
 }
 
+/// The same with the drafters, verifiers and sequences in vectors (the usual case), so that
+/// no std::span needs to be spelled out.
+template <Drafter D, Verifier V, random_generator G>
+void speculative_step_batch(std::vector<D>& drafters, std::vector<V>& verifiers,
+                            std::vector<batch_sequence<G>>& sequences, const step_options& opts, batch_workspace& ws) {
+    speculative_step_batch(std::span<D>(drafters), std::span<V>(verifiers), std::span<batch_sequence<G>>(sequences),
+                           opts, ws);
+}
+
 }  // namespace specdec
