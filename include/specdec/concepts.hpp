@@ -63,7 +63,8 @@ struct draft_block {
 ///
 /// Syntactic requirements: `m.vocab_size()` (convertible to std::ptrdiff_t) and
 /// `m.next_logits(context)` for a `std::span<const token_id>` context, returning something
-/// convertible to `Eigen::VectorXf` (an Eigen expression or a plain vector).
+/// convertible to `Eigen::VectorXf`: an Eigen vector or expression, or an `Eigen::Map` over
+/// the engine's buffer (a `std::vector<float>` is not; map its data).
 ///
 /// Semantic requirements (not checked by the compiler):
 ///  1. `context` is the whole sequence so far (prompt first); the result holds
