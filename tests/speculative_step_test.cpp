@@ -82,6 +82,39 @@ TEST_CASE("An adapter that throws mid-step leaves the caller's sequence and stat
     CHECK(same_stats());
 }
 
+TEST_CASE("A drafter gets an empty block: nothing of an earlier step's block reaches its draft", "[step]") {
+    // A drafter that writes only tokens proposes point masses, also when the workspace's block
+    // held another drafter's columns, scales and flag the step before.
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    struct tokens_only_drafter {
+        std::size_t seen_columns = 0, seen_tokens = 0, seen_scales = 0, seen_flags = 0;
+        std::ptrdiff_t vocab_size() const { return 8; }
+        void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config&,
+                   specdec::uniform_source&, specdec::draft_block& out) {
+            seen_columns += static_cast<std::size_t>(out.probs.cols());
+            seen_tokens += out.tokens.size();
+            seen_scales += out.scales.size();
+            seen_flags += out.standardized;
+            for (std::size_t i = 0; i < gamma; ++i) out.tokens.push_back((context.back() + 3 + static_cast<token_id>(i)) % 8);
+        }
+    } shared_user, fresh_user;
+    // top_k = 6 makes the model's columns normalized, so stale ones would pass the check unnoticed.
+    const specdec::step_options opts{.gamma = 3, .sampling = {.top_k = 6}};
+    std::vector<token_id> model_seq{0}, shared_seq{0}, fresh_seq{0};
+    specdec::decode_stats stats;
+    specdec::step_workspace shared_ws, fresh_ws;
+    std::mt19937_64 model_rng(1), shared_rng(2), fresh_rng(2);
+    for (int i = 0; i < 200; ++i) {
+        specdec::speculative_step(draft, target, model_seq, stats, opts, model_rng, shared_ws);
+        specdec::speculative_step(shared_user, target, shared_seq, stats, opts, shared_rng, shared_ws);
+        specdec::speculative_step(fresh_user, target, fresh_seq, stats, opts, fresh_rng, fresh_ws);
+    }
+    CHECK(shared_user.seen_columns + shared_user.seen_tokens + shared_user.seen_scales + shared_user.seen_flags == 0);
+    CHECK(shared_seq == fresh_seq);  // point masses in both, so the same tokens from the same seed
+    CHECK(shared_seq.size() > 201);  // some drafts were accepted (201: one token a step)
+}
+
 TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and malformed blocks", "[step][errors]") {
     auto target = markov_model::random(8, 2, 1);
     auto small = markov_model::random(6, 2, 2);

@@ -32,11 +32,7 @@ public:
         const std::size_t room = context.size() < limit ? limit - context.size() + 1 : 0;
         const std::size_t k = std::min(gamma, room);
         if (k == 0) {
-            out.tokens.clear();
-            out.probs.resize(0, 0);
-            out.scales.clear();
-            out.standardized = false;
-            out.model_calls = 0;
+            out.clear();
             return;
         }
         inner_.draft(context, k, sampling, uniforms, out);

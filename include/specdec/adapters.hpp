@@ -37,11 +37,8 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
                       Eigen::VectorXf& logits, sampling_workspace& sws) {
     constexpr const char* where = "specdec::model_drafter::draft";
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
-    out.tokens.clear();
-    out.probs.resize(vocab, static_cast<Eigen::Index>(gamma));
-    out.scales.clear();
-    out.standardized = false;  // (until every column is written)
-    out.model_calls = 0;
+    out.clear();  // (standardized stays false until every column is written)
+    out.resize_probs(vocab, static_cast<Eigen::Index>(gamma));
     scratch.assign(context.begin(), context.end());
     for (std::size_t i = 0; i < gamma; ++i) {
         checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);

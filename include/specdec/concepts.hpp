@@ -35,7 +35,10 @@ struct draft_block {
     /// distribution x_i was sampled from (non-negative, summing to 1). Leave it with 0
     /// columns for point-mass drafts (a deterministic drafter such as an n-gram table or
     /// prompt lookup): then q_i is the point mass at x_i, the acceptance probability is
-    /// p_i(x_i), and the residual is p_i with x_i removed.
+    /// p_i(x_i), and the residual is p_i with x_i removed. speculative_step() hands the block
+    /// to draft() with no tokens and 0 columns (clear()); size it with resize_probs(), which
+    /// reuses the storage of an earlier step's columns, so that drafting allocates nothing
+    /// after warm-up.
     Eigen::MatrixXf probs;
     /// Optional factors of the columns of probs: empty, or one per column, each finite and
     /// positive; then q_i = scales[i] · probs.col(i), and probs may hold weights that do not sum
@@ -57,6 +60,28 @@ struct draft_block {
 
     /// True when the block carries its draft distributions.
     [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }
+
+    /// Sizes probs to rows x cols for the drafter to fill (contents unspecified), taking back
+    /// the storage that clear() kept when it has that size: no allocation once the shape repeats.
+    Eigen::MatrixXf& resize_probs(Eigen::Index rows, Eigen::Index cols) {
+        if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
+        probs.resize(rows, cols);
+        return probs;
+    }
+
+    /// An empty block: no tokens, probs with 0 columns (point masses), no scales, not
+    /// standardized, no model calls. The storage of probs is kept for resize_probs().
+    void clear() {
+        tokens.clear();
+        if (probs.size() != 0) probs.swap(kept_);
+        probs.resize(0, 0);
+        scales.clear();
+        standardized = false;
+        model_calls = 0;
+    }
+
+private:
+    Eigen::MatrixXf kept_;  // the storage of the last columns clear() removed
 };
 
 /// A plain autoregressive language model.
@@ -124,6 +149,10 @@ concept InPlaceBatchVerifier =
 ///  3. No hidden randomness: every random draw comes from `uniforms`, which reads the
 ///     caller's generator. Output is exact whatever q is, as long as 2 holds; q only
 ///     decides how many tokens are accepted.
+///  `out` arrives empty (draft_block::clear(): speculative_step() clears it before each
+///  call), so a drafter that writes only tokens proposes point masses; size the columns with
+///  `out.resize_probs(rows, cols)`, which reuses the last step's storage (a plain
+///  `out.probs.resize` allocates on every call).
 ///  4. To make q as close to p as possible, apply `sampling` as the target does
 ///     (see standardize()); a drafter may ignore it, at the cost of acceptance.
 template <class D>

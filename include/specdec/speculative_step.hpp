@@ -56,6 +56,26 @@ struct step_workspace {
     std::vector<token_id> context;   ///< scratch for plain-model adapters
     Eigen::VectorXf logits;          ///< scratch for plain-model adapters
     sampling_workspace sampling;     ///< scratch for plain-model drafting
+
+    /// Gives target_logits `cols` columns of `rows` before the target writes them (contents
+    /// unspecified), from the matrix an earlier step of that draft length left: an Eigen
+    /// matrix reallocates whenever its size changes, and draft lengths vary (prompt lookup,
+    /// a fallback chain, the last step of a run), so a verifier whose score_into resizes its
+    /// output would otherwise allocate on every change. Allocates only for a length not
+    /// seen before.
+    void shape_target_logits(Eigen::Index rows, Eigen::Index cols) {
+        const Eigen::Index have = target_logits.cols();
+        if (have != cols) {
+            const auto slots = static_cast<std::size_t>(std::max(have, cols)) + 1;
+            if (by_length_.size() < slots) by_length_.resize(slots);
+            target_logits.swap(by_length_[static_cast<std::size_t>(have)]);
+            target_logits.swap(by_length_[static_cast<std::size_t>(cols)]);
+        }
+        target_logits.resize(rows, cols);
+    }
+
+private:
+    std::vector<Eigen::MatrixXf> by_length_;  // by column count: the matrices not in use
 };
 
 namespace detail {
@@ -103,14 +123,13 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 
     // Alg. 1, first loop: sample γ guesses from M_q.
     uniform_source uniforms(rng);
-    block.scales.clear();         // a drafter that does not use scales leaves it empty
-    block.standardized = false;  // and this stays false unless the drafter sets it
+    // Nothing of the last step's block (made by this drafter or another) reaches this one: a
+    // drafter that writes only tokens makes point-mass drafts, one that sets no scales has
+    // none, and standardized stays false unless the drafter sets it.
+    block.clear();
     if (gamma == 0) {
-        block.tokens.clear();
-        block.probs.resize(vocab, 0);
-        block.model_calls = 0;
+        // no draft: one token sampled from the target
     } else if constexpr (BlockDrafter<D>) {
-        block.model_calls = 0;
         drafter.draft(context, gamma, sampling, uniforms, block);
     } else {
         draft_from_model(drafter, context, gamma, sampling, uniforms, block, ws.context, ws.logits, ws.sampling);
@@ -134,10 +153,12 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     const std::span<const token_id> draft_tokens(block.tokens);
     std::size_t target_calls = 1;
     if constexpr (InPlaceBatchVerifier<V>) {
+        ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
         verifier.score_into(context, draft_tokens, ws.target_logits);
     } else if constexpr (BatchVerifier<V>) {
         ws.target_logits = verifier.score(context, draft_tokens);
     } else {
+        ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
         score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);
         target_calls = n + 1;
     }

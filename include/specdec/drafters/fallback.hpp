@@ -57,10 +57,9 @@ private:
                   uniform_source& uniforms, draft_block& out, std::size_t& calls) {
         if constexpr (I < sizeof...(Ds)) {
             auto& d = *std::get<I>(drafters_);
-            out.model_calls = 0;
-            // What an earlier drafter left must not apply to this one's columns.
-            out.scales.clear();
-            out.standardized = false;
+            // What an earlier drafter left (an empty block, but its probs, scales or flag)
+            // must not apply to this one's draft.
+            out.clear();
             if constexpr (BlockDrafter<std::remove_reference_t<decltype(d)>>) {
                 d.draft(context, gamma, sampling, uniforms, out);
             } else {
