@@ -187,6 +187,11 @@ TEST_CASE("Invalid sampling settings are rejected with the field named", "[sampl
     CHECK_THROWS_WITH(specdec::validate({.top_p = 1.5f}), specdec_test::contains("top_p"));
     CHECK_THROWS_WITH(specdec::validate({.min_p = -0.1f}), specdec_test::contains("min_p"));
     CHECK_NOTHROW(specdec::validate({.temperature = 0.0f, .top_k = 5, .top_p = 1.0f, .min_p = 0.0f}));
+    // A positive temperature so small that 1/T overflows would make every exponent NaN.
+    CHECK_THROWS_WITH(specdec::validate({.temperature = 1e-40f}), specdec_test::contains("too small"));
+    CHECK_THROWS_WITH(specdec::validate({.temperature = 5e-39f}), specdec_test::contains("too small"));
+    CHECK_NOTHROW(specdec::validate({.temperature = 6e-39f}));
+    CHECK_NOTHROW(specdec::validate({.temperature = 1e-30f}));
 }
 
 TEST_CASE("The sampling functions check their settings, their output's size and the weights' sum",
@@ -420,6 +425,25 @@ TEST_CASE("standardize_weights_and_sample writes weights whose scaled values are
     Eigen::VectorXf empty(0);
     CHECK_THROWS_WITH(specdec::standardize_weights_and_sample(empty, {}, empty, 0.5, ws),
                       specdec_test::contains("empty"));
+}
+
+TEST_CASE("Logits of opposite signs near the float limit are normalized exactly at a huge temperature",
+          "[sampling]") {
+    // 3e38 − (−3e38) overflows a float; divided by T = 3e38 it is 2. Every exp path must give
+    // softmax(1, −1, 0) (the portable one gave (1, 0, 0) when it subtracted first).
+    Eigen::VectorXf z(3), out(3), w(3);
+    z << 3e38f, -3e38f, 0.0f;
+    const sampling_config s{.temperature = 3e38f};
+    const auto ref = specdec_test::ref_standardize(z, s);
+    REQUIRE(ref[1] == Approx(std::exp(-1.0) / (std::exp(1.0) + std::exp(-1.0) + 1.0)));
+    specdec::sampling_workspace ws;
+    specdec::standardize(z, s, out, ws);
+    for (Eigen::Index k = 0; k < 3; ++k) CHECK(out[k] == Approx(ref[static_cast<std::size_t>(k)]).epsilon(1e-5));
+    (void)specdec::standardize_and_sample(z, s, out, 0.5, ws);
+    for (Eigen::Index k = 0; k < 3; ++k) CHECK(out[k] == Approx(ref[static_cast<std::size_t>(k)]).epsilon(1e-5));
+    const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, 0.5, ws);
+    for (Eigen::Index k = 0; k < 3; ++k)
+        CHECK(d.scale * w[k] == Approx(ref[static_cast<std::size_t>(k)]).epsilon(1e-5));
 }
 
 TEST_CASE("Rows of logits of any finite magnitude are normalized exactly", "[sampling]") {

@@ -53,6 +53,11 @@ namespace specdec {
 inline void validate(const sampling_config& s, const char* where = "specdec::validate") {
     if (!(s.temperature >= 0.0f) || !std::isfinite(s.temperature))
         detail::fail_invalid(where, ": sampling.temperature = ", s.temperature, " must be finite and >= 0");
+    // Exponents are scaled by 1/T (times log2(e), or 2): it must stay a finite float.
+    if (s.temperature > 0.0f && !std::isfinite(2.0f / s.temperature))
+        detail::fail_invalid(where, ": sampling.temperature = ", s.temperature,
+                             " is too small: 2 / temperature overflows a float (below about 5.9e-39);"
+                             " use 0 for greedy (argmax) decoding");
     if (s.top_k < 0) detail::fail_invalid(where, ": sampling.top_k = ", s.top_k, " must be >= 0 (0 disables it)");
     if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
         detail::fail_invalid(where, ": sampling.top_p = ", s.top_p, " must lie in (0, 1] (1 disables it)");
@@ -334,14 +339,18 @@ struct exp2_avx2 {
 #endif
 
 #if !defined(__AVX512F__)
-/// exp((x − m) inv_t) of one Eigen packet. Eigen's pexp clamps its argument, so exp(−Inf) would
-/// come out as a tiny positive number rather than 0 and a token of probability 0 could be
-/// drawn; arguments below −87 (exp < 2e-38, far below any probability that can matter) give
-/// exactly 0 instead, as in the AVX-512 path. NaN stays NaN.
+/// exp((x − m) inv_t) of one Eigen packet, given m/2 and 2·inv_t. The exponent is computed as
+/// (x/2 − m/2)·(2 inv_t): halving and doubling are exact, so it is the same float as
+/// (x − m)·inv_t, except that x − m can overflow (logits of opposite signs beyond ±1.7e38)
+/// where its half cannot, which matters at a temperature large enough to bring it back.
+/// Eigen's pexp clamps its argument, so exp(−Inf) would come out as a tiny positive number
+/// rather than 0 and a token of probability 0 could be drawn; arguments below −87 (exp < 2e-38,
+/// far below any probability that can matter) give exactly 0 instead, as in the AVX-512 path.
+/// NaN stays NaN.
 template <class Packet>
-Packet exp_shifted(const Packet& x, const Packet& m, const Packet& inv_t) {
+Packet exp_shifted(const Packet& x, const Packet& m_half, const Packet& inv_t_twice) {
     namespace ei = Eigen::internal;
-    const Packet y = ei::pmul(ei::psub(x, m), inv_t);
+    const Packet y = ei::pmul(ei::psub(ei::pmul(x, ei::pset1<Packet>(0.5f)), m_half), inv_t_twice);
     const Packet low = ei::pset1<Packet>(-87.0f);
     // pexp is given at least −87: at its own clamp (−88.7) it works with subnormal numbers,
     // which x86 cores handle slowly (a row that is mostly −Inf took 3–4× as long as a dense
@@ -359,12 +368,13 @@ struct packet_exp {
     packet operator()(const packet& x) const { return exp_of(x); }
     float one(float x) const { return _mm256_cvtss_f32(exp_of(_mm256_set1_ps(x))); }
 #else
+    float m_half, inv_t_twice;  // (validate() keeps 2 / temperature finite)
     packet pm, pt;
-    float m, inv_t;
-    packet_exp(float m_, float inv_t_)
-        : pm(Eigen::internal::pset1<packet>(m_)), pt(Eigen::internal::pset1<packet>(inv_t_)), m(m_), inv_t(inv_t_) {}
+    packet_exp(float m, float inv_t)
+        : m_half(m * 0.5f), inv_t_twice(inv_t * 2.0f), pm(Eigen::internal::pset1<packet>(m_half)),
+          pt(Eigen::internal::pset1<packet>(inv_t_twice)) {}
     packet operator()(const packet& x) const { return exp_shifted(x, pm, pt); }
-    float one(float x) const { return std::exp((x - m) * inv_t); }
+    float one(float x) const { return std::exp((x * 0.5f - m_half) * inv_t_twice); }
 #endif
 };
 #endif
@@ -1064,7 +1074,7 @@ inline double block_factor(float ref, float m, float inv_t) {
 #if defined(__AVX512F__) || defined(SPECDEC_DETAIL_EXP2_AVX2)
     return std::exp2(exp2_reference(ref, inv_t).log2() - exp2_reference(m, inv_t).log2());
 #else
-    return std::exp(static_cast<double>(ref - m) * inv_t);
+    return std::exp((static_cast<double>(ref) - m) * inv_t);  // (in float, ref − m could overflow)
 #endif
 }
 

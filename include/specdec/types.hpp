@@ -19,7 +19,7 @@ using token_id = std::int32_t;
 /// Filters apply in this order: temperature, top-k, top-p, min-p.
 struct sampling_config {
     /// Softmax temperature. 0 selects argmax (greedy; ties go to the lowest id).
-    /// \pre temperature >= 0 and finite.
+    /// \pre temperature is 0, or finite and at least about 5.9e-39 (2 / temperature a finite float).
     float temperature = 1.0f;
     /// Keep only tokens whose logit is at least the k-th largest (ties at the
     /// boundary are all kept). 0 disables the filter.
