@@ -71,17 +71,22 @@ TEST_CASE("A failing sequence in a batch is reported and left unchanged, the oth
         Eigen::VectorXf next_logits(std::span<const token_id>) const { throw std::runtime_error("engine failure"); }
     };
     // Sequence 1 has a draft model of another vocabulary: an invalid_argument from its step.
+    // The sequences after it still step, on one thread as on two.
     auto small = markov_model::random(6, 2, 3);
     std::vector<markov_model> drafters{target, small, target};
     std::vector<markov_model> verifiers{target, target, target};
-    std::vector<specdec::batch_sequence<std::mt19937_64>> seqs(3, {{0}, {}, std::mt19937_64(1)});
+    std::vector<specdec::batch_sequence<std::mt19937_64>> seqs;
+    for (const std::size_t threads : {1u, 2u}) {
+        INFO("threads " << threads);
+        seqs.assign(3, {{0}, {}, std::mt19937_64(1)});
+        specdec::batch_workspace one_or_two(threads);
+        CHECK_THROWS_WITH(specdec::speculative_step_batch(drafters, verifiers, seqs, {.gamma = 2}, one_or_two),
+                          contains("vocab_size"));
+        CHECK(seqs[1].tokens.size() == 1);
+        CHECK(seqs[0].tokens.size() > 1);
+        CHECK(seqs[2].tokens.size() > 1);
+    }
     specdec::batch_workspace ws(2);
-    CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs),
-                                                      {.gamma = 2}, ws),
-                      contains("vocab_size"));
-    CHECK(seqs[1].tokens.size() == 1);
-    CHECK(seqs[0].tokens.size() > 1);
-    CHECK(seqs[2].tokens.size() > 1);
     std::vector<failing> bad(3);
     CHECK_THROWS_WITH(specdec::speculative_step_batch(std::span(drafters), std::span(bad), std::span(seqs), {.gamma = 2}, ws),
                       contains("engine failure"));

@@ -144,10 +144,19 @@ public:
         return *steps_[i];
     }
 
-    /// Runs job(i) for i in [0, n) on the workspace's threads.
+    /// Runs job(i) for i in [0, n) on the workspace's threads; after every job has run,
+    /// rethrows the exception of the lowest i whose job threw, on one thread as on several.
     void parallel_for(std::size_t n, const std::function<void(std::size_t)>& job) {
         if (!pool_ || n <= 1) {
-            for (std::size_t i = 0; i < n; ++i) job(i);
+            std::exception_ptr first;
+            for (std::size_t i = 0; i < n; ++i) {
+                try {
+                    job(i);
+                } catch (...) {
+                    if (!first) first = std::current_exception();
+                }
+            }
+            if (first) std::rethrow_exception(first);
             return;
         }
         pool_->run(n, job);
