@@ -118,6 +118,10 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
                       std::size_t gamma, const sampling_config& sampling, float lenience,
                       verification_scheme scheme, G& rng,
                       step_workspace& ws, std::ptrdiff_t vocab, const char* where) {
+    static_assert(BatchVerifier<V> || !requires(V& v, std::span<const token_id> c, Eigen::MatrixXf& out) {
+        v.score_into(c, c, out);
+    }, "specdec: the verifier has score_into() but no score(); a batched verifier needs score() too (it may call "
+       "score_into), else it is used as a plain LanguageModel, one next_logits call per position");
     const std::span<const token_id> context(sequence);
     draft_block& block = ws.draft;
 
