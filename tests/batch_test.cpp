@@ -48,7 +48,8 @@ TEST_CASE("A batch step gives each sequence what separate runs with the same see
             specdec::batch_workspace ws(threads);
             for (std::size_t s = 0; s < steps; ++s) {
                 if (s % 2 == 0)
-                    specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs), opts, ws);
+                    specdec::speculative_step_batch(std::span(drafters), std::span(verifiers), std::span(seqs), opts,
+                                                    ws);
                 else  // the overload for vectors is the same call
                     specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
             }

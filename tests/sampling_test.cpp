@@ -202,7 +202,8 @@ TEST_CASE("The sampling functions check their settings, their output's size and 
     out.setConstant(7.0f);
     specdec::sampling_workspace ws;
     // A view cannot be resized: a wrong size is an error, and out keeps its contents.
-    CHECK_THROWS_WITH(specdec::standardize(z, {}, too_short, ws), contains("standardize: out has 3 entries but logits has 4"));
+    CHECK_THROWS_WITH(specdec::standardize(z, {}, too_short, ws),
+                      contains("standardize: out has 3 entries but logits has 4"));
     CHECK_THROWS_WITH((void)specdec::standardize_and_sample(z, {}, none, 0.5, ws),
                       contains("standardize_and_sample: out has 0 entries but logits has 4"));
     CHECK_THROWS_WITH((void)specdec::standardize_weights_and_sample(z, {}, too_short, 0.5, ws),

@@ -96,7 +96,8 @@ TEST_CASE("A drafter gets an empty block: nothing of an earlier step's block rea
             seen_tokens += out.tokens.size();
             seen_scales += out.scales.size();
             seen_flags += out.standardized;
-            for (std::size_t i = 0; i < gamma; ++i) out.tokens.push_back((context.back() + 3 + static_cast<token_id>(i)) % 8);
+            for (std::size_t i = 0; i < gamma; ++i)
+                out.tokens.push_back((context.back() + 3 + static_cast<token_id>(i)) % 8);
         }
     } shared_user, fresh_user;
     // top_k = 6 makes the model's columns normalized, so stale ones would pass the check unnoticed.

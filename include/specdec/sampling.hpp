@@ -340,9 +340,10 @@ struct exp2_avx2 {
 
 #if !defined(__AVX512F__)
 /// exp((x − m) inv_t) of one Eigen packet, given m/2 and 2·inv_t. The exponent is computed as
-/// (x/2 − m/2)·(2 inv_t): halving and doubling are exact, so it is the same float as
-/// (x − m)·inv_t, except that x − m can overflow (logits of opposite signs beyond ±1.7e38)
-/// where its half cannot, which matters at a temperature large enough to bring it back.
+/// (x/2 − m/2)·(2 inv_t): halving and doubling are exact (for a subnormal logit, up to 1e-45),
+/// so it is the same float as (x − m)·inv_t, except that x − m can overflow (logits of
+/// opposite signs beyond ±1.7e38) where its half cannot, which matters at a temperature large
+/// enough to bring it back.
 /// Eigen's pexp clamps its argument, so exp(−Inf) would come out as a tiny positive number
 /// rather than 0 and a token of probability 0 could be drawn; arguments below −87 (exp < 2e-38,
 /// far below any probability that can matter) give exactly 0 instead, as in the AVX-512 path.

@@ -105,7 +105,8 @@ inline constexpr std::size_t initial_reserve = 4096;
 /// \param rng       the caller's generator: the same seed gives the same tokens
 /// \returns the generated tokens, statistics and stop reason.
 /// \throws std::invalid_argument for invalid options, a vocabulary mismatch between the
-///         models, a prompt or stop token out of range, or malformed model output; and whatever an adapter or the callback throws.
+///         models, a prompt or stop token out of range, or malformed model output; and
+///         whatever an adapter or the callback throws.
 ///
 /// \code
 /// my_model target{...}, draft{...};   // any types with vocab_size() and next_logits(span)

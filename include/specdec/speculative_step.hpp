@@ -96,7 +96,8 @@ inline void check_token_range(std::span<const token_id> tokens, std::ptrdiff_t v
                               const char* what) {
     for (std::size_t i = 0; i < tokens.size(); ++i)
         if (tokens[i] < 0 || tokens[i] >= vocab)
-            fail_invalid(where, ": ", what, "[", i, "] = ", tokens[i], " is out of range [0, vocab_size = ", vocab, ")");
+            fail_invalid(where, ": ", what, "[", i, "] = ", tokens[i], " is out of range [0, vocab_size = ", vocab,
+                         ")");
 }
 
 template <Drafter D, Verifier V>
@@ -225,8 +226,9 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 /// \returns what was drafted, accepted and emitted.
 /// \throws std::invalid_argument for γ = 0, invalid sampling settings or lenience, a
 ///         vocabulary mismatch, a token of `sequence` out of range, a malformed draft block
-///         (checked before the target sees it) or score() result, or invalid logits; and whatever an adapter throws. In every case `sequence` and `stats`
-///         are left exactly as they were (strong guarantee).
+///         (checked before the target sees it) or score() result, or invalid logits; and
+///         whatever an adapter throws. In every case `sequence` and `stats` are left exactly
+///         as they were (strong guarantee).
 template <Drafter D, Verifier V, random_generator G>
 step_result speculative_step(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
                              const step_options& opts, G&& rng, step_workspace& ws) {

@@ -202,7 +202,8 @@ inline void check_draft_entry(const Eigen::Ref<const Eigen::MatrixXf>& q, Eigen:
                               const char* where) {
     const float v = c * q(k, static_cast<Eigen::Index>(i));
     if (!(v >= 0.0f && v <= 1.0f))
-        fail_invalid(where, ": ", draft_entry_name(k, i, c), " = ", v, " is not a probability (negative, NaN, Inf or > 1)");
+        fail_invalid(where, ": ", draft_entry_name(k, i, c), " = ", v,
+                     " is not a probability (negative, NaN, Inf or > 1)");
 }
 
 /// Throws unless c · q is a probability distribution (with details of what is wrong).
