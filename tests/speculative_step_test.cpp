@@ -151,7 +151,7 @@ TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and mal
     // Caught before the target sees the token (a real engine would index its embedding table).
     batched_markov counting_target{&target};
     CHECK_THROWS_WITH(specdec::speculative_step(out_of_range, counting_target, seq, stats, {.gamma = 2}, rng, ws),
-                      contains("the drafter proposed token 9 at position 0, out of range [0, vocab_size = 8)"));
+                      contains("the drafter's tokens[0] = 9 is out of range [0, vocab_size = 8)"));
     CHECK(counting_target.passes == 0);
 
     // So is a token of the caller's sequence.

@@ -91,15 +91,6 @@ inline void check_step_options(std::size_t gamma, const sampling_config& samplin
                      " is defined for token verification only; set scheme = verification_scheme::token");
 }
 
-/// Throws unless every token is in [0, vocab), naming `what` and the first bad entry.
-inline void check_token_range(std::span<const token_id> tokens, std::ptrdiff_t vocab, const char* where,
-                              const char* what) {
-    for (std::size_t i = 0; i < tokens.size(); ++i)
-        if (tokens[i] < 0 || tokens[i] >= vocab)
-            fail_invalid(where, ": ", what, "[", i, "] = ", tokens[i], " is out of range [0, vocab_size = ", vocab,
-                         ")");
-}
-
 template <Drafter D, Verifier V>
 std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
     const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
@@ -142,10 +133,7 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     const std::size_t n = block.tokens.size();
     if (n > gamma) fail_invalid(where, ": the drafter proposed ", n, " tokens; at most gamma = ", gamma, " were asked for");
     // Before the target sees them: a token out of range would index its embedding table.
-    for (std::size_t i = 0; i < n; ++i)
-        if (block.tokens[i] < 0 || block.tokens[i] >= vocab)
-            fail_invalid(where, ": the drafter proposed token ", block.tokens[i], " at position ", i,
-                         ", out of range [0, vocab_size = ", vocab, ")");
+    check_token_range(block.tokens, vocab, where, "the drafter's tokens");
     if (block.has_distributions() &&
         (block.probs.rows() != vocab || block.probs.cols() != static_cast<Eigen::Index>(n)))
         fail_invalid(where, ": the drafter's probs is ", block.probs.rows(), " x ", block.probs.cols(),

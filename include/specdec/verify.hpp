@@ -936,6 +936,15 @@ token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::Matr
         }));
 }
 
+/// Throws unless every token is in [0, vocab), naming `what` and the first bad entry.
+inline void check_token_range(std::span<const token_id> tokens, std::ptrdiff_t vocab, const char* where,
+                              const char* what) {
+    for (std::size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] < 0 || tokens[i] >= vocab)
+            fail_invalid(where, ": ", what, "[", i, "] = ", tokens[i], " is out of range [0, vocab_size = ", vocab,
+                         ")");
+}
+
 inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
                                 std::span<const token_id> draft_tokens, const Eigen::Index* q_rows,
                                 const Eigen::Index* q_cols, const sampling_config& sampling,
@@ -955,9 +964,7 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
     if (opts.lenience != 1.0f && opts.scheme == verification_scheme::block)
         fail_invalid(where, ": lenience = ", opts.lenience,
                      " is defined for token verification only; set scheme = verification_scheme::token");
-    for (std::size_t i = 0; i < draft_tokens.size(); ++i)
-        if (draft_tokens[i] < 0 || draft_tokens[i] >= vocab)
-            fail_invalid(where, ": draft_tokens[", i, "] = ", draft_tokens[i], " is out of range [0, ", vocab, ")");
+    check_token_range(draft_tokens, vocab, where, "draft_tokens");
 }
 
 /// Throws unless `scales` has one finite, positive factor per draft column (`columns`);
