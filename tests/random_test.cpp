@@ -60,17 +60,24 @@ TEST_CASE("uniform01 takes generators whose range is not a power of two, and red
     // the top bit equally often 0 and 1 (each check false-alarms with probability ~2e-9).
     std::knuth_b g(3);
     constexpr int n = 20000;
-    double sum = 0.0;
-    int upper = 0;
+    double sum = 0.0, skewed_sum = 0.0;
+    int upper = 0, skewed_upper = 0;
     for (int i = 0; i < n; ++i) {
         const double u = specdec::uniform01(g);
         REQUIRE(u >= 0.0);
         REQUIRE(u < 1.0);
         sum += u;
         upper += u >= 0.5;
+        const double v = std::pow(u, 1.2);  // negative control: a slightly skewed stream
+        skewed_sum += v;
+        skewed_upper += v >= 0.5;
     }
-    CHECK(std::abs(sum / n - 0.5) < 6.0 / std::sqrt(12.0 * n));
-    CHECK(std::abs(upper - n / 2.0) < 6.0 * std::sqrt(n / 4.0));
+    auto mean_ok = [&](double total) { return std::abs(total / n - 0.5) < 6.0 / std::sqrt(12.0 * n); };
+    auto half_ok = [&](int count) { return std::abs(count - n / 2.0) < 6.0 * std::sqrt(n / 4.0); };
+    CHECK(mean_ok(sum));
+    CHECK(half_ok(upper));
+    CHECK_FALSE(mean_ok(skewed_sum));  // the checks have the power to see a skew of this size
+    CHECK_FALSE(half_ok(skewed_upper));
 }
 
 TEST_CASE("uniform_source reads the caller's generator", "[random]") {
