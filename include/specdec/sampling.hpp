@@ -587,7 +587,7 @@ struct chunked_exp_sums {
 /// lanes[c·chunk_lanes ..]: lane l of a chunk sums the elements at offsets l, l + 16, ...,
 /// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
 /// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft
-/// column block q[0..len) is checked in the same loop (its loads hide behind the exp): its sum,
+/// column block q[0..len) is checked in the same loop (its loads overlap the exps): its sum,
 /// and whether an entry may be negative (q_sign; the loop ORs the bits of the entries (with
 /// AVX-512 two vectors per instruction) and tests the sign bit, so −0.0 or a NaN with its sign
 /// bit set raise it too: the caller's exact check then decides), and its lane sums, laid out as those
@@ -672,7 +672,7 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
     for (Eigen::Index start = 0, c = 0; start < len; start += exp_chunk, ++c) {
         const Eigen::Index end = std::min(len, start + exp_chunk);
         // Lane l of the chunk sums the elements at offsets l, l + 16, ... (as the AVX-512 path),
-        // for the exponentials (a) and for q (b, while its loads hide behind the exp).
+        // for the exponentials (a) and for q (b, its loads overlapping the exps).
         packet a[2][per_group], b[2][per_group];
         for (auto& row : a)
             for (packet& x : row) x = ei::pset1<packet>(0.0f);
