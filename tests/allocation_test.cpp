@@ -235,6 +235,44 @@ TEST_CASE("A fallback from prompt lookup to a model drafter allocates nothing af
     CHECK(n == 0);
 }
 
+TEST_CASE("A sequence without reserved room grows geometrically, not by a copy every step", "[allocation]") {
+    // Each step appends a few tokens; growing the sequence by exactly what a step needs would
+    // reallocate and copy it on every step once its capacity is used up (quadratic time).
+    if (!counting_available()) return;
+    auto target = specdec_test::markov_model::random(512, 1, 1);
+    auto draft_model = specdec_test::markov_model::random(512, 1, 2);
+    in_place_target verifier{&target};
+    in_place_drafter drafter{&draft_model, {}, {}};
+    const specdec::step_options opts{.gamma = 4, .sampling = {.temperature = 0.8f}};
+    SECTION("speculative_step on the caller's sequence") {
+        std::vector<token_id> seq{0, 1};
+        specdec::decode_stats stats;
+        specdec::step_workspace ws;
+        std::mt19937_64 rng(3);
+        for (int i = 0; i < 10; ++i) specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws);
+        const auto n = allocations_during([&] {
+            for (int i = 0; i < 3000; ++i) specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws);
+        });
+        CHECK(seq.size() > 3000);
+        CHECK(n <= 16);  // one per doubling of the capacity: log2(15000 / 10) < 11
+    }
+    SECTION("speculative_decode past its initial reservation") {
+        const std::vector<token_id> prompt{0, 1};
+        std::mt19937_64 rng(4);
+        std::size_t produced = 0;
+        const auto n = allocations_during([&] {
+            const specdec::decode_result r = specdec::speculative_decode(
+                drafter, verifier, prompt,
+                specdec::decode_options{.gamma = 4, .max_new_tokens = 20000, .sampling = {.temperature = 0.8f}}, rng);
+            produced = r.tokens.size();
+        });
+        CHECK(produced == 20000);
+        // The first step's buffers, the reservation of prompt + 4096 tokens, then a few doublings;
+        // a copy per step past 4096 tokens would be thousands.
+        CHECK(n <= 100);
+    }
+}
+
 TEST_CASE("Top-p allocates nothing after warm-up however many weights share its threshold's bucket",
           "[allocation]") {
     // How many weights fall in the magnitude bucket where the nucleus ends depends on the row:

@@ -51,6 +51,21 @@ TEST_CASE("A target with score() is called once per step", "[step]") {
     CHECK(stats.target_calls == 10);
 }
 
+TEST_CASE("A model_verifier over a plain model counts one target call per position", "[step]") {
+    // It is a BatchVerifier, but its score() calls next_logits once per position; the
+    // statistics must count those calls, not one per step.
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    specdec::model_verifier<markov_model> verifier(target);
+    std::vector<token_id> seq{0};
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    std::mt19937_64 rng(4);
+    for (int i = 0; i < 10; ++i) specdec::speculative_step(draft, verifier, seq, stats, {.gamma = 3}, rng, ws);
+    CHECK(target.calls == 40);
+    CHECK(stats.target_calls == target.calls);
+}
+
 TEST_CASE("An adapter that throws mid-step leaves the caller's sequence and statistics unchanged", "[step][errors]") {
     auto target = markov_model::random(8, 2, 1);
     auto draft = markov_model::random(8, 2, 2);
@@ -128,6 +143,17 @@ TEST_CASE("speculative_step rejects bad options, mismatched vocabularies and mal
     CHECK_THROWS_WITH(specdec::speculative_step(target, target, seq, stats, {.gamma = 0}, rng, ws), contains("gamma = 0"));
     CHECK_THROWS_WITH(specdec::speculative_step(target, target, seq, stats, {.gamma = 2, .lenience = 2.0f}, rng, ws),
                       contains("lenience"));
+
+    // A gamma whose draft block cannot be counted in Eigen::Index entries (the model drafter
+    // sizes V x gamma columns): an error, with the sequence as it was.
+    const std::size_t huge = std::size_t{1} << 62;
+    CHECK_THROWS_WITH(specdec::speculative_step(target, target, seq, stats, {.gamma = huge}, rng, ws),
+                      contains("gamma = 4611686018427387904 draft columns of vocab_size = 8"));
+    CHECK(seq == std::vector<token_id>{0});
+    specdec::draft_block block;
+    CHECK_THROWS_WITH(block.resize_probs(-1, 2), contains("-1 x 2 is not a valid size"));
+    CHECK_THROWS_WITH(block.resize_probs(std::numeric_limits<Eigen::Index>::max(), 2), contains("is not a valid size"));
+    CHECK(block.resize_probs(3, 2).size() == 6);
 
     struct long_drafter {
         std::ptrdiff_t vocab_size() const { return 8; }

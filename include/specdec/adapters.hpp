@@ -5,7 +5,9 @@
 
 #include <Eigen/Core>
 
+#include <algorithm>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <vector>
 
@@ -38,6 +40,9 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
     constexpr const char* where = "specdec::model_drafter::draft";
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.clear();  // (standardized stays false until every column is written)
+    if (gamma > static_cast<std::size_t>(std::numeric_limits<Eigen::Index>::max() / std::max<Eigen::Index>(vocab, 1)))
+        fail_invalid(where, ": gamma = ", gamma, " draft columns of vocab_size = ", vocab,
+                     " entries are more than an Eigen::Index can count");
     out.resize_probs(vocab, static_cast<Eigen::Index>(gamma));
     scratch.assign(context.begin(), context.end());
     for (std::size_t i = 0; i < gamma; ++i) {

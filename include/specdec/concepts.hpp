@@ -19,9 +19,11 @@
 
 #include <concepts>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <vector>
 
+#include "error.hpp"
 #include "random.hpp"
 #include "types.hpp"
 
@@ -63,7 +65,12 @@ struct draft_block {
 
     /// Sizes probs to rows x cols for the drafter to fill (contents unspecified), taking back
     /// the storage that clear() kept when it has that size: no allocation once the shape repeats.
+    /// \throws std::invalid_argument for a negative size, or more entries than an Eigen::Index
+    ///         can count (a huge gamma); std::bad_alloc when memory runs out.
     Eigen::MatrixXf& resize_probs(Eigen::Index rows, Eigen::Index cols) {
+        if (rows < 0 || cols < 0 || (cols > 0 && rows > std::numeric_limits<Eigen::Index>::max() / cols))
+            detail::fail_invalid("specdec::draft_block::resize_probs: ", rows, " x ", cols,
+                                 " is not a valid size (negative, or more entries than an Eigen::Index can count)");
         if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
         probs.resize(rows, cols);
         return probs;
@@ -117,6 +124,10 @@ concept LanguageModel = requires(M& m, std::span<const token_id> context) {
 ///  2. Each column equals what next_logits would return for that prefix (the same
 ///     requirements on the values as LanguageModel).
 ///  3. No hidden randomness.
+///
+/// Optional: `v.calls_per_score(n)`, convertible to std::size_t, the number of target forward
+/// passes one score() of n draft tokens costs (as model_verifier over a plain model says:
+/// n + 1). decode_stats::target_calls counts that many per step; without it, one.
 template <class V>
 concept BatchVerifier = requires(V& v, std::span<const token_id> context, std::span<const token_id> draft) {
     { v.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;

@@ -102,6 +102,20 @@ std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
     return vt;
 }
 
+/// Target forward passes behind one scoring of n draft tokens, for decode_stats::target_calls:
+/// a plain model is called n + 1 times; a BatchVerifier once, unless it says otherwise with
+/// `calls_per_score(n)` (as model_verifier does when it wraps a plain model).
+template <Verifier V>
+std::size_t score_calls(const V& verifier, std::size_t n) {
+    if constexpr (BatchVerifier<V>) {
+        if constexpr (requires { { verifier.calls_per_score(n) } -> std::convertible_to<std::size_t>; })
+            return static_cast<std::size_t>(verifier.calls_per_score(n));
+        return 1;
+    } else {
+        return n + 1;
+    }
+}
+
 /// The body of a step, for gamma >= 0 (0: no draft, one token sampled from the target).
 /// Options must have been checked. Strong guarantee: if anything throws, `sequence` and
 /// `stats` are as they were.
@@ -144,7 +158,7 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 
     // Alg. 1: run M_p on all γ+1 prefixes in one pass.
     const std::span<const token_id> draft_tokens(block.tokens);
-    std::size_t target_calls = 1;
+    const std::size_t target_calls = score_calls(verifier, n);
     if constexpr (InPlaceBatchVerifier<V>) {
         ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
         verifier.score_into(context, draft_tokens, ws.target_logits);
@@ -153,7 +167,6 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     } else {
         ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
         score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);
-        target_calls = n + 1;
     }
     if (ws.target_logits.rows() != vocab || ws.target_logits.cols() != static_cast<Eigen::Index>(n + 1))
         fail_invalid(where, ": the target's score() returned ", ws.target_logits.rows(), " x ",
@@ -174,8 +187,11 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
         dispatch_verify(ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
                         scaled ? block.scales.data() : nullptr, sampling, rng, ws.verify, vopts, where);
 
-    // Commit. Everything that can throw (allocation) happens before the first change.
-    sequence.reserve(sequence.size() + r.accepted + 1);
+    // Commit. Everything that can throw (allocation) happens before the first change. The
+    // sequence grows geometrically, as push_back would: reserving only what this step needs
+    // would reallocate and copy the whole sequence on every step once its capacity is used up.
+    const std::size_t need = sequence.size() + r.accepted + 1;
+    if (need > sequence.capacity()) sequence.reserve(std::max(need, 2 * sequence.capacity()));
     const std::size_t positions = std::max(stats.accepted_at_position.size(), n);
     stats.accepted_at_position.reserve(positions);
     stats.reached_at_position.reserve(positions);

@@ -42,7 +42,9 @@ enum class stop_reason {
 /// Counters of one decoding run (or of several steps, when the caller accumulates them).
 struct decode_stats {
     std::size_t steps = 0;            ///< verification passes (iterations of Algorithm 1)
-    std::size_t target_calls = 0;     ///< calls into the target model (1 per step with a batched score())
+    /// Forward passes of the target model: 1 per step with a batched score() (or what the
+    /// verifier's calls_per_score says, see BatchVerifier), γ+1 with a plain model.
+    std::size_t target_calls = 0;
     std::size_t draft_calls = 0;      ///< calls into the draft model (forward passes, as the drafter reports them)
     std::size_t drafted_tokens = 0;   ///< draft tokens proposed
     std::size_t accepted_tokens = 0;  ///< draft tokens accepted
@@ -54,10 +56,13 @@ struct decode_stats {
     /// tested, i.e. all earlier draft tokens had been accepted.
     std::vector<std::size_t> reached_at_position;
 
-    /// Empirical acceptance rate alpha: accepted / (accepted + rejected) draft tokens,
-    /// the fraction of acceptance tests that passed (0 when none was made). Drafts that
-    /// were never tested, because an earlier one was rejected, do not count; for i.i.d.
-    /// acceptances (Leviathan et al. Sec. 3.1) this estimates alpha = E(beta).
+    /// Empirical acceptance rate: accepted / (accepted + rejected) draft tokens, the fraction
+    /// of acceptance tests that passed (0 when none was made). Drafts that were never tested,
+    /// because an earlier one was rejected, do not count. Under token verification, for
+    /// i.i.d. acceptances (Leviathan et al. Sec. 3.1), this estimates alpha = E(beta). Block
+    /// verification (the default) accepts more drafts than that, so its rate overstates
+    /// alpha, and Eq. 1 with it overstates tokens per step: to measure alpha for the analysis
+    /// functions, decode with verification_scheme::token.
     [[nodiscard]] double acceptance_rate() const noexcept {
         const std::size_t tested = accepted_tokens + rejected_tokens;
         return tested == 0 ? 0.0 : static_cast<double>(accepted_tokens) / static_cast<double>(tested);
