@@ -4,6 +4,7 @@
 #include <specdec/specdec.hpp>
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -48,6 +49,25 @@ TEST_CASE("The bigram model conditions on the last token and learns from the con
     CHECK(best == 2);
     CHECK_THROWS_AS(specdec::ngram_model(5, 3), std::invalid_argument);
     CHECK_THROWS_WITH(fresh.fit(std::vector<token_id>{7}), contains("token 7 is out of range"));
+}
+
+TEST_CASE("The n-gram model rejects bad input whole and keeps exact counts", "[drafters][errors]") {
+    specdec::ngram_model m(4, 2, false);
+    const std::vector<token_id> ctx{1};
+    const Eigen::VectorXf before = m.next_logits(ctx);
+    // A corpus with a bad token adds nothing, not even the tokens before it.
+    CHECK_THROWS_WITH(m.fit(std::vector<token_id>{1, 3, 1, 3, 9}), contains("token 9 is out of range"));
+    CHECK((m.next_logits(ctx) - before).cwiseAbs().maxCoeff() == 0.0f);
+    CHECK_THROWS_WITH(specdec::ngram_model(4, 1, true, std::numeric_limits<float>::infinity()),
+                      contains("must be positive and finite"));
+    // Counts past 2^24, where a float count no longer grows by 1: a context learned and rolled
+    // back leaves them as they were (float counts would lose its 2000 tokens).
+    specdec::ngram_model big(2, 1, true);
+    big.fit(std::vector<token_id>(std::size_t{1} << 24, 0));
+    const std::vector<token_id> none, context(2000, 0);
+    const Eigen::VectorXf fitted = big.next_logits(none);
+    (void)big.next_logits(context);  // counts the 2000 tokens...
+    CHECK(big.next_logits(none) == fitted);  // ... and rolls them back
 }
 
 TEST_CASE("Prompt lookup continues the most recent earlier occurrence of the last n-gram", "[drafters]") {
