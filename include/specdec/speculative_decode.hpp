@@ -26,9 +26,11 @@ namespace specdec {
 struct step_event {
     /// The block the drafter proposed (empty for autoregressive decoding).
     std::span<const token_id> draft;
-    /// How many of the draft tokens were accepted.
+    /// How many of the draft tokens were accepted (by verification: a stop token among them
+    /// still cuts the output, see `emitted`).
     std::size_t accepted = 0;
-    /// The token the target added: a correction after a rejection, a bonus otherwise.
+    /// The token the target added: a correction after a rejection, a bonus otherwise (not in
+    /// the output when a stop token came before it).
     token_id next_token = 0;
     /// The tokens appended to the output by this step: draft[0..accepted) then next_token,
     /// cut after a stop token. Stream these.
@@ -59,7 +61,9 @@ struct decode_options {
 /// Outcome of a decoding run.
 struct decode_result {
     std::vector<token_id> tokens;                  ///< generated tokens, prompt excluded
-    decode_stats stats;                            ///< work done (counts every verified token)
+    /// Work done: counts every verified token, also those after a stop token that `tokens`
+    /// does not hold, so tokens_per_step() can exceed what the output gained per step.
+    decode_stats stats;
     stop_reason stop = stop_reason::max_new_tokens;  ///< why the run ended
 };
 
