@@ -3,7 +3,10 @@
 #include <specdec/analysis.hpp>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
+
+using specdec_test::contains;
 
 namespace {
 double round_to(double x, int digits) {
@@ -79,11 +82,17 @@ TEST_CASE("D_LK and beta: symmetric, 0 for equal distributions, 1 for disjoint s
 TEST_CASE("Corollary 3.9: alpha > c admits a speedup, at least (1 + alpha)/(1 + c) with gamma 1", "[analysis]") {
     CHECK(specdec::improvement_possible(0.5, 0.1));
     CHECK_FALSE(specdec::improvement_possible(0.1, 0.5));
-    for (double alpha : {0.2, 0.5, 0.9})
-        for (double c : {0.0, 0.05, 0.1}) {
-            if (!specdec::improvement_possible(alpha, c)) continue;
-            CHECK(specdec::expected_walltime_improvement(alpha, 1, c) >= specdec::guaranteed_improvement(alpha, c) - 1e-12);
-            CHECK(specdec::expected_walltime_improvement(alpha, specdec::optimal_gamma(alpha, c), c) > 1.0);
+    CHECK_FALSE(specdec::improvement_possible(0.3, 0.3));  // alpha = c: W(gamma = 1) = 1, and never more
+    CHECK(specdec::guaranteed_improvement(0.5, 0.25) == Approx(1.2));
+    for (double alpha : {0.2, 0.3, 0.5, 0.9})
+        for (double c : {0.0, 0.05, 0.1, 0.3, 0.6}) {
+            INFO("alpha = " << alpha << ", c = " << c);
+            const double best = specdec::expected_walltime_improvement(alpha, specdec::optimal_gamma(alpha, c), c);
+            // The corollary, both ways: a speedup exists exactly when alpha > c, and then the
+            // best gamma achieves at least the guaranteed improvement.
+            CHECK(specdec::improvement_possible(alpha, c) == (best > 1.0 + 1e-12));
+            if (specdec::improvement_possible(alpha, c))
+                CHECK(best >= specdec::guaranteed_improvement(alpha, c) - 1e-12);
         }
 }
 
@@ -101,6 +110,45 @@ TEST_CASE("The optimal gamma maximizes Theorem 3.8 and the oracle bound exceeds 
         }
     CHECK(specdec::optimal_gamma(0.9, 0.01) > specdec::optimal_gamma(0.6, 0.01));
     CHECK(specdec::optimal_gamma(0.8, 0.01) >= specdec::optimal_gamma(0.8, 0.2));
+    // Ties go to the smallest gamma: at alpha = 0 every gamma gives 1 / (gamma c + 1) <= 1.
+    CHECK(specdec::optimal_gamma(0.0, 0.0) == 1);
+    // A free draft (c = 0) gains with every gamma: the search bound is the answer.
+    for (double alpha : {0.3, 0.5, 0.9, 1.0}) CHECK(specdec::optimal_gamma(alpha, 0.0, 200) == 200);
+    // The oracle bound is 1/(1 - alpha), the limit of Eq. 1 as gamma grows.
+    CHECK(specdec::oracle_bound(0.8) == Approx(5.0));
+    CHECK(specdec::oracle_bound(0.0) == 1.0);
+    CHECK(std::isinf(specdec::oracle_bound(1.0)));
+    CHECK(specdec::expected_tokens_per_step(0.8, 200) == Approx(specdec::oracle_bound(0.8)));
+}
+
+TEST_CASE("Eq. 1 keeps its precision near alpha = 1 and for any gamma", "[analysis]") {
+    // 1 - alpha^(gamma+1) cancels near alpha = 1; the exact value of sum_{k=0..gamma} alpha^k,
+    // summed term by term (no cancellation), is the reference.
+    for (double alpha : {0.999999, 1.0 - 1e-9, 0.3}) {
+        double sum = 0.0, term = 1.0;
+        for (int k = 0; k <= 20; ++k, term *= alpha) sum += term;
+        INFO("alpha = " << alpha);
+        CHECK(std::abs(specdec::expected_tokens_per_step(alpha, 20) - sum) <= 1e-14 * sum);
+    }
+    const std::size_t huge = std::numeric_limits<std::size_t>::max();  // gamma + 1 wraps in size_t
+    CHECK(specdec::expected_tokens_per_step(0.5, huge) == Approx(2.0));
+    CHECK(specdec::expected_tokens_per_step(1.0, huge) == Approx(static_cast<double>(huge) + 1.0));
+    CHECK(specdec::expected_operations_factor(1.0, huge, 0.0) == Approx(1.0));
+    // Theorem 3.8 and 3.11 at alpha = 1: gamma + 1 tokens per step.
+    CHECK(specdec::expected_walltime_improvement(1.0, 4, 0.25) == Approx(2.5));
+    CHECK(specdec::expected_operations_factor(1.0, 4, 0.25) == Approx(1.2));
+}
+
+TEST_CASE("D_LK accepts distributions whose sums miss 1 as float rows over 100k tokens do", "[analysis]") {
+    // standardize() writes float rows; over 32k-131k tokens their sums, widened to double, miss
+    // 1 by up to a few 1e-6. Such a row must be accepted.
+    const Eigen::Index n = 131072;
+    const Eigen::VectorXd u = Eigen::VectorXd::Constant(n, 1.0 / static_cast<double>(n));
+    Eigen::VectorXd p = u;
+    p.head(n / 2) *= 1.5;
+    p.tail(n / 2) *= 0.5 * (1.0 + 8e-6);  // sums to 1 + 4e-6
+    CHECK(specdec::d_lk(p, u) == Approx(0.25));
+    CHECK(specdec::acceptance_probability(p, u) == Approx(0.75));
 }
 
 TEST_CASE("The analysis functions reject out-of-range arguments", "[analysis][errors]") {
@@ -109,4 +157,17 @@ TEST_CASE("The analysis functions reject out-of-range arguments", "[analysis][er
     CHECK_THROWS_AS(specdec::expected_walltime_improvement(0.5, 3, -0.1), std::invalid_argument);
     CHECK_THROWS_AS(specdec::expected_operations_factor(0.5, 3, std::nan("")), std::invalid_argument);
     CHECK_THROWS_AS(specdec::oracle_bound(-0.1), std::invalid_argument);
+    // Each function names itself.
+    CHECK_THROWS_WITH(specdec::optimal_gamma(1.5, 0.1), contains("specdec::optimal_gamma: alpha = 1.5"));
+    CHECK_THROWS_WITH(specdec::optimal_gamma(0.5, -1.0), contains("specdec::optimal_gamma: c = -1"));
+    CHECK_THROWS_WITH(specdec::optimal_gamma(0.5, 0.1, 0), contains("max_gamma = 0"));
+    CHECK_THROWS_WITH(specdec::expected_operations_factor(0.5, 0, 0.1),
+                      contains("specdec::expected_operations_factor: gamma = 0"));
+    CHECK_THROWS_WITH(specdec::expected_walltime_improvement(2.0, 3, 0.1),
+                      contains("specdec::expected_walltime_improvement: alpha = 2"));
+    CHECK_THROWS_WITH(specdec::improvement_possible(0.5, -0.1), contains("specdec::improvement_possible"));
+    CHECK_THROWS_WITH(specdec::guaranteed_improvement(-0.5, 0.1), contains("specdec::guaranteed_improvement"));
+    Eigen::VectorXd p = Eigen::VectorXd::Constant(4, 0.25), q = p;
+    q[0] += 2e-3;  // sums to 1.002
+    CHECK_THROWS_WITH(specdec::d_lk(p, q), contains("q sums to"));
 }
