@@ -350,6 +350,65 @@ TEST_CASE("Block verification on long rows has the exact law of the accepted len
     }
 }
 
+TEST_CASE("Block verification on long rows has the exact law of the accepted length with realistic drafts",
+          "[block][statistical]") {
+    // The case above makes the lane-level lower bound L on R_i zero, so every coin's second
+    // event covers its whole excess. Here each draft row is its target row plus N(0, s^2) noise
+    // (s = 0.3 and 1.0), as a draft model's would be: lanes differ, L > 0, and the coins must
+    // split each token's excess by lane_excess_fraction. (Deciding a coin by the whole excess
+    // shifts P(tau = 0) by several points: chi-square in the hundreds at this sample size.)
+    // Rows of 6000 tokens, Pearson's chi-square over tau = 0..3 at false-alarm rate 1e-4 per
+    // noise level; the negative control (R_i without its factor w_i) must fail.
+    constexpr double kFalseAlarm = 1e-4;
+    const std::size_t gamma = 3;
+    const specdec::sampling_config s{};
+    const Eigen::Index vocab = 6000;
+    for (const float noise : {0.3f, 1.0f}) {
+        std::mt19937_64 g(71);
+        std::normal_distribution<float> normal(0.0f, 2.0f);
+        Eigen::MatrixXf z(vocab, static_cast<Eigen::Index>(gamma) + 1), q(vocab, static_cast<Eigen::Index>(gamma));
+        for (Eigen::Index k = 0; k < z.size(); ++k) z.data()[k] = normal(g);
+        std::vector<std::vector<double>> p;
+        for (Eigen::Index j = 0; j <= static_cast<Eigen::Index>(gamma); ++j) p.push_back(ref_standardize(z.col(j), s));
+        std::vector<token_id> x(gamma);
+        const double want[] = {0.55, 1.3, 0.8};  // p_i(x_i) / q_i(x_i), as above
+        for (std::size_t i = 0; i < gamma; ++i) {
+            const auto col = static_cast<Eigen::Index>(i);
+            Eigen::VectorXf draft_logits = z.col(col);
+            for (Eigen::Index k = 0; k < vocab; ++k) draft_logits[k] += noise * normal(g);
+            const std::vector<double> qd = ref_standardize(draft_logits, s);
+            for (Eigen::Index k = 0; k < vocab; ++k) q(k, col) = static_cast<float>(qd[static_cast<std::size_t>(k)]);
+            double best = 1e9;
+            for (Eigen::Index k = 0; k < vocab; ++k) {
+                const double qk = static_cast<double>(q(k, col)), pk = p[i][static_cast<std::size_t>(k)];
+                if (qk < 1e-4) continue;
+                if (const double miss = std::abs(std::log(pk / qk / want[i])); miss < best) {
+                    best = miss;
+                    x[i] = static_cast<token_id>(k);
+                }
+            }
+            REQUIRE(best < 0.1);
+        }
+        const std::vector<double> law = block_tau_law(p, q, x), wrong = block_tau_law(p, q, x, false);
+        INFO("noise " << noise << ", P(tau = 0..3): " << law[0] << " " << law[1] << " " << law[2] << " " << law[3]);
+        REQUIRE(law[1] > 0.02);  // (0.028 at noise 0.3: still about 800 of the draws)
+        REQUIRE(law[2] > 0.02);
+        std::vector<std::size_t> counts(gamma + 1, 0);
+        specdec::verify_workspace ws;
+        for (std::uint64_t seed = 0; seed < 30000; ++seed) {
+            std::mt19937_64 rng(seed);
+            ++counts[specdec::verify(z, x, q, s, rng, ws).accepted];
+        }
+        const auto ok = chi_square_test(counts, law);
+        INFO("counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << ": chi2 = "
+                       << ok.statistic << ", p = " << ok.p_value);
+        CHECK(ok.p_value >= kFalseAlarm);
+        const auto control = chi_square_test(counts, wrong);
+        INFO("negative control (R_i without w_i): chi2 = " << control.statistic << ", p = " << control.p_value);
+        CHECK(control.p_value < kFalseAlarm);
+    }
+}
+
 TEST_CASE("Lenience with block verification is rejected with a clear error", "[block][errors]") {
     auto target = markov_model::random(4, 2, 1);
     const std::vector<token_id> prompt{0};
