@@ -251,6 +251,17 @@ TEST_CASE("llama2: checkpoint errors name the file and the problem", "[llama2][c
         REQUIRE_THROWS_AS(llama2::read_checkpoint(f.path), std::invalid_argument);
         REQUIRE_THROWS_WITH(llama2::read_checkpoint(f.path), specdec_test::contains("n_heads"));
     }
+    SECTION("tensors too large to count") {
+        // dim 2^30, 1024 layers: wq alone would hold 2^70 floats (a product that wraps in 64 bits).
+        llama2::config huge = c;
+        huge.dim = 1 << 30;
+        huge.n_layers = 1024;
+        huge.hidden_dim = 1;
+        huge.n_heads = huge.n_kv_heads = 1 << 29;
+        huge.vocab_size = 512;
+        huge.seq_len = 1;
+        REQUIRE_THROWS_WITH(huge.validate("test"), specdec_test::contains("implausibly large"));
+    }
     SECTION("tiny file") {
         temp_file f("llama2_tiny");
         { std::ofstream(f.path, std::ios::binary).write("abc", 3); }
@@ -434,6 +445,24 @@ TEST_CASE("llama2: the KV cache reuses the common prefix and rolls back", "[llam
     CHECK(max_abs_diff(m.next_logits(seq), b) == 0.0f);
 }
 
+TEST_CASE("llama2: the context-limited drafter drafts as many tokens as the window holds", "[llama2][limits]") {
+    // Drafting k tokens after s feeds the model contexts of up to s + k - 1 tokens: k is
+    // min(gamma, seq_len - s + 1), so one token is still drafted after a full window.
+    const auto model = small_model();  // seq_len 48
+    llama2::transformer m(model);
+    llama2::context_limited_drafter<llama2::transformer> d(m);
+    std::mt19937 rng(3);
+    const tokens seq = random_tokens(rng, 50, 300);
+    specdec::draft_block block;
+    std::mt19937_64 g(1);
+    specdec::uniform_source u(g);
+    for (const std::size_t s : std::vector<std::size_t>{40, 45, 46, 47, 48, 49, 50}) {
+        INFO("context of " << s << " tokens");
+        d.draft(prefix(seq, s), 4, {}, u, block);
+        CHECK(block.tokens.size() == std::min<std::size_t>(4, s <= 48 ? 48 - s + 1 : 0));
+    }
+}
+
 TEST_CASE("llama2: contexts beyond seq_len throw std::length_error naming the model", "[llama2][limits]") {
     const auto model = small_model();  // seq_len 48
     llama2::transformer m(model);
@@ -575,6 +604,21 @@ TEST_CASE("llama2: tokenizer file errors", "[llama2][tokenizer]") {
     }
     CHECK_THROWS_WITH(llama2::tokenizer(f.path),
                       specdec_test::contains(f.path.filename().string()) && specdec_test::contains("length 9"));
+    temp_file empty("llama2_empty_tokenizer");
+    { std::ofstream(empty.path, std::ios::binary).write("ab", 2); }
+    CHECK_THROWS_WITH(llama2::tokenizer(empty.path), specdec_test::contains("while reading the header's max_token_length"));
+}
+
+TEST_CASE("llama2: a tokenizer with more pieces than the model's vocabulary is an error", "[llama2][tokenizer]") {
+    const auto dir = models_dir({tokenizer_file});
+    if (!dir) return;
+    // The 512-piece tokenizer read for a 300-token model, and with bytes after its last piece.
+    CHECK_THROWS_WITH(llama2::tokenizer(*dir / tokenizer_file, 300), specdec_test::contains("follow piece 299"));
+    temp_file f("llama2_tokenizer_trailing");
+    fs::copy_file(*dir / tokenizer_file, f.path, fs::copy_options::overwrite_existing);
+    { std::ofstream(f.path, std::ios::binary | std::ios::app).write("xyz", 3); }
+    CHECK_THROWS_WITH(llama2::tokenizer(f.path, 512), specdec_test::contains("3 bytes follow piece 511"));
+    CHECK(llama2::tokenizer(*dir / tokenizer_file, 512).vocab_size() == 512);
 }
 
 TEST_CASE("llama2: json_lite reads what the tests need", "[llama2][json]") {

@@ -137,7 +137,8 @@ struct config {
         if (head_size() % 2 != 0) fail("head_size = dim / n_heads must be even (RoPE rotates pairs)");
         constexpr std::uint64_t limit = std::uint64_t{1} << 40;
         auto big = [&](std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-            return a * b > limit || a * b * c > limit;  // each factor < 2^31, so a * b cannot overflow
+            // Each factor is below 2^31, so a * b cannot overflow; a * b * c could (2^93).
+            return a * b > limit || c > limit / (a * b);
         };
         if (big(std::uint64_t(n_layers), std::uint64_t(hidden_dim), std::uint64_t(dim)) ||
             big(std::uint64_t(n_layers), std::uint64_t(dim), std::uint64_t(dim)) ||

@@ -27,9 +27,10 @@ public:
 
     void draft(std::span<const specdec::token_id> context, std::size_t gamma, const specdec::sampling_config& sampling,
                specdec::uniform_source& uniforms, specdec::draft_block& out) {
-        // Drafting x_1..x_k feeds context + x_1..x_{k-1} to the model.
+        // Drafting x_1..x_k feeds context + x_1..x_{k-1}, at most |context| + k − 1 tokens, to
+        // the model: k <= limit − |context| + 1 (one token still fits a full window).
         const auto limit = static_cast<std::size_t>(model_->max_context());
-        const std::size_t room = context.size() < limit ? limit - context.size() + 1 : 0;
+        const std::size_t room = context.size() <= limit ? limit - context.size() + 1 : 0;
         const std::size_t k = std::min(gamma, room);
         if (k == 0) {
             out.clear();

@@ -49,33 +49,38 @@ public:
         if (!in) throw std::runtime_error(file + ": cannot open file");
         const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         std::size_t off = 0;
-        auto read_raw = [&](void* dst, std::size_t n, const char* what) {
+        auto read_raw = [&](void* dst, std::size_t n, const std::string& what) {
             if (data.size() - off < n)
                 throw std::invalid_argument(file + ": truncated at byte " + std::to_string(off) + " while reading " +
-                                            what + " of piece " + std::to_string(pieces_.size()));
+                                            what);
             std::memcpy(dst, data.data() + off, n);
             off += n;
         };
-        read_raw(&max_token_length_, 4, "max_token_length");
+        read_raw(&max_token_length_, 4, "the header's max_token_length");
         if (max_token_length_ <= 0)
             throw std::invalid_argument(file + ": invalid max_token_length " + std::to_string(max_token_length_));
         while (off < data.size() && (expected_vocab_size <= 0 || std::int32_t(pieces_.size()) < expected_vocab_size)) {
             float score = 0.0f;
             std::int32_t len = 0;
-            read_raw(&score, 4, "the score");
-            read_raw(&len, 4, "the length");
+            const std::string of_piece = " of piece " + std::to_string(pieces_.size());
+            read_raw(&score, 4, "the score" + of_piece);
+            read_raw(&len, 4, "the length" + of_piece);
             if (len < 0 || len > max_token_length_)
                 throw std::invalid_argument(file + ": piece " + std::to_string(pieces_.size()) + " has length " +
                                             std::to_string(len) + " outside [0, max_token_length = " +
                                             std::to_string(max_token_length_) + "]");
             std::string piece(std::size_t(len), '\0');
-            read_raw(piece.data(), std::size_t(len), "the bytes");
+            read_raw(piece.data(), std::size_t(len), "the bytes" + of_piece);
             scores_.push_back(score);
             pieces_.push_back(std::move(piece));
         }
         if (expected_vocab_size > 0 && std::int32_t(pieces_.size()) != expected_vocab_size)
             throw std::invalid_argument(file + ": holds " + std::to_string(pieces_.size()) +
                                         " pieces, the model expects " + std::to_string(expected_vocab_size));
+        if (off != data.size())  // (more pieces than expected, or a partial one)
+            throw std::invalid_argument(file + ": " + std::to_string(data.size() - off) + " bytes follow piece " +
+                                        std::to_string(pieces_.size() - 1) + "; the model expects " +
+                                        std::to_string(expected_vocab_size) + " pieces");
         if (pieces_.size() < std::size_t(byte_offset + 256))
             throw std::invalid_argument(file + ": holds " + std::to_string(pieces_.size()) +
                                         " pieces, fewer than the 3 special + 256 byte-fallback pieces");
