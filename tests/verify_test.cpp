@@ -245,11 +245,23 @@ TEST_CASE("verify rejects malformed input with messages that name the problem", 
     CHECK_THROWS_WITH(specdec::verify(z, draft, unnormalized, {}, rng, ws), contains("sums to"));
     Eigen::MatrixXf bad_logits = z;
     bad_logits(3, 0) = std::nanf("");
-    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("NaN"));
+    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws),
+                      contains("specdec::verify: target_logits column 0: logit 3 is NaN"));
     bad_logits(3, 0) = std::numeric_limits<float>::infinity();
-    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("+Inf"));
+    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("column 0: logit 3 is +Inf"));
     bad_logits.col(0).setConstant(-std::numeric_limits<float>::infinity());
-    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("-Inf"));
+    CHECK_THROWS_WITH(specdec::verify(bad_logits, draft, q, {}, rng, ws), contains("column 0: every logit is -Inf"));
+    for (const float t : {0.0f, 1.0f}) {  // greedy rows too, and a later column
+        Eigen::MatrixXf later = z;
+        later(5, 1) = std::nanf("");
+        const std::vector<token_id> accepted_draft{static_cast<token_id>(0)};
+        Eigen::MatrixXf two = later.leftCols(2), q1 = Eigen::MatrixXf::Zero(8, 1);
+        two.col(0).setConstant(-std::numeric_limits<float>::infinity());
+        two(0, 0) = 5.0f;  // p = q = the point mass at the draft token: always accepted
+        q1(0, 0) = 1.0f;
+        CHECK_THROWS_WITH(specdec::verify(two, accepted_draft, q1, {.temperature = t}, rng, ws),
+                          contains("target_logits column 1: logit 5 is NaN"));
+    }
 }
 
 TEST_CASE("The draft-column check finds a bad entry anywhere in a long column and accepts -0.0", "[verify][errors]") {

@@ -32,6 +32,7 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -323,9 +324,9 @@ SPECDEC_NOINLINE target_row prepare_short_row(const Eigen::Ref<const Eigen::Matr
 /// is written (truncating sampling aside): this is exactly the bound's work. `check_q`, when
 /// not null, is draft column j, with scale check_scale: it is checked in the same pass (read
 /// block by block next to the logits, its loads overlapping the exps).
-inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
-                              verify_workspace& ws, const char* where, const float* check_q = nullptr,
-                              float check_scale = 1.0f) {
+inline target_row prepare_row_unnamed(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j,
+                                      const sampling_config& s, verify_workspace& ws, const char* where,
+                                      const float* check_q, float check_scale) {
     const auto col = static_cast<Eigen::Index>(j);
     const auto z = logits.col(col);
     if (s.temperature == 0.0f) {
@@ -355,6 +356,24 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     }
     if (check_q != nullptr) check_column(check_q, n, j, check_scale, where);
     return r;
+}
+
+/// prepare_row_unnamed, whose errors about the logits also name the column: "where: target_logits
+/// column 2: logit 7 is NaN". (The row is scanned again only when the pass has thrown.)
+inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const sampling_config& s,
+                              verify_workspace& ws, const char* where, const float* check_q = nullptr,
+                              float check_scale = 1.0f) {
+    try {
+        return prepare_row_unnamed(logits, j, s, ws, where, check_q, check_scale);
+    } catch (const std::invalid_argument&) {
+        const auto z = logits.col(static_cast<Eigen::Index>(j)).array();
+        constexpr float inf = std::numeric_limits<float>::infinity();
+        if (z.isNaN().any() || (z == inf).any() || (z == -inf).all()) {
+            const std::string named = std::string(where) + ": target_logits column " + std::to_string(j);
+            diagnose_logits(logits.col(static_cast<Eigen::Index>(j)), named.c_str());
+        }
+        throw;  // an error about the draft column
+    }
 }
 
 /// p(x) for a prepared row: for plain rows exp((z_x − m_b) / T) times the block's scale, the
