@@ -351,3 +351,51 @@ TEST_CASE("Negative control: lenience below 1 changes the distribution, and the 
     INFO(describe(r));
     CHECK(r.p_value < kFalseAlarm);
 }
+
+TEST_CASE("Negative control: lenience 0.3 is detected under each sampling configuration tested above",
+          "[statistical][negative-control]") {
+    // The controls above use temperature 1; this shows that the test has power under each of
+    // the other configurations too (same models, seeds and sample sizes as their cases): the
+    // library's own lenient sampling, whose distribution is not the target's, must fail.
+    const auto lenient = [](const equivalence_case& c) {
+        return specdec::decode_options{.gamma = c.gamma,
+                                       .max_new_tokens = kLength,
+                                       .sampling = c.sampling,
+                                       .lenience = 0.3f,
+                                       .scheme = specdec::verification_scheme::token};
+    };
+    const equivalence_case cases[] = {
+        {.sampling = {.temperature = 0.6f}, .target_seed = 21, .draft_seed = 22},
+        {.vocab = 5, .sampling = {.top_k = 3}, .target_seed = 31, .draft_seed = 32},
+        {.vocab = 5, .sampling = {.top_p = 0.9f}, .target_seed = 43, .draft_seed = 44},
+        {.vocab = 5, .sampling = {.temperature = 0.8f, .min_p = 0.1f}, .target_seed = 51, .draft_seed = 52}};
+    for (const auto& c : cases) {
+        auto target = markov_model::random(c.vocab, 2, c.target_seed);
+        auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+        const std::vector<token_id> prompt{0};
+        const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+        const auto opts = lenient(c);
+        const auto r = sequence_test(
+            [&](std::mt19937_64& rng) { return specdec::speculative_decode(draft, target, prompt, opts, rng).tokens; },
+            exact, c.vocab, 1000 + c.target_seed);
+        INFO("seeds " << c.target_seed << ", " << c.draft_seed << ": " << describe(r));
+        CHECK(r.p_value < kFalseAlarm);
+    }
+    // The sparse 7000-token vocabulary, with its smaller sample.
+    const equivalence_case c{.vocab = 5, .sampling = {.temperature = 0.8f}, .target_seed = 121, .draft_seed = 122};
+    auto target_small = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft_small = markov_model::random(c.vocab, 2, c.draft_seed);
+    sparse_model target{&target_small}, draft{&draft_small};
+    const std::vector<token_id> prompt{sparse_model::ids[0]}, model_prompt{0};
+    const auto exact = exact_sequence_distribution(target_small, model_prompt, kLength, c.sampling);
+    const auto opts = lenient(c);
+    const auto r = sequence_test(
+        [&](std::mt19937_64& rng) {
+            auto tokens = specdec::speculative_decode(draft, target, prompt, opts, rng).tokens;
+            for (auto& t : tokens) t = sparse_model::small_of(t);
+            return tokens;
+        },
+        exact, c.vocab, 1121, kSamples / 5);
+    INFO("sparse vocabulary: " << describe(r));
+    CHECK(r.p_value < kFalseAlarm);
+}
