@@ -106,7 +106,7 @@ std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
 /// a plain model is called n + 1 times; a BatchVerifier once, unless it says otherwise with
 /// `calls_per_score(n)` (as model_verifier does when it wraps a plain model).
 template <Verifier V>
-std::size_t score_calls(const V& verifier, std::size_t n) {
+std::size_t score_calls(V& verifier, std::size_t n) {
     if constexpr (BatchVerifier<V>) {
         if constexpr (requires { { verifier.calls_per_score(n) } -> std::convertible_to<std::size_t>; })
             return static_cast<std::size_t>(verifier.calls_per_score(n));
