@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 using namespace specdec_test;
@@ -283,6 +284,62 @@ std::vector<double> block_tau_law(const std::vector<std::vector<double>>& p, con
     return law;
 }
 
+/// The draft token of column i: a token the draft plausibly samples (q >= 1e-4) whose ratio
+/// p_i(x) / q_i(x) is closest to `want`, which it must match within 10% (in log).
+token_id token_with_ratio(const std::vector<double>& p, const Eigen::MatrixXf& q, Eigen::Index col, double want) {
+    token_id x = 0;
+    double best = 1e9;
+    for (Eigen::Index k = 0; k < q.rows(); ++k) {
+        const double qk = static_cast<double>(q(k, col)), pk = p[static_cast<std::size_t>(k)];
+        if (qk < 1e-4) continue;
+        if (const double miss = std::abs(std::log(pk / qk / want)); miss < best) {
+            best = miss;
+            x = static_cast<token_id>(k);
+        }
+    }
+    REQUIRE(best < 0.1);
+    return x;
+}
+
+/// 30000 block verifications of (z, x, q), one seed each: Pearson's chi-square of the accepted
+/// length τ = 0..γ against its exact law, at false-alarm rate 1e-4, and the negative control
+/// (the law with R_i missing its factor w_i) must fail. Positions 1 and 2 must matter (P > 0.02).
+void check_tau_law(const Eigen::MatrixXf& z, const Eigen::MatrixXf& q, const std::vector<token_id>& x,
+                   const std::vector<std::vector<double>>& p) {
+    constexpr double kFalseAlarm = 1e-4;
+    const std::vector<double> law = block_tau_law(p, q, x), wrong = block_tau_law(p, q, x, false);
+    INFO("P(tau = 0..3): " << law[0] << " " << law[1] << " " << law[2] << " " << law[3]);
+    REQUIRE(law[1] > 0.02);  // positions 1 and 2, which coins (or the pass) decide, matter
+    REQUIRE(law[2] > 0.02);
+    std::vector<std::size_t> counts(x.size() + 1, 0);
+    specdec::verify_workspace ws;
+    for (std::uint64_t seed = 0; seed < 30000; ++seed) {
+        std::mt19937_64 rng(seed);
+        ++counts[specdec::verify(z, x, q, {}, rng, ws).accepted];
+    }
+    const auto ok = chi_square_test(counts, law);
+    INFO("counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << ": chi2 = "
+                   << ok.statistic << ", p = " << ok.p_value);
+    CHECK(ok.p_value >= kFalseAlarm);
+    const auto control = chi_square_test(counts, wrong);
+    INFO("negative control (R_i without w_i): chi2 = " << control.statistic << ", p = " << control.p_value);
+    CHECK(control.p_value < kFalseAlarm);
+}
+
+/// Target logits of V x (γ + 1), i.i.d. N(0, 2²) from seed 71, and their distributions.
+std::pair<Eigen::MatrixXf, std::vector<std::vector<double>>> random_target(Eigen::Index vocab, std::size_t gamma,
+                                                                           std::mt19937_64& g) {
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    Eigen::MatrixXf z(vocab, static_cast<Eigen::Index>(gamma) + 1);
+    for (Eigen::Index k = 0; k < z.size(); ++k) z.data()[k] = normal(g);
+    std::vector<std::vector<double>> p;
+    for (Eigen::Index j = 0; j <= static_cast<Eigen::Index>(gamma); ++j) p.push_back(ref_standardize(z.col(j), {}));
+    return {z, p};
+}
+
+/// Wanted ratios p_i(x_i) / q_i(x_i): w_1 = 0.55, w_2 = w_1 · 1.3, w_3 = w_2 · 0.8.
+constexpr double kWantedRatios[] = {0.55, 1.3, 0.8};
+
 }  // namespace
 
 TEST_CASE("Block verification on long rows has the exact law of the accepted length where only coins decide",
@@ -296,22 +353,16 @@ TEST_CASE("Block verification on long rows has the exact law of the accepted len
     // within budgets of 5 and 9); about 1% of them exhaust the budget of 5, and the pass over
     // the row decides those. Pearson's chi-square over τ = 0..γ at false-alarm rate 1e-4 per
     // size; a negative control (R_i without its factor w_i) must fail.
-    constexpr double kFalseAlarm = 1e-4;
     const std::size_t gamma = 3;
-    const specdec::sampling_config s{};
     for (const Eigen::Index vocab : {6000, 10000}) {
+        INFO("V = " << vocab);
         std::mt19937_64 g(71);
-        std::normal_distribution<float> normal(0.0f, 2.0f);
-        Eigen::MatrixXf z(vocab, static_cast<Eigen::Index>(gamma) + 1), q(vocab, static_cast<Eigen::Index>(gamma));
-        for (Eigen::Index k = 0; k < z.size(); ++k) z.data()[k] = normal(g);
-        std::vector<std::vector<double>> p;
-        for (Eigen::Index j = 0; j <= static_cast<Eigen::Index>(gamma); ++j) p.push_back(ref_standardize(z.col(j), s));
+        const auto [z, p] = random_target(vocab, gamma, g);
+        Eigen::MatrixXf q(vocab, static_cast<Eigen::Index>(gamma));
         auto partner = [](Eigen::Index k) {  // k <-> k ± 16 inside its chunk of 256
             return (k % 256) / 16 % 2 == 0 ? k + 16 : k - 16;
         };
         std::vector<token_id> x(gamma);
-        // Wanted ratios p_i(x_i) / q_i(x_i): w_1 = 0.55, w_2 = w_1 · 1.3, w_3 = w_2 · 0.8.
-        const double want[] = {0.55, 1.3, 0.8};
         for (std::size_t i = 0; i < gamma; ++i) {
             const auto col = static_cast<Eigen::Index>(i);
             for (Eigen::Index k = 0; k < vocab; ++k) {
@@ -319,34 +370,9 @@ TEST_CASE("Block verification on long rows has the exact law of the accepted len
                 q(k, col) = other < vocab ? static_cast<float>(p[i][static_cast<std::size_t>(other)]) : 0.0f;
             }
             q.col(col) /= q.col(col).sum();  // (tokens without a partner at the end lose their mass)
-            double best = 1e9;
-            for (Eigen::Index k = 0; k < vocab; ++k) {
-                const double qk = static_cast<double>(q(k, col)), pk = p[i][static_cast<std::size_t>(k)];
-                if (qk < 1e-4) continue;  // tokens a draft plausibly samples
-                if (const double miss = std::abs(std::log(pk / qk / want[i])); miss < best) {
-                    best = miss;
-                    x[i] = static_cast<token_id>(k);
-                }
-            }
-            REQUIRE(best < 0.1);
+            x[i] = token_with_ratio(p[i], q, col, kWantedRatios[i]);
         }
-        const std::vector<double> law = block_tau_law(p, q, x), wrong = block_tau_law(p, q, x, false);
-        INFO("V = " << vocab << ", P(tau = 0..3): " << law[0] << " " << law[1] << " " << law[2] << " " << law[3]);
-        REQUIRE(law[1] > 0.05);  // positions 1 and 2, which only coins (or the pass) decide, matter
-        REQUIRE(law[2] > 0.05);
-        std::vector<std::size_t> counts(gamma + 1, 0);
-        specdec::verify_workspace ws;
-        for (std::uint64_t seed = 0; seed < 30000; ++seed) {
-            std::mt19937_64 rng(seed);
-            ++counts[specdec::verify(z, x, q, s, rng, ws).accepted];
-        }
-        const auto ok = chi_square_test(counts, law);
-        INFO("counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << ": chi2 = "
-                       << ok.statistic << ", p = " << ok.p_value);
-        CHECK(ok.p_value >= kFalseAlarm);
-        const auto control = chi_square_test(counts, wrong);
-        INFO("negative control (R_i without w_i): chi2 = " << control.statistic << ", p = " << control.p_value);
-        CHECK(control.p_value < kFalseAlarm);
+        check_tau_law(z, q, x, p);
     }
 }
 
@@ -359,53 +385,24 @@ TEST_CASE("Block verification on long rows has the exact law of the accepted len
     // shifts P(tau = 0) by several points: chi-square in the hundreds at this sample size.)
     // Rows of 6000 tokens, Pearson's chi-square over tau = 0..3 at false-alarm rate 1e-4 per
     // noise level; the negative control (R_i without its factor w_i) must fail.
-    constexpr double kFalseAlarm = 1e-4;
     const std::size_t gamma = 3;
-    const specdec::sampling_config s{};
     const Eigen::Index vocab = 6000;
     for (const float noise : {0.3f, 1.0f}) {
+        INFO("noise " << noise);
         std::mt19937_64 g(71);
+        const auto [z, p] = random_target(vocab, gamma, g);
         std::normal_distribution<float> normal(0.0f, 2.0f);
-        Eigen::MatrixXf z(vocab, static_cast<Eigen::Index>(gamma) + 1), q(vocab, static_cast<Eigen::Index>(gamma));
-        for (Eigen::Index k = 0; k < z.size(); ++k) z.data()[k] = normal(g);
-        std::vector<std::vector<double>> p;
-        for (Eigen::Index j = 0; j <= static_cast<Eigen::Index>(gamma); ++j) p.push_back(ref_standardize(z.col(j), s));
+        Eigen::MatrixXf q(vocab, static_cast<Eigen::Index>(gamma));
         std::vector<token_id> x(gamma);
-        const double want[] = {0.55, 1.3, 0.8};  // p_i(x_i) / q_i(x_i), as above
         for (std::size_t i = 0; i < gamma; ++i) {
             const auto col = static_cast<Eigen::Index>(i);
             Eigen::VectorXf draft_logits = z.col(col);
             for (Eigen::Index k = 0; k < vocab; ++k) draft_logits[k] += noise * normal(g);
-            const std::vector<double> qd = ref_standardize(draft_logits, s);
+            const std::vector<double> qd = ref_standardize(draft_logits, {});
             for (Eigen::Index k = 0; k < vocab; ++k) q(k, col) = static_cast<float>(qd[static_cast<std::size_t>(k)]);
-            double best = 1e9;
-            for (Eigen::Index k = 0; k < vocab; ++k) {
-                const double qk = static_cast<double>(q(k, col)), pk = p[i][static_cast<std::size_t>(k)];
-                if (qk < 1e-4) continue;
-                if (const double miss = std::abs(std::log(pk / qk / want[i])); miss < best) {
-                    best = miss;
-                    x[i] = static_cast<token_id>(k);
-                }
-            }
-            REQUIRE(best < 0.1);
+            x[i] = token_with_ratio(p[i], q, col, kWantedRatios[i]);
         }
-        const std::vector<double> law = block_tau_law(p, q, x), wrong = block_tau_law(p, q, x, false);
-        INFO("noise " << noise << ", P(tau = 0..3): " << law[0] << " " << law[1] << " " << law[2] << " " << law[3]);
-        REQUIRE(law[1] > 0.02);  // (0.028 at noise 0.3: still about 800 of the draws)
-        REQUIRE(law[2] > 0.02);
-        std::vector<std::size_t> counts(gamma + 1, 0);
-        specdec::verify_workspace ws;
-        for (std::uint64_t seed = 0; seed < 30000; ++seed) {
-            std::mt19937_64 rng(seed);
-            ++counts[specdec::verify(z, x, q, s, rng, ws).accepted];
-        }
-        const auto ok = chi_square_test(counts, law);
-        INFO("counts " << counts[0] << " " << counts[1] << " " << counts[2] << " " << counts[3] << ": chi2 = "
-                       << ok.statistic << ", p = " << ok.p_value);
-        CHECK(ok.p_value >= kFalseAlarm);
-        const auto control = chi_square_test(counts, wrong);
-        INFO("negative control (R_i without w_i): chi2 = " << control.statistic << ", p = " << control.p_value);
-        CHECK(control.p_value < kFalseAlarm);
+        check_tau_law(z, q, x, p);
     }
 }
 
