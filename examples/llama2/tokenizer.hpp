@@ -77,7 +77,7 @@ public:
         if (expected_vocab_size > 0 && std::int32_t(pieces_.size()) != expected_vocab_size)
             throw std::invalid_argument(file + ": holds " + std::to_string(pieces_.size()) +
                                         " pieces, the model expects " + std::to_string(expected_vocab_size));
-        if (off != data.size())  // (more pieces than expected, or a partial one)
+        if (off != data.size())  // (only with an expected size: the loop stopped there; a partial piece threw)
             throw std::invalid_argument(file + ": " + std::to_string(data.size() - off) + " bytes follow piece " +
                                         std::to_string(pieces_.size() - 1) + "; the model expects " +
                                         std::to_string(expected_vocab_size) + " pieces");

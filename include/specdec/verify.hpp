@@ -366,11 +366,12 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     try {
         return prepare_row_unnamed(logits, j, s, ws, where, check_q, check_scale);
     } catch (const std::invalid_argument&) {
-        const auto z = logits.col(static_cast<Eigen::Index>(j)).array();
+        const auto column = logits.col(static_cast<Eigen::Index>(j));
+        const auto z = column.array();
         constexpr float inf = std::numeric_limits<float>::infinity();
         if (z.isNaN().any() || (z == inf).any() || (z == -inf).all()) {
             const std::string named = std::string(where) + ": target_logits column " + std::to_string(j);
-            diagnose_logits(logits.col(static_cast<Eigen::Index>(j)), named.c_str());
+            diagnose_logits(column, named.c_str());
         }
         throw;  // an error about the draft column
     }
