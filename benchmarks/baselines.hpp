@@ -67,7 +67,7 @@ inline Eigen::Index lse_blocks(Eigen::Index n) { return (n + lse_block - 1) / ls
 /// With AVX-512, or AVX2 with FMA, the bound uses specdec's own exp (exp2_avx512 / exp2_avx2 with
 /// 1/T = 1), whose reference is exp2_reference's; with Eigen's exp of x - m, ref = m·log2(e).
 inline double block_ref_log2(float m) {
-#if defined(__AVX512F__) || defined(SPECDEC_DETAIL_EXP2_AVX2)
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
     return specdec::detail::exp2_reference(m, 1.0f).log2();
 #else
     return static_cast<double>(m) * 1.4426950408889634;
@@ -87,7 +87,7 @@ inline double block_ref_log2(float m) {
 template <bool ReadQ = false, bool Write = false>
 inline float exp_sum_avx512(const float* b, Eigen::Index len, float m, Eigen::Index next_len = 0,
                             const float* q = nullptr, double* q_sum = nullptr, float* out = nullptr) {
-    const specdec::detail::exp2_avx512 exp_of{m, 1.0f};  // its reference is block_ref_log2(m)
+    const specdec::detail::SPECDEC_DETAIL_NS_AVX512::exp2_avx512 exp_of{m, 1.0f};  // its reference is block_ref_log2(m)
     __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0;
     Eigen::Index i = 0;
     for (; i + 64 <= len; i += 64) {
@@ -194,9 +194,9 @@ inline float log_sum_exp_impl(const float* x, Eigen::Index n, const float* q = n
         const float s = exp_sum_avx512<ReadQ, Write>(b, len, m, std::min(block, n - start - len),
                                                      ReadQ ? q + start : nullptr, q_sum, Write ? out + start : nullptr);
 #else
-#if defined(SPECDEC_DETAIL_EXP2_AVX2)
+#if defined(__AVX2__) && defined(__FMA__)
         // AVX2 and FMA: specdec's own exp (the same instructions as the AVX-512 one, 8 floats).
-        const specdec::detail::exp2_avx2 exp2_of{m, 1.0f};
+        const specdec::detail::SPECDEC_DETAIL_NS_AVX2::exp2_avx2 exp2_of{m, 1.0f};
         const auto exp_of = [&](const float* p) { return exp2_of(ei::ploadu<Packet>(p)); };
 #else
         // exp(max(x − m, −87)): as in specdec, pexp is kept away from subnormal results (at its

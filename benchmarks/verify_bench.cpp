@@ -832,21 +832,32 @@ void bm_rejection_bound(benchmark::State& state, Index vocab, double want, bool 
     set_per_call(state, calls_per_batch);
 }
 
+/// The copy of the hot core the internal benchmarks below call directly: the one for this
+/// build's own instruction set (the bench preset's -march=native), as the preprocessor chose
+/// before the core was dispatched at run time.
+#if SPECDEC_DETAIL_X86_DISPATCH && defined(__AVX512F__) && defined(__AVX512DQ__)
+namespace core = specdec::detail::SPECDEC_DETAIL_NS_AVX512;
+#elif SPECDEC_DETAIL_X86_DISPATCH && defined(__AVX2__) && defined(__FMA__)
+namespace core = specdec::detail::SPECDEC_DETAIL_NS_AVX2;
+#else
+namespace core = specdec::detail::kernels;
+#endif
+
 /// The parts of such a call, on the same input (R = 0.01): the normalizing pass over the row
-/// alone (specdec::detail::prepare_row, with or without the draft-column check), to be read
+/// alone (core::prepare_row, with or without the draft-column check), to be read
 /// against BM_rejection_bound(_q); and the proposals of the residual draw alone: group = K draws
 /// from p made side by side as sample_residual makes them (draw_plain_group for K = 4, the
 /// AVX-512 walk with K draws for K = 1 and 8), uniforms from a stream never restarted. Counter
 /// per_call: seconds per pass, or per proposal.
 void bm_pass(benchmark::State& state, Index vocab, bool check) {
     const rejection_input& in = get_rejection_input(vocab, 0.01);
-    specdec::verify_workspace ws;
+    specdec::detail::verify_buffers ws;
     const specdec::sampling_config s{};
     specdec::detail::reserve_rows(ws, vocab, 1, s);
     const float* q = check ? in.q.col(0).data() : nullptr;
     timed_batches(state, [&] {
         for (int k = 0; k < calls_per_batch; ++k) {
-            const auto r = specdec::detail::prepare_row(in.z, 0, s, ws, "bm_pass", q);
+            const auto r = core::prepare_row(in.z, 0, s, ws, "bm_pass", q);
             benchmark::DoNotOptimize(r);
         }
     });
@@ -856,11 +867,11 @@ void bm_pass(benchmark::State& state, Index vocab, bool check) {
 template <int K>
 void bm_proposals(benchmark::State& state, Index vocab) {
     const rejection_input& in = get_rejection_input(vocab, 0.01);
-    specdec::verify_workspace ws;
+    specdec::detail::verify_buffers ws;
     const specdec::sampling_config s{};
     specdec::detail::reserve_rows(ws, vocab, 1, s);
-    const specdec::detail::target_row row = specdec::detail::prepare_row(in.z, 0, s, ws, "bm_proposals");
-    const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
+    const specdec::detail::target_row row = core::prepare_row(in.z, 0, s, ws, "bm_proposals");
+    const double* prefix = core::block_prefix(row, vocab, ws);
     splitmix64 fresh{0x9e0};
     constexpr int per_batch = 64;  // proposals per timed batch
     static_assert(per_batch % K == 0);
@@ -868,15 +879,15 @@ void bm_proposals(benchmark::State& state, Index vocab) {
         for (int t = 0; t < per_batch; t += K) {
             constexpr auto count = static_cast<std::size_t>(K);
             double u[count];
-            specdec::detail::weighted_index y[count];
+            core::weighted_index y[count];
             for (double& x : u) x = specdec::uniform01(fresh);
-            if constexpr (K == specdec::detail::proposal_group) {
-                specdec::detail::draw_plain_group(row, in.z, ws, prefix, u, y);
+            if constexpr (K == core::proposal_group) {
+                core::draw_plain_group(row, in.z, ws, prefix, u, y);
             } else {
 #if defined(__AVX512F__)
-                specdec::detail::draw_plain_avx512<K>(row, in.z, ws, prefix, u, y);
+                core::draw_plain_avx512<K>(row, in.z, ws, prefix, u, y);
 #else
-                for (int k = 0; k < K; ++k) y[k] = specdec::detail::draw_plain(row, in.z, ws, prefix, u[k]);
+                for (int k = 0; k < K; ++k) y[k] = core::draw_plain(row, in.z, ws, prefix, u[k]);
 #endif
             }
             benchmark::DoNotOptimize(y);

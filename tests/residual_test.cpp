@@ -293,7 +293,7 @@ TEST_CASE("The blockwise inverse CDF returns the index a plain running sum gives
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     for (int t = 0; t < 20000; ++t) {
         const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
-        const Eigen::Index k = specdec::detail::draw_by_blocks(sums.data(), nb, n, acc, u, buf.data(), fill);
+        const Eigen::Index k = specdec::detail::kernels::draw_by_blocks(sums.data(), nb, n, acc, u, buf.data(), fill);
         REQUIRE(k >= 0);
         REQUIRE(k < n);
         REQUIRE(weights[static_cast<std::size_t>(k)] > 0.0f);
@@ -321,12 +321,12 @@ Eigen::MatrixXf holey_logits(Eigen::Index vocab, float sigma, std::mt19937_64& g
 /// A row of holey_logits prepared at temperature 0.7, with its workspace.
 struct prepared_holey_row {
     Eigen::MatrixXf logits;
-    specdec::verify_workspace ws;
+    specdec::detail::verify_buffers ws;
     specdec::detail::target_row row;
     prepared_holey_row(Eigen::Index vocab, float sigma, std::mt19937_64& g) : logits(holey_logits(vocab, sigma, g)) {
         const specdec::sampling_config s{.temperature = 0.7f};
         specdec::detail::reserve_rows(ws, vocab, 0, s);
-        row = specdec::detail::prepare_row(logits, 0, s, ws, "test");
+        row = specdec::detail::kernels::prepare_row(logits, 0, s, ws, "test");
     }
 };
 
@@ -371,17 +371,17 @@ TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) 
     CHECK(row.exps == (vocab <= specdec::detail::kept_row_limit));
     // The cumulative p in the draw's order.
     const lane_order_sums cum =
-        sums_in_lane_order(vocab, [&](Eigen::Index k) { return specdec::detail::prob_of(row, logits, ws, k); });
+        sums_in_lane_order(vocab, [&](Eigen::Index k) { return specdec::detail::kernels::prob_of(row, logits, ws, k); });
     REQUIRE(std::find(cum.at.begin(), cum.at.end(), -1.0) == cum.at.end());  // every token in the order
     CHECK(cum.total == Approx(1.0).epsilon(1e-5));
-    const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
+    const double* prefix = specdec::detail::kernels::block_prefix(row, vocab, ws);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     for (int t = 0; t < 20000; ++t) {
         const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
-        const auto y = specdec::detail::draw_plain(row, logits, ws, prefix, u);
+        const auto y = specdec::detail::kernels::draw_plain(row, logits, ws, prefix, u);
         REQUIRE(y.index >= 0);
         REQUIRE(y.index < vocab);
-        const double py = specdec::detail::prob_of(row, logits, ws, y.index);
+        const double py = specdec::detail::kernels::prob_of(row, logits, ws, y.index);
         REQUIRE(py > 0.0);  // never a token of probability 0
         CHECK(y.weight == Approx(py).epsilon(1e-5));
         // The cumulative p crosses u at y, up to float rounding of the lane sums.
@@ -403,23 +403,23 @@ TEST_CASE("Grouped draws from a long row give the tokens of the scalar walk", "[
     prepared_holey_row prepared(vocab, 3.0f, g);
     auto& [logits, ws, row] = prepared;
     REQUIRE_FALSE(row.exps);
-    const double* prefix = specdec::detail::block_prefix(row, vocab, ws);
+    const double* prefix = specdec::detail::kernels::block_prefix(row, vocab, ws);
     std::uniform_real_distribution<double> u01(0.0, 1.0);
-    constexpr int group = specdec::detail::proposal_group;
+    constexpr int group = specdec::detail::kernels::proposal_group;
     int differ = 0, draws = 0;
     for (int t = 0; t < 5000; ++t) {
         double u[group];
         for (int k = 0; k < group; ++k) u[k] = u01(g);
         if (t == 0) u[0] = 0.0, u[1] = std::nextafter(1.0, 0.0);
-        specdec::detail::weighted_index y[group];
-        specdec::detail::draw_plain_group(row, logits, ws, prefix, u, y);
+        specdec::detail::kernels::weighted_index y[group];
+        specdec::detail::kernels::draw_plain_group(row, logits, ws, prefix, u, y);
         for (int k = 0; k < group; ++k, ++draws) {
             REQUIRE(y[k].index >= 0);
             REQUIRE(y[k].index < vocab);
-            const double py = specdec::detail::prob_of(row, logits, ws, y[k].index);
+            const double py = specdec::detail::kernels::prob_of(row, logits, ws, y[k].index);
             REQUIRE(py > 0.0);  // never a token of probability 0
             CHECK(y[k].weight == Approx(py).epsilon(1e-5));
-            const auto scalar = specdec::detail::draw_plain_scalar(row, logits, ws, prefix, u[k]);
+            const auto scalar = specdec::detail::kernels::draw_plain_scalar(row, logits, ws, prefix, u[k]);
             differ += scalar.index != y[k].index;
         }
     }
@@ -441,19 +441,19 @@ TEST_CASE("The short-row residual draw follows the lane order of the cumulative 
     Eigen::VectorXf q(vocab);
     std::uniform_real_distribution<float> spread(0.0f, 2.0f);
     for (Eigen::Index k = 0; k < vocab; ++k)
-        q[k] = static_cast<float>(specdec::detail::prob_of(row, logits, ws, k)) * spread(g);
+        q[k] = static_cast<float>(specdec::detail::kernels::prob_of(row, logits, ws, k)) * spread(g);
     q /= q.sum();
-    specdec::detail::short_row_lanes lanes;
-    const double total = specdec::detail::short_residual_weights(row, q.data(), 1.0f, 1.0f, ws, vocab, lanes);
+    specdec::detail::kernels::short_row_lanes lanes;
+    const double total = specdec::detail::kernels::short_residual_weights(row, q.data(), 1.0f, 1.0f, ws, vocab, lanes);
     REQUIRE(total > 0.01);
     const lane_order_sums cum = sums_in_lane_order(vocab, [&](Eigen::Index k) {
-        return std::max(0.0, specdec::detail::prob_of(row, logits, ws, k) - static_cast<double>(q[k]));
+        return std::max(0.0, specdec::detail::kernels::prob_of(row, logits, ws, k) - static_cast<double>(q[k]));
     });
     CHECK(cum.total == Approx(total).epsilon(1e-4));
     std::uniform_real_distribution<double> u01(0.0, 1.0);
     for (int t = 0; t < 20000; ++t) {
         const double u = t == 0 ? 0.0 : t == 1 ? std::nextafter(1.0, 0.0) : u01(g);
-        const Eigen::Index y = specdec::detail::draw_short_residual(ws, lanes, vocab, total, u);
+        const Eigen::Index y = specdec::detail::kernels::draw_short_residual(ws, lanes, vocab, total, u);
         REQUIRE(y >= 0);
         REQUIRE(y < vocab);
         REQUIRE(ws.block[static_cast<std::size_t>(y)] > 0.0f);  // never a token of weight 0
@@ -482,23 +482,23 @@ TEST_CASE("The lane-level residual mass bound never exceeds the exact residual m
         specdec::standardize(draft.col(0), s, qcol, sw, "test");
         const Eigen::MatrixXf q = qcol;
         const Eigen::Ref<const Eigen::MatrixXf> qref(q);
-        specdec::verify_workspace ws;
+        specdec::detail::verify_buffers ws;
         specdec::detail::reserve_rows(ws, vocab, 0, s);
-        const auto row = specdec::detail::prepare_row(logits, 0, s, ws, "test", q.col(0).data());
+        const auto row = specdec::detail::kernels::prepare_row(logits, 0, s, ws, "test", q.col(0).data());
         REQUIRE(row.q_lanes);
         // The same lane sums made afterwards from q alone, for rows prepared without the check.
-        specdec::verify_workspace unchecked_ws;
+        specdec::detail::verify_buffers unchecked_ws;
         specdec::detail::reserve_rows(unchecked_ws, vocab, 0, s);
-        auto unchecked = specdec::detail::prepare_row(logits, 0, s, unchecked_ws, "test");
+        auto unchecked = specdec::detail::kernels::prepare_row(logits, 0, s, unchecked_ws, "test");
         REQUIRE_FALSE(unchecked.q_lanes);
-        specdec::detail::keep_draft_lanes(unchecked, q, unchecked_ws);
+        specdec::detail::kernels::keep_draft_lanes(unchecked, q, unchecked_ws);
         REQUIRE(unchecked.q_lanes);
         for (const double w : {0.05, 0.3, 0.7, 1.0}) {
-            const double exact = specdec::detail::residual_mass(row, logits, &qref, 1.0f, 0, w, false, ws, "test");
-            const double low = specdec::detail::residual_mass_lower_bound(row, vocab, ws, w, 1.0f);
+            const double exact = specdec::detail::kernels::residual_mass(row, logits, &qref, 1.0f, 0, w, false, ws, "test");
+            const double low = specdec::detail::kernels::residual_mass_lower_bound(row, vocab, ws, w, 1.0f);
             INFO("trial " << trial << ", noise " << noise << ", w " << w << ": R = " << exact << ", bound " << low);
             CHECK(low >= 0.0);
-            CHECK(specdec::detail::residual_mass_lower_bound(unchecked, vocab, unchecked_ws, w, 1.0f) ==
+            CHECK(specdec::detail::kernels::residual_mass_lower_bound(unchecked, vocab, unchecked_ws, w, 1.0f) ==
                   Approx(low).epsilon(1e-5).margin(1e-9));
             CHECK(low <= exact + 1e-6);
             // Drafts equal to the target up to scaling inside each lane: the bound is exact.
@@ -523,7 +523,7 @@ TEST_CASE("The fused argmax pass finds the lowest index of the maximum in every 
             Eigen::Index expected = 0;
             for (Eigen::Index i = 1; i < size; ++i)
                 if (z[i] > z[expected]) expected = i;
-            const auto got = specdec::detail::checked_argmax(z, "test");
+            const auto got = specdec::detail::kernels::checked_argmax(z, "test");
             INFO("size " << size << ", trial " << trial);
             CHECK(got.index == expected);
             CHECK(got.value == z[expected]);
@@ -531,9 +531,9 @@ TEST_CASE("The fused argmax pass finds the lowest index of the maximum in every 
     }
     Eigen::VectorXf bad = Eigen::VectorXf::Zero(3000);
     bad[2500] = std::numeric_limits<float>::quiet_NaN();
-    CHECK_THROWS_WITH(specdec::detail::checked_argmax(bad, "f"), specdec_test::contains("logit 2500 is NaN"));
+    CHECK_THROWS_WITH(specdec::detail::kernels::checked_argmax(bad, "f"), specdec_test::contains("logit 2500 is NaN"));
     // Huge finite logits whose block sum overflows both ways are not mistaken for NaN.
     Eigen::VectorXf big = Eigen::VectorXf::Zero(4096);
     for (Eigen::Index i = 0; i < 4096; ++i) big[i] = (i % 2 == 0 ? 3e38f : -3e38f);
-    CHECK(specdec::detail::checked_argmax(big, "f").index == 0);
+    CHECK(specdec::detail::kernels::checked_argmax(big, "f").index == 0);
 }

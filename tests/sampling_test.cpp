@@ -112,9 +112,9 @@ TEST_CASE("The top-p threshold is the smallest weight whose nucleus reaches the 
                     for (Eigen::Index t = 0; t < size; ++t) z[t] = trial % 2 == 0 ? std::round(n(g)) : n(g);
                     if (trial == 3) z.head(size / 3).setConstant(-std::numeric_limits<float>::infinity());
                     const Eigen::VectorXf w = (z.array() - z.maxCoeff()).exp().matrix();
-                    const double total = specdec::detail::sum_in_double(w);
+                    const double total = specdec::detail::kernels::sum_in_double(w);
                     const double need = p * total;
-                    const float t = specdec::detail::top_p_threshold(w, total, need, values, buckets);
+                    const float t = specdec::detail::kernels::top_p_threshold(w, total, need, values, buckets);
                     double at_or_above = 0.0, strictly_above = 0.0;
                     for (Eigen::Index k = 0; k < size; ++k) {
                         if (w[k] >= t && w[k] > 0.0f) at_or_above += w[k];
@@ -148,7 +148,7 @@ TEST_CASE("The top-k threshold is the k-th largest logit, with ties and -Inf, at
                 std::vector<float> sorted(z.data(), z.data() + size);
                 std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<float>());
                 INFO("size " << size << ", k " << k << ", trial " << trial);
-                CHECK(specdec::detail::top_k_threshold(z, k, heap) == sorted[static_cast<std::size_t>(k - 1)]);
+                CHECK(specdec::detail::kernels::top_k_threshold(z, k, heap) == sorted[static_cast<std::size_t>(k - 1)]);
             }
         }
     }
@@ -322,16 +322,16 @@ TEST_CASE("The vectorized exp is within 2e-7 of the exp of its exponent, 0 at -I
                 const double t = static_cast<double>((x - m) * inv_t) * 1.4426950408889634;
                 const double expected = std::exp(static_cast<double>((x - m) * inv_t));
 #endif
-                const double got = specdec::detail::pass_exp(x, m, inv_t);
+                const double got = specdec::detail::kernels::pass_exp(x, m, inv_t);
                 const double err = std::abs(got - expected) / expected;
                 INFO("x " << x << ", reference " << m << ", 1/T " << inv_t);
                 REQUIRE(err <= 2e-7 + 4.5e-8 * std::abs(t));
                 worst = std::max(worst, err / (2e-7 + 4.5e-8 * std::abs(t)));
             }
     INFO("largest error, as a fraction of the tolerance: " << worst);
-    CHECK(specdec::detail::pass_exp(-std::numeric_limits<float>::infinity(), 3.0f, 1.0f) == 0.0f);
-    CHECK(std::isnan(specdec::detail::pass_exp(std::numeric_limits<float>::quiet_NaN(), 3.0f, 1.0f)));
-    CHECK(specdec::detail::pass_exp(-1e30f, 3.0f, 1.0f) == 0.0f);
+    CHECK(specdec::detail::kernels::pass_exp(-std::numeric_limits<float>::infinity(), 3.0f, 1.0f) == 0.0f);
+    CHECK(std::isnan(specdec::detail::kernels::pass_exp(std::numeric_limits<float>::quiet_NaN(), 3.0f, 1.0f)));
+    CHECK(specdec::detail::kernels::pass_exp(-1e30f, 3.0f, 1.0f) == 0.0f);
 }
 
 TEST_CASE("Rows of many blocks with large logits are normalized alike in every block", "[sampling]") {

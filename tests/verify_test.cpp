@@ -43,11 +43,12 @@ TEST_CASE("When q equals p every draft token is accepted and the bonus comes fro
     const Eigen::MatrixXf q = softmax_columns(z.leftCols(gamma));
     std::mt19937_64 rng(3);
     specdec::verify_workspace ws;
+    specdec::sampling_workspace sws;
     std::vector<std::size_t> bonus_counts(vocab, 0);
     for (int trial = 0; trial < 2000; ++trial) {
         std::vector<token_id> draft;
         for (int i = 0; i < gamma; ++i)
-            draft.push_back(static_cast<token_id>(specdec::sample_from_weights(q.col(i), specdec::uniform01(rng), ws.sampling)));
+            draft.push_back(static_cast<token_id>(specdec::sample_from_weights(q.col(i), specdec::uniform01(rng), sws)));
         const auto r = specdec::verify(z, draft, q, {}, rng, ws);
         REQUIRE(r.accepted == static_cast<std::size_t>(gamma));
         REQUIRE(r.next_token >= 0);

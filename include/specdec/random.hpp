@@ -86,4 +86,7 @@ private:
     double (*draw_)(void*);
 };
 
+/// The next uniform of a uniform_source (as uniform01 of the generator it refers to).
+inline double uniform01(uniform_source& s) { return s(); }
+
 }  // namespace specdec

@@ -183,9 +183,9 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
                         sampling, vopts, where);
     const Eigen::Ref<const Eigen::MatrixXf> probs(block.probs);
-    const verify_result r =
-        dispatch_verify(ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
-                        scaled ? block.scales.data() : nullptr, sampling, rng, ws.verify, vopts, where);
+    const verify_result r = run_verify({ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
+                                        scaled ? block.scales.data() : nullptr, sampling, vopts, where},
+                                       rng, ws.verify);
 
     // Commit. Everything that can throw (allocation) happens before the first change. The
     // sequence grows geometrically, as push_back would: reserving only what this step needs

@@ -1,0 +1,118 @@
+#pragma once
+/// \file
+/// The storage behind specdec::sampling_workspace and specdec::verify_workspace, and where
+/// verification keeps each row's blocks, chunks and lanes in it.
+
+#include <Eigen/Core>
+
+#include <cstddef>
+#include <vector>
+
+#include "../types.hpp"
+#include "row_layout.hpp"
+
+namespace specdec::detail {
+
+/// The storage behind specdec::sampling_workspace: scratch for the truncating filters and the
+/// blockwise draws, reused across calls so that sampling allocates nothing after warm-up.
+struct sampling_buffers {
+    std::vector<float> values;        ///< scratch copy for selection (top-k, top-p)
+    std::vector<double> block_sums;   ///< per-block sums for blocked inverse-CDF sampling
+    std::vector<double> buckets;      ///< per-magnitude masses for top-p
+    std::vector<float> block_refs;    ///< per-block exp references of standardize_and_sample
+};
+
+/// A target row that verification has normalized (Sec. 2.2 standardization applied).
+///  - greedy (temperature 0): only the argmax is kept;
+///  - plain: known by its per-block maxima, scales and masses (ws.block_max, ws.scale,
+///    ws.block_mass), from which p(x) of one token or the weights of one block are recomputed;
+///  - stored (truncating sampling): standardize() wrote p into ws.rows; block scales are 1.
+struct target_row {
+    enum class form : unsigned char { greedy, plain, stored };
+    std::size_t column = 0;  // column j of the logits (and of ws.rows)
+    form kind = form::plain;
+    Eigen::Index argmax = 0;  // greedy rows
+    float inv_t = 1.0f;
+    bool q_lanes = false;  // plain rows: the pass also kept the draft column's lane sums (ws.q_lanes)
+    bool exps = false;     // plain rows: the pass also wrote its exponentials to ws.rows (short rows)
+};
+
+/// Plain rows of at most this many tokens keep the exponentials of their normalizing pass
+/// (in ws.rows; a few KB, written while they are in registers), so that a draw or a residual
+/// pass over them reads instead of recomputing exps. On short rows those passes cost as much
+/// as the normalizing pass itself; on long ones writing the row would cost bandwidth.
+inline constexpr Eigen::Index kept_row_limit = row_block;
+
+/// True when row r's values are in ws.rows: p for stored rows (whose block scales are 1), the
+/// pass's exponentials for plain rows that kept them; either way p = that value times the
+/// block's scale.
+inline bool in_rows(const target_row& r) { return r.kind == target_row::form::stored || r.exps; }
+
+/// The storage behind specdec::verify_workspace.
+struct verify_buffers {
+    /// Target rows written out: under truncating sampling (top-k, top-p, min-p need the whole
+    /// distribution) column j holds the standardized probabilities of row j; otherwise, for
+    /// rows of at most detail::kept_row_limit tokens, the exponentials of row j's pass.
+    Eigen::MatrixXf rows;
+    std::vector<float> block_max;    ///< per row and block: the block's largest logit
+    std::vector<float> scale;        ///< per row and block: the factor that turns exp((z − m_b) / T) into p
+    std::vector<double> block_mass;  ///< per row and block: the probability mass of the block
+    std::vector<float> chunk_lanes;  ///< per row and 256-token chunk: its lane sums of exp((z − m_b) / T)
+    std::vector<float> q_lanes;      ///< the same lane sums of the draft column (block verification's bound)
+    std::vector<double> sums;        ///< block weights of an exact residual draw
+    std::vector<double> eta;         ///< block verification: η_1..η_γ
+    std::vector<double> weight;      ///< block verification: w_1..w_γ
+    std::vector<double> p_draft;     ///< block verification: p_i(x_i)
+    std::vector<double> q_draft;     ///< block verification: q_i(x_i)
+    std::vector<target_row> prepared;  ///< block verification: the rows normalized
+    std::vector<float> block;        ///< the weights of one block during a draw
+    sampling_buffers sampling;
+};
+
+/// Offset of row j's per-block entries in ws.block_max / scale / block_mass.
+inline std::size_t block_base(Eigen::Index vocab, std::size_t j) {
+    return j * static_cast<std::size_t>(blocks_of(vocab));
+}
+
+/// Chunks of exp_chunk elements per row block, and the lane sums of block b of row j.
+inline constexpr Eigen::Index chunks_per_block = row_block / exp_chunk;
+inline std::size_t chunk_offset(Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+    const std::size_t block = block_base(vocab, j) + static_cast<std::size_t>(b);
+    return block * static_cast<std::size_t>(chunks_per_block * chunk_lanes);
+}
+inline float* chunk_data(verify_buffers& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+    return ws.chunk_lanes.data() + chunk_offset(vocab, j, b);
+}
+inline const float* chunk_data(const verify_buffers& ws, Eigen::Index vocab, std::size_t j, Eigen::Index b) {
+    return ws.chunk_lanes.data() + chunk_offset(vocab, j, b);
+}
+
+
+/// (at most kept_row_limit tokens).
+inline void reserve_rows(verify_buffers& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
+    if (s.temperature == 0.0f) return;  // greedy rows keep nothing
+    const auto cols = static_cast<Eigen::Index>(n + 1);
+    if ((truncates(s) || vocab <= kept_row_limit) && (ws.rows.rows() != vocab || ws.rows.cols() < cols))
+        ws.rows.resize(vocab, cols);
+    const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(cols);
+    if (ws.scale.size() < need) {
+        ws.scale.resize(need);
+        ws.block_max.resize(need);
+        ws.block_mass.resize(need);
+        ws.chunk_lanes.resize(need * static_cast<std::size_t>(chunks_per_block * chunk_lanes));
+        ws.q_lanes.resize(ws.chunk_lanes.size());
+    }
+    if (ws.block.size() < static_cast<std::size_t>(row_block)) ws.block.resize(static_cast<std::size_t>(row_block));
+}
+
+
+/// Gives the library's own code the buffers behind a workspace (the workspaces' members are
+/// private: their layout is no part of the API).
+struct buffers_access {
+    template <class Workspace>
+    static auto& of(Workspace& ws) noexcept {
+        return ws.buffers_;
+    }
+};
+
+}  // namespace specdec::detail

@@ -1,0 +1,81 @@
+#pragma once
+/// \file
+/// The sampling core compiled once per instruction set (detail/instance_sampling.hpp), and the
+/// functions that run the copy active_isa() names.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "../error.hpp"
+#include "../types.hpp"
+#include "buffers.hpp"
+#include "config.hpp"
+#include "isa.hpp"
+#include "row_layout.hpp"
+
+#define SPECDEC_DETAIL_ISA 0
+#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_PORTABLE
+#include "instance_sampling.hpp"
+#undef SPECDEC_DETAIL_NS
+#undef SPECDEC_DETAIL_ISA
+#if SPECDEC_DETAIL_X86_DISPATCH
+#define SPECDEC_DETAIL_ISA 1
+#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX2
+#include "instance_sampling.hpp"
+#undef SPECDEC_DETAIL_NS
+#undef SPECDEC_DETAIL_ISA
+#define SPECDEC_DETAIL_ISA 2
+#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX512
+#include "instance_sampling.hpp"
+#undef SPECDEC_DETAIL_NS
+#undef SPECDEC_DETAIL_ISA
+#endif
+
+/// `return SPECDEC_DETAIL_NS_X::call` for the copy of the core active_isa() names.
+#if SPECDEC_DETAIL_X86_DISPATCH
+#define SPECDEC_DETAIL_DISPATCH(call)                                            \
+    switch (::specdec::active_isa()) {                                           \
+        case ::specdec::isa::avx512: return SPECDEC_DETAIL_NS_AVX512::call;      \
+        case ::specdec::isa::avx2: return SPECDEC_DETAIL_NS_AVX2::call;          \
+        default: return SPECDEC_DETAIL_NS_PORTABLE::call;                        \
+    }
+#else
+#define SPECDEC_DETAIL_DISPATCH(call) return SPECDEC_DETAIL_NS_PORTABLE::call;
+#endif
+
+namespace specdec::detail {
+
+/// The portable copy of the core, under a name that does not change with the build's flags
+/// (the tests reach the internals through it).
+namespace kernels = SPECDEC_DETAIL_NS_PORTABLE;
+
+inline void run_standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const sampling_config& s,
+                            Eigen::Ref<Eigen::VectorXf> out, sampling_buffers& ws, const char* where) {
+    SPECDEC_DETAIL_DISPATCH(standardize(logits, s, out, ws, where))
+}
+inline Eigen::Index run_sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double u,
+                                            sampling_buffers& ws, const char* where) {
+    SPECDEC_DETAIL_DISPATCH(sample_from_weights(w, u, ws, where))
+}
+inline Eigen::Index run_standardize_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                               const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out, double u,
+                                               sampling_buffers& ws, const char* where) {
+    SPECDEC_DETAIL_DISPATCH(standardize_and_sample(logits, s, out, u, ws, where))
+}
+inline scaled_draw run_standardize_weights_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                                      const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
+                                                      double u, sampling_buffers& ws, const char* where) {
+    SPECDEC_DETAIL_DISPATCH(standardize_weights_and_sample(logits, s, out, u, ws, where))
+}
+
+}  // namespace specdec::detail

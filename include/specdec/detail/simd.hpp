@@ -1,0 +1,142 @@
+/// \file
+/// The packet layer of one copy of the core: namespace pk, with the operations the passes use
+/// under the names Eigen gives them (ploadu, padd, predux, ...). The portable copy takes Eigen's
+/// own packets for the build's flags; the AVX2 and AVX-512 copies use 8 and 16 floats in
+/// __m256 and __m512, whatever the flags, with Eigen's semantics where they matter (pmax returns
+/// its first argument when that is NaN; predux adds in Eigen's order for 8 floats).
+// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// comes before.
+
+namespace pk {
+#if SPECDEC_DETAIL_ISA == 0
+using namespace Eigen::internal;
+using packet = packet_traits<float>::type;
+inline constexpr Eigen::Index width = packet_traits<float>::size;
+#else
+#if SPECDEC_DETAIL_ISA == 1
+using packet = __m256;
+inline constexpr Eigen::Index width = 8;
+template <class P = packet>
+inline packet ploadu(const float* p) { return _mm256_loadu_ps(p); }
+template <class P = packet>
+inline packet pload(const float* p) { return _mm256_load_ps(p); }
+template <class P = packet>
+inline packet pset1(float v) { return _mm256_set1_ps(v); }
+inline void pstoreu(float* p, packet x) { _mm256_storeu_ps(p, x); }
+inline void pstore(float* p, packet x) { _mm256_store_ps(p, x); }
+inline packet padd(packet a, packet b) { return _mm256_add_ps(a, b); }
+inline packet psub(packet a, packet b) { return _mm256_sub_ps(a, b); }
+inline packet pmul(packet a, packet b) { return _mm256_mul_ps(a, b); }
+/// a·b + c with one rounding.
+inline packet pmadd(packet a, packet b, packet c) { return _mm256_fmadd_ps(a, b, c); }
+inline packet pmax(packet a, packet b) { return _mm256_max_ps(b, a); }  // (a when a is NaN)
+inline packet por(packet a, packet b) { return _mm256_or_ps(a, b); }
+inline packet pzero(packet) { return _mm256_setzero_ps(); }
+inline packet pcmp_lt(packet a, packet b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+/// mask ? a : b, lane by lane.
+inline packet pselect(packet mask, packet a, packet b) { return _mm256_blendv_ps(b, a, mask); }
+inline float pfirst(packet a) { return _mm256_cvtss_f32(a); }
+/// The sum of the 8 lanes in Eigen's order: halves, then pairs, then the last two.
+inline float predux(packet a) {
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+inline float predux_max(packet a) {
+    const __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+#else
+using packet = __m512;
+inline constexpr Eigen::Index width = 16;
+template <class P = packet>
+inline packet ploadu(const float* p) { return _mm512_loadu_ps(p); }
+template <class P = packet>
+inline packet pload(const float* p) { return _mm512_load_ps(p); }
+template <class P = packet>
+inline packet pset1(float v) { return _mm512_set1_ps(v); }
+inline void pstoreu(float* p, packet x) { _mm512_storeu_ps(p, x); }
+inline void pstore(float* p, packet x) { _mm512_store_ps(p, x); }
+inline packet padd(packet a, packet b) { return _mm512_add_ps(a, b); }
+inline packet psub(packet a, packet b) { return _mm512_sub_ps(a, b); }
+inline packet pmul(packet a, packet b) { return _mm512_mul_ps(a, b); }
+/// a·b + c with one rounding.
+inline packet pmadd(packet a, packet b, packet c) { return _mm512_fmadd_ps(a, b, c); }
+inline packet pmax(packet a, packet b) { return _mm512_max_ps(b, a); }  // (a when a is NaN)
+inline packet por(packet a, packet b) {
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+inline packet pzero(packet) { return _mm512_setzero_ps(); }
+inline float pfirst(packet a) { return _mm512_cvtss_f32(a); }
+/// The halves of a, as two vectors of 8.
+inline __m256 low_half(packet a) { return _mm512_castps512_ps256(a); }
+inline __m256 high_half(packet a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+/// The sum of the 16 lanes: halves, then as 8.
+inline float predux(packet a) {
+    const __m256 e = _mm256_add_ps(low_half(a), high_half(a));
+    const __m128 h = _mm_add_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1));
+    const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+inline float predux_max(packet a) {
+    const __m256 e = _mm256_max_ps(low_half(a), high_half(a));
+    const __m128 h = _mm_max_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1));
+    const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
+}
+#endif
+#endif
+}  // namespace pk
+
+/// Keeps a loaded packet in a register. Left to itself GCC folds the load into each use of
+/// the packet (here a max and an add), which doubles the loads of a pass that is bound by them.
+/// Also keeps the compiler from fusing a multiply with a later add (the passes' sums must not
+/// depend on the compiler's contraction choices).
+template <class Packet>
+SPECDEC_ALWAYS_INLINE void keep_in_register(Packet& x) {
+#if (SPECDEC_DETAIL_ISA >= 1 || defined(EIGEN_VECTORIZE)) && (defined(__GNUC__) || defined(__clang__)) && \
+    (defined(__x86_64__) || defined(__i386__))
+    __asm__("" : "+v"(x));
+#elif defined(EIGEN_VECTORIZE) && (defined(__GNUC__) || defined(__clang__)) && defined(__aarch64__)
+    __asm__("" : "+w"(x));
+#else
+    (void)x;
+#endif
+}
+
+/// Σ x[0..n) in float, in an order fixed by this copy's packets (the same in every translation
+/// unit, unlike an Eigen reduction, whose order follows the build's packets): four packet
+/// accumulators, added lane by lane, then reduced; the tail added last.
+inline float sum_floats(const float* x, Eigen::Index n) {
+    constexpr Eigen::Index w = pk::width;
+    pk::packet a0 = pk::pset1<pk::packet>(0.0f), a1 = a0, a2 = a0, a3 = a0;
+    Eigen::Index k = 0;
+    for (; k + 4 * w <= n; k += 4 * w) {
+        a0 = pk::padd(a0, pk::ploadu<pk::packet>(x + k));
+        a1 = pk::padd(a1, pk::ploadu<pk::packet>(x + k + w));
+        a2 = pk::padd(a2, pk::ploadu<pk::packet>(x + k + 2 * w));
+        a3 = pk::padd(a3, pk::ploadu<pk::packet>(x + k + 3 * w));
+    }
+    for (; k + w <= n; k += w) a0 = pk::padd(a0, pk::ploadu<pk::packet>(x + k));
+    float s = pk::predux(pk::padd(pk::padd(a0, a1), pk::padd(a2, a3)));
+    for (; k < n; ++k) s += x[k];
+    return s;
+}
+
+/// Σ max(0, a·x_k − b·y_k) over k < n, in float, in the order of sum_floats.
+inline float positive_part_sum(const float* x, float a, const float* y, float b, Eigen::Index n) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet pa = pk::pset1<pk::packet>(a), pb = pk::pset1<pk::packet>(b);
+    const pk::packet zero = pk::pset1<pk::packet>(0.0f);
+    pk::packet acc = zero;
+    Eigen::Index k = 0;
+    for (; k + w <= n; k += w) {
+        pk::packet t = pk::psub(pk::pmul(pa, pk::ploadu<pk::packet>(x + k)), pk::pmul(pb, pk::ploadu<pk::packet>(y + k)));
+        acc = pk::padd(acc, pk::pmax(zero, t));
+    }
+    float s = pk::predux(acc);
+    for (; k < n; ++k) s += std::max(0.0f, a * x[k] - b * y[k]);
+    return s;
+}

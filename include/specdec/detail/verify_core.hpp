@@ -1,0 +1,76 @@
+#pragma once
+/// \file
+/// The verification core compiled once per instruction set (detail/instance_verify.hpp), and
+/// the function that runs the copy active_isa() names.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "../error.hpp"
+#include "../random.hpp"
+#include "../types.hpp"
+#include "../verify_types.hpp"
+#include "buffers.hpp"
+#include "isa.hpp"
+#include "row_layout.hpp"
+#include "sampling_core.hpp"
+#include "verify_checks.hpp"
+
+namespace specdec::detail {
+
+/// One verify() call as the core takes it (checked already).
+struct verify_call {
+    const Eigen::Ref<const Eigen::MatrixXf>& target_logits;  ///< V x (γ + 1)
+    std::span<const token_id> draft_tokens;                  ///< x_1..x_γ
+    const Eigen::Ref<const Eigen::MatrixXf>* q;              ///< V x γ draft columns; null: point masses
+    const float* q_scales;                                   ///< q_i = q_scales[i] · column i; null: 1
+    const sampling_config& sampling;
+    const verify_options& opts;
+    const char* where;  ///< the public function's name, for error messages
+};
+
+}  // namespace specdec::detail
+
+#define SPECDEC_DETAIL_ISA 0
+#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_PORTABLE
+#include "instance_verify.hpp"
+#undef SPECDEC_DETAIL_NS
+#undef SPECDEC_DETAIL_ISA
+#if SPECDEC_DETAIL_X86_DISPATCH
+#define SPECDEC_DETAIL_ISA 1
+#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX2
+#include "instance_verify.hpp"
+#undef SPECDEC_DETAIL_NS
+#undef SPECDEC_DETAIL_ISA
+#define SPECDEC_DETAIL_ISA 2
+#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX512
+#include "instance_verify.hpp"
+#undef SPECDEC_DETAIL_NS
+#undef SPECDEC_DETAIL_ISA
+#endif
+
+namespace specdec::detail {
+
+/// Runs one verification on the active copy of the core. Not a template: every generator type
+/// reaches it through a uniform_source, so the core is compiled once per instruction set.
+inline verify_result run_verify_core(const verify_call& call, uniform_source& rng, verify_buffers& ws) {
+    SPECDEC_DETAIL_DISPATCH(verify(call, rng, ws))
+}
+
+/// run_verify_core with the caller's generator and workspace.
+template <class G, class Workspace>
+verify_result run_verify(const verify_call& call, G& rng, Workspace& ws) {
+    uniform_source uniforms(rng);
+    return run_verify_core(call, uniforms, buffers_access::of(ws));
+}
+
+}  // namespace specdec::detail
