@@ -6,16 +6,6 @@
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 
-/// in_rows), q being the draft column's data: an expression, evaluated where it is used.
-inline auto kept_residual(const target_row& r, const verify_buffers& ws, const float* q, Eigen::Index n,
-                          Eigen::Index blk, float a, float b) {
-    const Eigen::Index start = blk * row_block, len = block_len(n, blk);
-    const float scale = ws.scale[block_base(n, r.column) + static_cast<std::size_t>(blk)];
-    return (ws.rows.col(static_cast<Eigen::Index>(r.column)).segment(start, len).array() * (a * scale) -
-            b * Eigen::Map<const Eigen::ArrayXf>(q + start, len))
-        .max(0.0f);
-}
-
 /// Lane sums of a row of one block: chunk c, lane l at [c·chunk_lanes + l].
 using short_row_lanes = std::array<float, chunks_per_block * chunk_lanes>;
 
@@ -27,14 +17,14 @@ inline double short_residual_weights(const target_row& r, const float* q, float 
                                      Eigen::Index n, short_row_lanes& lanes_out) {
     const Eigen::Index chunks = chunks_of(n);
     float* w = ws.block.data();
-    Eigen::Map<Eigen::ArrayXf>(w, n) = kept_residual(r, ws, q, n, 0, a, b);
+    positive_part_into(ws.rows.col(static_cast<Eigen::Index>(r.column)).data(), a * ws.scale[block_base(n, r.column)], q,
+                       b, w, n);
     std::fill(w + n, w + chunks * exp_chunk, 0.0f);
     double total = 0.0;
     for (Eigen::Index c = 0; c < chunks; ++c) {
-        using lane_matrix = Eigen::Matrix<float, chunk_lanes, exp_chunk / chunk_lanes>;
-        auto lanes = Eigen::Map<Eigen::Matrix<float, chunk_lanes, 1>>(lanes_out.data() + c * chunk_lanes);
-        lanes = Eigen::Map<const lane_matrix>(w + c * exp_chunk).rowwise().sum();
-        total += static_cast<double>(sum_floats(lanes.data(), chunk_lanes));
+        float* lanes = lanes_out.data() + c * chunk_lanes;
+        lane_sums_16(w + c * exp_chunk, exp_chunk / chunk_lanes, lanes);
+        total += static_cast<double>(sum_floats(lanes, chunk_lanes));
     }
     return total;
 }
@@ -186,7 +176,7 @@ inline token_id sample_residual(const target_row& r, const Eigen::Ref<const Eige
         return static_cast<token_id>(draw_by_blocks(
             ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
                 fill_p(blk, off, len, out);
-                Eigen::Map<Eigen::VectorXf>(out, len) *= a;
+                scale_floats(out, len, a);
                 const Eigen::Index at = x - blk * row_block - off;
                 if (at >= 0 && at < len) out[at] = static_cast<float>(px_left);
             }));
@@ -212,7 +202,6 @@ inline token_id sample_residual(const target_row& r, const Eigen::Ref<const Eige
     return static_cast<token_id>(draw_by_blocks(
         ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
             fill_p(blk, off, len, out);
-            Eigen::Map<Eigen::ArrayXf> o(out, len);
-            o = (o * a - bc * Eigen::Map<const Eigen::ArrayXf>(qc + blk * row_block + off, len)).max(0.0f);
+            positive_part_into(out, a, qc + blk * row_block + off, bc, out, len);
         }));
 }

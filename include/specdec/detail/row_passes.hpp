@@ -222,14 +222,12 @@ inline double residual_sum(const float* z, const float* q, Eigen::Index len, flo
 /// Lane sums of one chunk of count <= exp_chunk floats at x: out[l] = x[l] + x[l + 16] + ...
 /// (the layout of chunked_exp_pass's lane sums).
 inline void chunk_lane_sums(const float* x, Eigen::Index count, float* out) {
-    Eigen::Map<Eigen::Matrix<float, chunk_lanes, 1>> lanes(out);
     if (count == exp_chunk) {
-        // Column k of this 16 x 16 view holds offsets 16k..16k+15: row l sums lane l.
-        lanes = Eigen::Map<const Eigen::Matrix<float, chunk_lanes, exp_chunk / chunk_lanes>>(x).rowwise().sum();
+        lane_sums_16(x, exp_chunk / chunk_lanes, out);
         return;
     }
-    lanes.setZero();
-    for (Eigen::Index k = 0; k < count; ++k) lanes[k % chunk_lanes] += x[k];
+    std::fill(out, out + chunk_lanes, 0.0f);
+    for (Eigen::Index k = 0; k < count; ++k) out[k % chunk_lanes] += x[k];
 }
 
 /// Σ exp((z_k − m) inv_t) over len floats (z_k <= m or −Inf) without writing the exponentials,

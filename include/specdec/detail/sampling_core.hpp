@@ -23,23 +23,8 @@
 #include "isa.hpp"
 #include "row_layout.hpp"
 
-#define SPECDEC_DETAIL_ISA 0
-#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_PORTABLE
-#include "instance_sampling.hpp"
-#undef SPECDEC_DETAIL_NS
-#undef SPECDEC_DETAIL_ISA
-#if SPECDEC_DETAIL_X86_DISPATCH
-#define SPECDEC_DETAIL_ISA 1
-#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX2
-#include "instance_sampling.hpp"
-#undef SPECDEC_DETAIL_NS
-#undef SPECDEC_DETAIL_ISA
-#define SPECDEC_DETAIL_ISA 2
-#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX512
-#include "instance_sampling.hpp"
-#undef SPECDEC_DETAIL_NS
-#undef SPECDEC_DETAIL_ISA
-#endif
+#define SPECDEC_DETAIL_INSTANCE "instance_sampling.hpp"
+#include "for_each_isa.hpp"
 
 /// `return SPECDEC_DETAIL_NS_X::call` for the copy of the core active_isa() names.
 #if SPECDEC_DETAIL_X86_DISPATCH

@@ -28,6 +28,7 @@ inline void pstore(float* p, packet x) { _mm256_store_ps(p, x); }
 inline packet padd(packet a, packet b) { return _mm256_add_ps(a, b); }
 inline packet psub(packet a, packet b) { return _mm256_sub_ps(a, b); }
 inline packet pmul(packet a, packet b) { return _mm256_mul_ps(a, b); }
+inline packet pdiv(packet a, packet b) { return _mm256_div_ps(a, b); }
 /// a·b + c with one rounding.
 inline packet pmadd(packet a, packet b, packet c) { return _mm256_fmadd_ps(a, b, c); }
 inline packet pmax(packet a, packet b) { return _mm256_max_ps(b, a); }  // (a when a is NaN)
@@ -62,6 +63,7 @@ inline void pstore(float* p, packet x) { _mm512_store_ps(p, x); }
 inline packet padd(packet a, packet b) { return _mm512_add_ps(a, b); }
 inline packet psub(packet a, packet b) { return _mm512_sub_ps(a, b); }
 inline packet pmul(packet a, packet b) { return _mm512_mul_ps(a, b); }
+inline packet pdiv(packet a, packet b) { return _mm512_div_ps(a, b); }
 /// a·b + c with one rounding.
 inline packet pmadd(packet a, packet b, packet c) { return _mm512_fmadd_ps(a, b, c); }
 inline packet pmax(packet a, packet b) { return _mm512_max_ps(b, a); }  // (a when a is NaN)
@@ -139,4 +141,56 @@ inline float positive_part_sum(const float* x, float a, const float* y, float b,
     float s = pk::predux(acc);
     for (; k < n; ++k) s += std::max(0.0f, a * x[k] - b * y[k]);
     return s;
+}
+
+/// x[k] *= s for k < n.
+inline void scale_floats(float* x, Eigen::Index n, float s) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet ps = pk::pset1<pk::packet>(s);
+    Eigen::Index k = 0;
+    for (; k + w <= n; k += w) pk::pstoreu(x + k, pk::pmul(pk::ploadu<pk::packet>(x + k), ps));
+    for (; k < n; ++k) x[k] *= s;
+}
+
+/// x[k] /= s for k < n.
+inline void divide_floats(float* x, Eigen::Index n, float s) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet ps = pk::pset1<pk::packet>(s);
+    Eigen::Index k = 0;
+    for (; k + w <= n; k += w) pk::pstoreu(x + k, pk::pdiv(pk::ploadu<pk::packet>(x + k), ps));
+    for (; k < n; ++k) x[k] /= s;
+}
+
+/// out[k] = x[k] · s for k < n.
+inline void scaled_copy(const float* x, float s, float* out, Eigen::Index n) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet ps = pk::pset1<pk::packet>(s);
+    Eigen::Index k = 0;
+    for (; k + w <= n; k += w) pk::pstoreu(out + k, pk::pmul(pk::ploadu<pk::packet>(x + k), ps));
+    for (; k < n; ++k) out[k] = x[k] * s;
+}
+
+/// out[k] = max(0, a·x[k] − b·y[k]) for k < n (out may be x).
+inline void positive_part_into(const float* x, float a, const float* y, float b, float* out, Eigen::Index n) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet pa = pk::pset1<pk::packet>(a), pb = pk::pset1<pk::packet>(b);
+    const pk::packet zero = pk::pset1<pk::packet>(0.0f);
+    Eigen::Index k = 0;
+    for (; k + w <= n; k += w) {
+        pk::packet t = pk::psub(pk::pmul(pa, pk::ploadu<pk::packet>(x + k)), pk::pmul(pb, pk::ploadu<pk::packet>(y + k)));
+        pk::pstoreu(out + k, pk::pmax(zero, t));
+    }
+    for (; k < n; ++k) out[k] = std::max(0.0f, a * x[k] - b * y[k]);
+}
+
+/// Lane sums of 16 × `columns` floats at x (column c at x + 16c): out[l] = x[l] + x[l + 16] + ...,
+/// column by column.
+inline void lane_sums_16(const float* x, Eigen::Index columns, float* out) {
+    constexpr Eigen::Index w = pk::width, groups = 16 / w;
+    static_assert(16 % w == 0);
+    pk::packet acc[groups];
+    for (Eigen::Index g = 0; g < groups; ++g) acc[g] = pk::pset1<pk::packet>(0.0f);
+    for (Eigen::Index c = 0; c < columns; ++c)
+        for (Eigen::Index g = 0; g < groups; ++g) acc[g] = pk::padd(acc[g], pk::ploadu<pk::packet>(x + 16 * c + g * w));
+    for (Eigen::Index g = 0; g < groups; ++g) pk::pstoreu(out + g * w, acc[g]);
 }

@@ -21,7 +21,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     const row_argmax best = checked_argmax(logits, where);
     if (s.temperature == 0.0f) {
         // Argmax as a distribution: zero all but the max and normalize (Sec. 2.2).
-        out.setZero();
+        std::fill(out.data(), out.data() + n, 0.0f);
         out[best.index] = 1.0f;
         return;
     }
@@ -30,7 +30,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     // exp(-inf) == 0: impossible stays impossible.
     const double total = exp_pass(logits.data(), out.data(), n, m, inv_t);
     if (!truncates(s)) {
-        out *= static_cast<float>(1.0 / total);
+        scale_floats(out.data(), n, static_cast<float>(1.0 / total));
         return;
     }
 
@@ -49,7 +49,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
         const float threshold = s.min_p * out[best.index];
         out = (out.array() >= threshold).select(out, 0.0f);
     }
-    out /= static_cast<float>(sum_in_double(out));  // (a fixed order, whatever the packets)
+    divide_floats(out.data(), n, sum_floats(out.data(), n));  // (sum_floats: an order fixed by the copy)
 }
 
 /// Draws an index from non-negative weights by inversion with one uniform u in [0, 1): the
@@ -99,7 +99,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
             return exp_pass(logits.data() + start, out.data() + start, len, ref_m, inv_t,
                                     block_len(n, b + 1));
         },
-        [&](Eigen::Index start, Eigen::Index len) { out.segment(start, len).setZero(); });
+        [&](Eigen::Index start, Eigen::Index len) { std::fill(out.data() + start, out.data() + start + len, 0.0f); });
     double total = 0.0;
     for_each_block_factor(ref, mass, nb, m, inv_t, [&](Eigen::Index b, double f) { total += mass[b] * f; });
     // Normalize block by block, and draw on the way: the masses are normalized, so the target is u.
@@ -108,7 +108,7 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
     for_each_block_factor(ref, mass, nb, m, inv_t, [&](Eigen::Index b, double f) {
         const Eigen::Index start = b * row_block, len = block_len(n, b);
         const double scale = f / total;
-        out.segment(start, len) *= static_cast<float>(scale);
+        scale_floats(out.data() + start, len, static_cast<float>(scale));
         mass[b] *= scale;
         if (pick >= 0) return;
         if (acc + mass[b] <= u) {

@@ -9,9 +9,11 @@
 struct column_check {
     bool may_be_negative = false;  // (set on mere suspicion too: finish() then checks exactly)
     double sum = 0.0;
-    void add(const auto& qb) {
-        may_be_negative = may_be_negative || !(qb.minCoeff() >= 0.0f);
-        sum += sum_floats(qb.data(), qb.size());  // NaN or +Inf anywhere makes the sum fail the check
+    void add(const float* qb, Eigen::Index len) {
+        bool negative = false;
+        for (Eigen::Index k = 0; k < len; ++k) negative |= !(qb[k] >= 0.0f);
+        may_be_negative = may_be_negative || negative;
+        sum += sum_floats(qb, len);  // NaN or +Inf anywhere makes the sum fail the check
     }
     /// Throws (with details) unless the column times c was a probability distribution.
     void finish(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, float c, const char* where) const {
@@ -25,7 +27,7 @@ struct column_check {
 inline void check_column(const float* q, Eigen::Index n, std::size_t i, float c, const char* where) {
     column_check check;
     for (Eigen::Index start = 0; start < n; start += row_block)
-        check.add(Eigen::Map<const Eigen::VectorXf>(q + start, std::min(row_block, n - start)));
+        check.add(q + start, std::min(row_block, n - start));
     check.finish(Eigen::Map<const Eigen::VectorXf>(q, n), i, c, where);
 }
 
@@ -65,7 +67,7 @@ target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, st
         },
         [&](Eigen::Index start, Eigen::Index len) {
             if constexpr (keep_exps) std::fill(exps + start, exps + start + len, 0.0f);
-            if (check_q != nullptr) c.add(Eigen::Map<const Eigen::VectorXf>(check_q + start, len));
+            if (check_q != nullptr) c.add(check_q + start, len);
         });
     if (check_q != nullptr) c.finish(Eigen::Map<const Eigen::VectorXf>(check_q, n), j, check_scale, where);
     if (nb == 1) {
@@ -177,14 +179,13 @@ inline void fill_block(const target_row& r, const Eigen::Ref<const Eigen::Matrix
     const Eigen::Index start = b * row_block + off;
     const std::size_t at = block_base(logits.rows(), r.column) + static_cast<std::size_t>(b);
     const auto col = static_cast<Eigen::Index>(r.column);
-    Eigen::Map<Eigen::VectorXf> o(out, len);
     if (ws.block_mass[at] == 0.0) {
-        o.setZero();
+        std::fill(out, out + len, 0.0f);
     } else if (in_rows(r)) {
-        o = ws.rows.col(col).segment(start, len) * ws.scale[at];
+        scaled_copy(ws.rows.col(col).data() + start, ws.scale[at], out, len);
     } else {
         exp_pass(logits.col(col).data() + start, out, len, ws.block_max[at], r.inv_t);
-        o *= ws.scale[at];
+        scale_floats(out, len, ws.scale[at]);
     }
 }
 

@@ -40,23 +40,8 @@ struct verify_call {
 
 }  // namespace specdec::detail
 
-#define SPECDEC_DETAIL_ISA 0
-#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_PORTABLE
-#include "instance_verify.hpp"
-#undef SPECDEC_DETAIL_NS
-#undef SPECDEC_DETAIL_ISA
-#if SPECDEC_DETAIL_X86_DISPATCH
-#define SPECDEC_DETAIL_ISA 1
-#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX2
-#include "instance_verify.hpp"
-#undef SPECDEC_DETAIL_NS
-#undef SPECDEC_DETAIL_ISA
-#define SPECDEC_DETAIL_ISA 2
-#define SPECDEC_DETAIL_NS SPECDEC_DETAIL_NS_AVX512
-#include "instance_verify.hpp"
-#undef SPECDEC_DETAIL_NS
-#undef SPECDEC_DETAIL_ISA
-#endif
+#define SPECDEC_DETAIL_INSTANCE "instance_verify.hpp"
+#include "for_each_isa.hpp"
 
 namespace specdec::detail {
 
