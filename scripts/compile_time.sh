@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Measures what including specdec costs at compile time: the CPU time (user + sys) of compiling
+# a TU that includes only <Eigen/Core>, one that includes only <specdec/specdec.hpp>, and one
+# that also instantiates the decoding loops once. Prints the median of each and the ratios to
+# the Eigen-only TU.
+#
+#   scripts/compile_time.sh [--max-ratio R] [--no-use] [--include-dir DIR] [COMPILER [REPEATS]]
+#
+# COMPILER defaults to ${CXX:-c++}, REPEATS to 5. --max-ratio R: exit 1 when specdec/Eigen
+# exceeds R. --include-dir DIR (or SPECDEC_INCLUDE_DIR): the specdec headers to measure
+# (default: the checkout's include/). EIGEN_INCLUDE_DIR (default /usr/include/eigen3) and
+# EXTRA_CXXFLAGS are honoured.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+
+max_ratio=""
+with_use=1
+include_dir="${SPECDEC_INCLUDE_DIR:-${root}/include}"
+positional=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --max-ratio) max_ratio="${2:?--max-ratio needs a value}"; shift 2 ;;
+    --max-ratio=*) max_ratio="${1#*=}"; shift ;;
+    --include-dir) include_dir="${2:?--include-dir needs a directory}"; shift 2 ;;
+    --include-dir=*) include_dir="${1#*=}"; shift ;;
+    --no-use) with_use=0; shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) echo "compile_time: unknown option $1" >&2; exit 2 ;;
+    *) positional+=("$1"); shift ;;
+  esac
+done
+cxx="${positional[0]:-${CXX:-c++}}"
+repeats="${positional[1]:-5}"
+eigen_dir="${EIGEN_INCLUDE_DIR:-/usr/include/eigen3}"
+if ! [[ "${repeats}" =~ ^[1-9][0-9]*$ ]]; then
+  echo "compile_time: REPEATS must be a positive integer, got '${repeats}'" >&2; exit 2
+fi
+if [ -n "${max_ratio}" ] && ! [[ "${max_ratio}" =~ ^[0-9]+([.][0-9]+)?$ ]]; then
+  echo "compile_time: --max-ratio must be a positive number, got '${max_ratio}'" >&2; exit 2
+fi
+[ -f "${include_dir}/specdec/specdec.hpp" ] || {
+  echo "compile_time: no specdec/specdec.hpp in ${include_dir}" >&2; exit 2; }
+[ -f "${eigen_dir}/Eigen/Core" ] || { echo "compile_time: no Eigen/Core in ${eigen_dir}" >&2; exit 2; }
+include_dir="$(cd "${include_dir}" && pwd)"  # relative to the caller's directory
+cd "${root}"
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "${tmp}"' EXIT
+
+printf '#include <Eigen/Core>\n' > "${tmp}/eigen.cpp"
+printf '#include <specdec/specdec.hpp>\n' > "${tmp}/specdec.cpp"
+# One call of each decoding loop with a trivial model (uniform logits), for the instantiation cost.
+cat > "${tmp}/use.cpp" <<'EOF'
+#include <specdec/specdec.hpp>
+#include <random>
+namespace {
+struct flat_model {
+    std::ptrdiff_t vocab_size() const { return 8; }
+    Eigen::VectorXf next_logits(std::span<const specdec::token_id>) const { return Eigen::VectorXf::Zero(8); }
+};
+}  // namespace
+std::size_t use() {
+    flat_model draft, target;
+    const std::vector<specdec::token_id> prompt{1, 2};
+    std::mt19937_64 rng(1);
+    const auto a = specdec::speculative_decode(draft, target, prompt, {}, rng);
+    const auto b = specdec::autoregressive_decode(target, prompt, {}, rng);
+    return a.tokens.size() + b.tokens.size();
+}
+EOF
+
+flags=(-std=c++20 -O2 -I "${include_dir}" -I "${eigen_dir}" ${EXTRA_CXXFLAGS:-})
+
+# Prints the CPU seconds (user + sys, compiler subprocesses included) of one compilation.
+cpu_seconds() {
+  local TIMEFORMAT='%3U %3S' t
+  t="$({ time "${cxx}" "${flags[@]}" -c "$1" -o /dev/null 2>"${tmp}/err" >/dev/null; } 2>&1)" || {
+    echo "compile_time: ${cxx} failed on $(basename "$1"):" >&2; cat "${tmp}/err" >&2; exit 1; }
+  awk '{ printf "%.3f\n", $1 + $2 }' <<<"${t}"
+}
+
+median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+tus=(eigen specdec)
+[ "${with_use}" -eq 1 ] && tus+=(use)
+declare -A samples med
+for tu in "${tus[@]}"; do samples[${tu}]=""; done
+# Interleave the TUs so that drifting machine load affects them alike.
+for ((i = 0; i < repeats; i++)); do
+  for tu in "${tus[@]}"; do samples[${tu}]+="$(cpu_seconds "${tmp}/${tu}.cpp") "; done
+done
+for tu in "${tus[@]}"; do med[${tu}]="$(tr ' ' '\n' <<<"${samples[${tu}]}" | grep . | median)"; done
+
+declare -A label=([eigen]="<Eigen/Core> only" [specdec]="<specdec/specdec.hpp> only"
+                  [use]="specdec.hpp + decode calls")
+echo "compiler: ${cxx} ($("${cxx}" --version | head -n 1)); ${repeats} runs, CPU s (user+sys)"
+echo "headers:  ${include_dir}"
+printf '%-28s %8s %8s  %s\n' "TU" "median" "ratio" "runs"
+for tu in "${tus[@]}"; do
+  ratio="$(awk -v x="${med[${tu}]}" -v e="${med[eigen]}" 'BEGIN { printf "%.2f", x / e }')"
+  printf '%-28s %8.3f %8s  %s\n' "${label[${tu}]}" "${med[${tu}]}" "${ratio}" "${samples[${tu}]% }"
+done
+
+if [ -n "${max_ratio}" ]; then
+  if awk -v s="${med[specdec]}" -v e="${med[eigen]}" -v r="${max_ratio}" 'BEGIN { exit !(s > r * e) }'; then
+    echo "FAIL: specdec.hpp / Eigen/Core exceeds ${max_ratio}" >&2
+    exit 1
+  fi
+  echo "OK: specdec.hpp / Eigen/Core within ${max_ratio}"
+fi
