@@ -1,7 +1,7 @@
 /// \file
 /// Block verification (Sun et al. 2024, "Block Verification Accelerates Speculative Decoding",
 /// Alg. 2): the draft block verified jointly, its residual masses bounded before they are computed.
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 

@@ -3,7 +3,7 @@
 /// AVX2 + FMA), or Eigen's exp of the build's own packets (the portable path); one float at a
 /// time (pass_exp) and one lane of 16 (exp_lane) as the passes compute them, and the factor
 /// between two blocks' references (block_factor).
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 

@@ -2,7 +2,7 @@
 /// \file
 /// Run-time choice of the instruction set the hot core runs with.
 ///
-/// Every build compiles the core (detail/instance.hpp) once per instruction set it supports,
+/// Every build compiles the core (detail/instance_*.hpp) once per instruction set it supports,
 /// each copy in a namespace of its own: the portable one, compiled with the translation unit's
 /// own flags, and, with GCC or Clang on x86-64, one for AVX2 + FMA and one for AVX-512
 /// (F + DQ), compiled with function-level target attributes whatever the flags. The first call

@@ -2,7 +2,7 @@
 /// Resampling from the residual norm(max(0, a·p − b·q)) after a rejection (Leviathan et al. 2023,
 /// Sec. 2.3 and App. A.5; Sun et al. 2024's residual with a = w_τ): rejection sampling from p,
 /// then one exact pass.
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 

@@ -2,7 +2,7 @@
 /// The vectorized passes over one row (Leviathan et al. 2023, Sec. 2.2 standardization, done
 /// blockwise): maxima, exp-sums with and without lane sums, the residual sum, the checked
 /// argmax, and the sums and scans of the inverse-CDF draws.
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 

@@ -1,6 +1,6 @@
 /// \file
 /// Top-k and top-p selection: the thresholds that truncating sampling keeps tokens above.
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 

@@ -4,7 +4,7 @@
 /// own packets for the build's flags; the AVX2 and AVX-512 copies use 8 and 16 floats in
 /// __m256 and __m512, whatever the flags, with Eigen's semantics where they matter (pmax returns
 /// its first argument when that is NaN; predux adds in Eigen's order for 8 floats).
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 

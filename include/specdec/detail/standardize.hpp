@@ -1,7 +1,7 @@
 /// \file
 /// Standardized sampling of one row (Leviathan et al. 2023, Sec. 2.2): the bodies of the public
 /// functions of specdec/sampling.hpp, which check their arguments and dispatch here.
-// Part of the per-instruction-set core: no include guard. detail/instance.hpp includes this file
+// Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
 // once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
 // comes before.
 
