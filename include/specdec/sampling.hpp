@@ -8,7 +8,7 @@
 
 ///
 /// The work runs in the hot core (specdec/detail/), compiled once per instruction set and chosen
-/// at run time (see specdec/detail/isa.hpp: active_isa(), force_isa()).
+/// at run time (see specdec/isa.hpp: active_isa(), force_isa()).
 
 #include <Eigen/Core>
 

@@ -10,6 +10,7 @@
 #include "drafters/ngram.hpp"
 #include "drafters/prompt_lookup.hpp"
 #include "error.hpp"
+#include "isa.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
 #include "speculative_decode.hpp"

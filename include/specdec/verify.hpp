@@ -22,7 +22,7 @@
 /// computes its residual masses R_i only where bounds (one from lane sums of q) do not already
 ///
 /// The code is in specdec/detail/, one header per step of Algorithm 1 (detail/instance_verify.hpp
-/// lists them), compiled once per instruction set and chosen at run time (detail/isa.hpp).
+/// lists them), compiled once per instruction set and chosen at run time (specdec/isa.hpp).
 
 #include <Eigen/Core>
 

@@ -15,7 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include <specdec/detail/isa.hpp>
+#include <specdec/isa.hpp>
 
 int main(int argc, char* argv[]) {
     if (const char* name = std::getenv("SPECDEC_TEST_ISA"); name != nullptr && *name != '\0') {

@@ -2,7 +2,7 @@
 /// Block verification (Sun et al. 2024, "Block Verification Accelerates Speculative Decoding",
 /// Alg. 2): the draft block verified jointly, its residual masses bounded before they are computed.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// Σ_x max(0, w p(x) − q(x)) for a prepared row and its draft column (q = c · the column),

@@ -2,7 +2,7 @@
 /// Inverse-CDF draws from a prepared target row: by blocks, then by the chunk and lane sums the
 /// normalizing pass kept (with AVX-512, several draws side by side with no branch on the uniforms).
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 template <class Fill>

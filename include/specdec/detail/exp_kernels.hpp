@@ -4,7 +4,7 @@
 /// time (pass_exp) and one lane of 16 (exp_lane) as the passes compute them, and the factor
 /// between two blocks' references (block_factor).
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 #if SPECDEC_DETAIL_ISA >= 1

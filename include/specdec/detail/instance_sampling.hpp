@@ -1,6 +1,6 @@
 /// \file
 /// One copy of the sampling core, for the instruction set SPECDEC_DETAIL_ISA, in namespace
-/// specdec::detail::SPECDEC_DETAIL_NS (see detail/isa.hpp). Its files, in the order they build
+/// specdec::detail::SPECDEC_DETAIL_NS (see specdec/isa.hpp). Its files, in the order they build
 /// on each other: the packet layer, the exp kernels, the row passes, top-k / top-p selection,
 /// and the standardized sampling that the public functions of specdec/sampling.hpp run.
 // No include guard: detail/sampling_core.hpp includes it once per instruction set.

@@ -3,7 +3,7 @@
 /// Sec. 2.3 and App. A.5; Sun et al. 2024's residual with a = w_τ): rejection sampling from p,
 /// then one exact pass.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// Lane sums of a row of one block: chunk c, lane l at [c·chunk_lanes + l].

@@ -3,7 +3,7 @@
 /// blockwise): maxima, exp-sums with and without lane sums, the residual sum, the checked
 /// argmax, and the sums and scans of the inverse-CDF draws.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// Sum in double precision: eight partial sums (index mod 8), added at the end. The partial

@@ -20,7 +20,7 @@
 #include "../types.hpp"
 #include "buffers.hpp"
 #include "config.hpp"
-#include "isa.hpp"
+#include "../isa.hpp"
 #include "row_layout.hpp"
 
 #define SPECDEC_DETAIL_INSTANCE "instance_sampling.hpp"

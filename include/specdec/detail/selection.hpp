@@ -1,7 +1,7 @@
 /// \file
 /// Top-k and top-p selection: the thresholds that truncating sampling keeps tokens above.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// max_and_sum_group floats (one vector compare each, see compare_group; then once per float of

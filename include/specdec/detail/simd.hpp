@@ -5,7 +5,7 @@
 /// __m256 and __m512, whatever the flags, with Eigen's semantics where they matter (pmax returns
 /// its first argument when that is NaN; predux adds in Eigen's order for 8 floats).
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 namespace pk {

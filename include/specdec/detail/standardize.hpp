@@ -2,7 +2,7 @@
 /// Standardized sampling of one row (Leviathan et al. 2023, Sec. 2.2): the bodies of the public
 /// functions of specdec/sampling.hpp, which check their arguments and dispatch here.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// Turns one row of logits into the standardized distribution it is sampled from.

@@ -2,7 +2,7 @@
 /// A target row normalized by verification (Sec. 2.2 standardization, blockwise), and p(x) or a
 /// block of p read back from it.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// Accumulates the checks of one block of a draft column (sign and sum, while in L1).

@@ -1,7 +1,7 @@
 /// \file
 /// Token verification (Leviathan et al. 2023, Alg. 1): modified rejection sampling, token by token.
 // Part of the per-instruction-set core: no include guard. detail/instance_*.hpp include this file
-// once per instruction set, inside that set's namespace (see detail/isa.hpp); what it includes
+// once per instruction set, inside that set's namespace (see specdec/isa.hpp); what it includes
 // comes before.
 
 /// Token verification (Leviathan et al. 2023, Alg. 1). q == nullptr: point-mass drafts;

@@ -20,7 +20,7 @@
 #include "../types.hpp"
 #include "../verify_types.hpp"
 #include "buffers.hpp"
-#include "isa.hpp"
+#include "../isa.hpp"
 #include "row_layout.hpp"
 #include "sampling_core.hpp"
 #include "verify_checks.hpp"

@@ -2,7 +2,7 @@
 /// \file
 /// Run-time choice of the instruction set the hot core runs with.
 ///
-/// Every build compiles the core (detail/instance_*.hpp) once per instruction set it supports,
+/// Every build compiles the hot core (detail/instance_*.hpp) once per instruction set it supports,
 /// each copy in a namespace of its own: the portable one, compiled with the translation unit's
 /// own flags, and, with GCC or Clang on x86-64, one for AVX2 + FMA and one for AVX-512
 /// (F + DQ), compiled with function-level target attributes whatever the flags. The first call
@@ -19,7 +19,7 @@
 #include <optional>
 #include <string_view>
 
-#include "../error.hpp"
+#include "error.hpp"
 
 #if !defined(SPECDEC_NO_DISPATCH) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
 /// 1 when the AVX2 and AVX-512 copies of the core are compiled (GCC or Clang on x86-64).
