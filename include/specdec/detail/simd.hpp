@@ -20,8 +20,6 @@ inline constexpr Eigen::Index width = 8;
 template <class P = packet>
 inline packet ploadu(const float* p) { return _mm256_loadu_ps(p); }
 template <class P = packet>
-inline packet pload(const float* p) { return _mm256_load_ps(p); }
-template <class P = packet>
 inline packet pset1(float v) { return _mm256_set1_ps(v); }
 inline void pstoreu(float* p, packet x) { _mm256_storeu_ps(p, x); }
 inline void pstore(float* p, packet x) { _mm256_store_ps(p, x); }
@@ -33,10 +31,6 @@ inline packet pdiv(packet a, packet b) { return _mm256_div_ps(a, b); }
 inline packet pmadd(packet a, packet b, packet c) { return _mm256_fmadd_ps(a, b, c); }
 inline packet pmax(packet a, packet b) { return _mm256_max_ps(b, a); }  // (a when a is NaN)
 inline packet por(packet a, packet b) { return _mm256_or_ps(a, b); }
-inline packet pzero(packet) { return _mm256_setzero_ps(); }
-inline packet pcmp_lt(packet a, packet b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
-/// mask ? a : b, lane by lane.
-inline packet pselect(packet mask, packet a, packet b) { return _mm256_blendv_ps(b, a, mask); }
 inline float pfirst(packet a) { return _mm256_cvtss_f32(a); }
 /// The sum of the 8 lanes in Eigen's order: halves, then pairs, then the last two.
 inline float predux(packet a) {
@@ -55,8 +49,6 @@ inline constexpr Eigen::Index width = 16;
 template <class P = packet>
 inline packet ploadu(const float* p) { return _mm512_loadu_ps(p); }
 template <class P = packet>
-inline packet pload(const float* p) { return _mm512_load_ps(p); }
-template <class P = packet>
 inline packet pset1(float v) { return _mm512_set1_ps(v); }
 inline void pstoreu(float* p, packet x) { _mm512_storeu_ps(p, x); }
 inline void pstore(float* p, packet x) { _mm512_store_ps(p, x); }
@@ -70,7 +62,6 @@ inline packet pmax(packet a, packet b) { return _mm512_max_ps(b, a); }  // (a wh
 inline packet por(packet a, packet b) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
 }
-inline packet pzero(packet) { return _mm512_setzero_ps(); }
 inline float pfirst(packet a) { return _mm512_cvtss_f32(a); }
 /// The halves of a, as two vectors of 8.
 inline __m256 low_half(packet a) { return _mm512_castps512_ps256(a); }
