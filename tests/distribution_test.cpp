@@ -86,10 +86,12 @@ const char* name(specdec::verification_scheme s) {
 /// under block verification, and tests the result (after `to_model`, which maps emitted ids to
 /// the target's, `samples` sequences); also checks that every draft position below
 /// `rejection_positions` saw a rejection (the accepted prefix ended there).
+/// `customize` may change the options (policy, draft-side stop) before each scheme's run.
 template <class D, class V, class Map>
 void check_equivalence(D& drafter, V& verifier, const markov_model& target, const equivalence_case& c,
                        std::size_t rejection_positions, const std::vector<token_id>& prompt, Map to_model,
-                       std::uint64_t seed, std::size_t samples) {
+                       std::uint64_t seed, std::size_t samples,
+                       const std::function<void(specdec::decode_options&)>& customize = {}) {
     std::vector<token_id> model_prompt;
     for (token_id t : prompt) model_prompt.push_back(to_model(t));
     const auto exact = exact_sequence_distribution(target, model_prompt, kLength, c.sampling);
@@ -100,6 +102,7 @@ void check_equivalence(D& drafter, V& verifier, const markov_model& target, cons
         opts.on_step = [&](const specdec::step_event& e) {
             if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
         };
+        if (customize) customize(opts);
         const auto r = sequence_test(
             [&](std::mt19937_64& rng) {
                 auto tokens = specdec::speculative_decode(drafter, verifier, prompt, opts, rng).tokens;
@@ -279,6 +282,159 @@ TEST_CASE("A draft with support disjoint from the target's is always rejected an
     INFO(describe(r));
     CHECK(r.p_value >= kFalseAlarm);
     CHECK(accepted == 0);
+    }
+}
+
+namespace {
+
+/// The adaptive γ policy with known costs chosen so that it keeps changing γ: draft tokens cost
+/// 0.01 of a pass, a pass 1 + 0.02 per extra position (the best γ is then 1 to 3 at these
+/// models' acceptance, and flips as the estimates move), and it explores every other step.
+/// One controller per scheme, kept across the 100,000 runs, so each run's γ depends on
+/// everything before it.
+struct adaptive_setup {
+    specdec::gamma_controller token_ctl, block_ctl;
+    std::vector<std::size_t> used;  // steps by γ over all runs
+    explicit adaptive_setup(std::size_t gamma_max)
+        : token_ctl(gamma_max, options()), block_ctl(gamma_max, options()), used(gamma_max + 1, 0) {}
+    static specdec::adaptive_gamma_options options() {
+        specdec::adaptive_gamma_options o;
+        o.draft_cost = [](std::size_t n) { return 0.01 * static_cast<double>(n); };
+        o.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m - 1); };
+        o.explore_every = 2;
+        o.max_explore_every = 2;
+        o.explore_budget = 1.0;
+        o.window = 8;
+        return o;
+    }
+    std::function<void(specdec::decode_options&)> customize() {
+        return [this](specdec::decode_options& o) {
+            o.policy = specdec::gamma_policy::adaptive;
+            o.controller = o.scheme == specdec::verification_scheme::token ? &token_ctl : &block_ctl;
+            auto count = o.on_step;
+            o.on_step = [this, count](const specdec::step_event& e) {
+                ++used[e.gamma];
+                count(e);
+            };
+        };
+    }
+    std::size_t distinct() const {
+        std::size_t k = 0;
+        for (std::size_t n : used) k += n != 0;
+        return k;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("The adaptive gamma policy keeps the target distribution", "[statistical][distribution][adaptive]") {
+    for (const equivalence_case c : {equivalence_case{.target_seed = 131, .draft_seed = 132},
+                                     equivalence_case{.vocab = 5, .sampling = {.temperature = 0.7f, .top_k = 3},
+                                                      .target_seed = 133, .draft_seed = 134}}) {
+        auto target = markov_model::random(c.vocab, 2, c.target_seed);
+        auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+        adaptive_setup setup(c.gamma);
+        check_equivalence(draft, target, target, c, 3, {0}, [](token_id t) { return t; }, 1000 + c.target_seed,
+                          kSamples, setup.customize());
+        INFO("steps by gamma: " << setup.used[0] << ", " << setup.used[1] << ", " << setup.used[2] << ", "
+                                << setup.used[3]);
+        CHECK(setup.distinct() == 4);
+    }
+}
+
+TEST_CASE("The draft-side stop keeps the target distribution", "[statistical][distribution][adaptive]") {
+    const equivalence_case c{.vocab = 4, .target_seed = 141, .draft_seed = 142};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    std::size_t short_blocks = 0;
+    check_equivalence(draft, target, target, c, 2, {0}, [](token_id t) { return t; }, 1141, kSamples,
+                      [&](specdec::decode_options& o) {
+                          o.draft_stop_below = 0.4f;
+                          auto count = o.on_step;
+                          o.on_step = [&short_blocks, count](const specdec::step_event& e) {
+                              short_blocks += e.draft.size() < e.gamma;
+                              count(e);
+                          };
+                      });
+    CHECK(short_blocks > kSamples / 10);
+    // And with the adaptive policy on top.
+    adaptive_setup setup(c.gamma);
+    const auto adaptive = setup.customize();
+    check_equivalence(draft, target, target, c, 2, {0}, [](token_id t) { return t; }, 2141, kSamples,
+                      [&](specdec::decode_options& o) {
+                          adaptive(o);
+                          o.draft_stop_below = 0.4f;
+                      });
+}
+
+namespace {
+
+/// Wrong on purpose: a drafter whose block length depends on something other than draft values.
+/// `drop_low`: a draft-side stop that drops the token below the threshold instead of keeping it
+/// (the kept tokens are then drawn from q conditioned on q >= threshold, not from q).
+/// Otherwise: the block is emptied when the target would likely reject its first token
+/// (p_1(x_1) < q_1(x_1)), a length chosen from the target's values.
+struct biased_length_drafter {
+    markov_model* draft_model;
+    markov_model* target_model;
+    bool drop_low;
+    specdec::model_drafter<markov_model> inner{*draft_model};
+    std::ptrdiff_t vocab_size() const { return draft_model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        inner.draft(context, gamma, s, u, out);
+        const auto q_of = [&](std::size_t i) {
+            return static_cast<double>(out.scales[i]) *
+                   static_cast<double>(out.probs(out.tokens[i], static_cast<Eigen::Index>(i)));
+        };
+        std::size_t keep = out.tokens.size();
+        if (drop_low) {
+            for (std::size_t i = 0; i < out.tokens.size(); ++i)
+                if (q_of(i) < 0.4) {
+                    keep = i;
+                    break;
+                }
+        } else if (!out.tokens.empty()) {
+            const auto p = ref_standardize(target_model->next_logits(context), s);
+            if (p[static_cast<std::size_t>(out.tokens[0])] < q_of(0)) keep = 0;
+        }
+        if (keep == out.tokens.size()) return;
+        out.tokens.resize(keep);
+        out.scales.resize(keep);
+        Eigen::MatrixXf kept = out.probs.leftCols(static_cast<Eigen::Index>(keep));
+        out.probs = kept;
+    }
+};
+
+gof_result biased_length_test(bool drop_low, specdec::verification_scheme scheme) {
+    auto target = markov_model::random(4, 2, 141);
+    auto draft = markov_model::random(4, 2, 142);
+    biased_length_drafter d{&draft, &target, drop_low};
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
+    const specdec::decode_options opts{.gamma = 3, .max_new_tokens = kLength, .scheme = scheme};
+    return sequence_test(
+        [&](std::mt19937_64& rng) { return specdec::speculative_decode(d, target, prompt, opts, rng).tokens; },
+        exact, 4, drop_low ? 3141 : 4141);
+}
+
+}  // namespace
+
+TEST_CASE("Negative control: a draft-side stop that drops the unlikely token is detected",
+          "[statistical][negative-control][adaptive]") {
+    for (const auto scheme : kSchemes) {
+        const auto r = biased_length_test(true, scheme);
+        INFO(name(scheme) << ": " << describe(r));
+        CHECK(r.p_value < kFalseAlarm);
+    }
+}
+
+TEST_CASE("Negative control: a draft length chosen from the target's values is detected",
+          "[statistical][negative-control][adaptive]") {
+    for (const auto scheme : kSchemes) {
+        const auto r = biased_length_test(false, scheme);
+        INFO(name(scheme) << ": " << describe(r));
+        CHECK(r.p_value < kFalseAlarm);
     }
 }
 

@@ -658,6 +658,31 @@ TEST_CASE("llama2: speculative decoding at temperature 0 is token-identical to g
     }
 }
 
+TEST_CASE("llama2: adaptive gamma (measured costs) at temperature 0 is token-identical to greedy decoding",
+          "[llama2][speculative][adaptive]") {
+    const auto dir = models_dir({target_file, draft_file});
+    if (!dir) return;
+    llama2::transformer target(load(*dir / target_file)), draft(load(*dir / draft_file));
+    llama2::context_limited_drafter<llama2::transformer> limited(draft);
+    const tokens prompt{llama2::tokenizer::bos_id};
+    std::mt19937_64 rng(1);
+    specdec::decode_options opts{.gamma = 8, .max_new_tokens = 300, .sampling = {.temperature = 0.0f}};
+    const auto g = specdec::autoregressive_decode(target, prompt, opts, rng);
+    opts.policy = specdec::gamma_policy::adaptive;
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        opts.scheme = scheme;
+        opts.draft_stop_below = scheme == specdec::verification_scheme::token ? 0.0f : 0.3f;
+        target.clear_cache();
+        draft.clear_cache();
+        const auto r = specdec::speculative_decode(limited, target, prompt, opts, rng);
+        CHECK(r.tokens == g.tokens);
+        std::size_t steps = 0;
+        for (std::size_t n : r.stats.steps_at_gamma) steps += n;
+        CHECK(steps == r.stats.steps);
+        CHECK(r.stats.steps_at_gamma.size() >= 2);  // the warm-up drafted, whatever came next
+    }
+}
+
 TEST_CASE("llama2: drafting stops at the draft's 256-token window and generation goes on to the target's",
           "[llama2][speculative][limits]") {
     const auto dir = models_dir({target_file, draft_file});

@@ -17,6 +17,7 @@
 
 #include <specdec/specdec.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -39,6 +40,7 @@ struct arguments {
     std::string drafter = "model";
     specdec::decode_options decode{.gamma = 4, .max_new_tokens = 256, .stop_tokens = {1, 2}};
     std::uint64_t seed = 42;
+    std::size_t max_gamma = 8;
     bool compare = false;
     bool color = isatty(STDOUT_FILENO) != 0;
 };
@@ -47,9 +49,12 @@ struct arguments {
     if (problem) std::fprintf(stderr, "specdec-generate: %s\n\n", problem);
     std::fputs(
         "usage: specdec-generate [--models DIR | --target T.bin --draft D.bin --tokenizer TOK.bin]\n"
-        "         [--prompt TEXT] [--gamma N] [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
-        "         [--max-tokens N] [--scheme token|block] [--compare] [--no-color]\n"
-        "         [--drafter model|early-exit:K|unigram|bigram|lookup|lookup+model]\n"
+        "         [--prompt TEXT] [--gamma N|auto] [--max-gamma N] [--draft-stop P] [--temperature T]\n"
+        "         [--top-k K] [--top-p P] [--seed S] [--max-tokens N] [--scheme token|block]\n"
+        "         [--compare] [--no-color] [--drafter model|early-exit:K|unigram|bigram|lookup|lookup+model]\n"
+        "  --gamma auto   choose each step's draft length from measured acceptance and timings,\n"
+        "                 from 0 (a plain target step) to --max-gamma (default 8)\n"
+        "  --draft-stop P end a draft after a token the draft gives probability below P\n"
         "  --models DIR   folder with stories260K.bin, llama2xs_tok512_279K.bin and tok512.bin\n"
         "                 (default: the SPECDEC_MODELS_DIR environment variable)\n",
         stderr);
@@ -85,7 +90,18 @@ arguments parse(int argc, char** argv) {
         else if (f == "--tokenizer") a.tokenizer = value(i);
         else if (f == "--prompt") a.prompt = value(i);
         else if (f == "--drafter") a.drafter = value(i);
-        else if (f == "--gamma") a.decode.gamma = number(i, to_ull);
+        else if (f == "--gamma") {
+            // "auto": the adaptive policy, choosing each step's γ in [0, --max-gamma].
+            if (i + 1 < argc && std::string_view(argv[i + 1]) == "auto") {
+                ++i;
+                a.decode.policy = specdec::gamma_policy::adaptive;
+                a.decode.gamma = a.max_gamma;
+            } else {
+                a.decode.policy = specdec::gamma_policy::fixed;
+                a.decode.gamma = number(i, to_ull);
+            }
+        } else if (f == "--max-gamma") a.max_gamma = number(i, to_ull);
+        else if (f == "--draft-stop") a.decode.draft_stop_below = number(i, to_f);
         else if (f == "--temperature") a.decode.sampling.temperature = number(i, to_f);
         else if (f == "--top-k") a.decode.sampling.top_k = static_cast<int>(number(i, to_ull));
         else if (f == "--top-p") a.decode.sampling.top_p = number(i, to_f);
@@ -101,6 +117,7 @@ arguments parse(int argc, char** argv) {
         else if (f == "--help" || f == "-h") usage();
         else usage((std::string("unknown option ") + argv[i]).c_str());
     }
+    if (a.decode.policy == specdec::gamma_policy::adaptive) a.decode.gamma = a.max_gamma;
     if (!models.empty()) {
         if (a.target.empty()) a.target = models / "stories260K.bin";
         if (a.draft.empty()) a.draft = models / "llama2xs_tok512_279K.bin";
@@ -153,13 +170,49 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+/// What a run measured: the streamed generation, and with --compare the timed runs.
+struct run_outcome {
+    specdec::decode_result result;
+    double streamed_seconds = 0;
+    specdec::decode_result baseline;
+    std::vector<double> spec_rates, base_rates;  // tokens/s of each timed run
+};
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+/// The streamed generation; then, with --compare, `compare_runs` timed runs of speculative
+/// and autoregressive decoding, interleaved, with fresh KV caches and no printing (the same
+/// seed, so each repeats the streamed text).
 template <class D>
-specdec::decode_result run_speculative(D& drafter, llama2::transformer& target, const std::vector<specdec::token_id>& prompt,
-                                       const arguments& a, streamer& out) {
+run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* draft_model,
+                const std::vector<specdec::token_id>& prompt, const arguments& a, streamer& out) {
+    constexpr int compare_runs = 5;
+    run_outcome o;
     auto opts = a.decode;
     opts.on_step = std::ref(out);
     std::mt19937_64 rng(a.seed);
-    return specdec::speculative_decode(drafter, target, prompt, opts, rng);
+    const auto t0 = std::chrono::steady_clock::now();
+    o.result = specdec::speculative_decode(drafter, target, prompt, opts, rng);
+    o.streamed_seconds = seconds_since(t0);
+    if (!a.compare) return o;
+    opts.on_step = nullptr;
+    for (int r = 0; r < compare_runs; ++r) {
+        target.clear_cache();
+        if (draft_model) draft_model->clear_cache();
+        std::mt19937_64 spec_rng(a.seed);
+        const auto t1 = std::chrono::steady_clock::now();
+        const auto spec = specdec::speculative_decode(drafter, target, prompt, opts, spec_rng);
+        o.spec_rates.push_back(static_cast<double>(spec.tokens.size()) / seconds_since(t1));
+        target.clear_cache();
+        std::mt19937_64 base_rng(a.seed);
+        const auto t2 = std::chrono::steady_clock::now();
+        o.baseline = specdec::autoregressive_decode(target, prompt, opts, base_rng);
+        o.base_rates.push_back(static_cast<double>(o.baseline.tokens.size()) / seconds_since(t2));
+    }
+    return o;
 }
 
 }  // namespace
@@ -185,48 +238,52 @@ int main(int argc, char** argv) {
 
         std::cout << a.prompt;
         streamer out(tok, a.color, prompt.back());
-        const auto t0 = std::chrono::steady_clock::now();
-        specdec::decode_result result;
+        run_outcome outcome;
         const auto vocab = target.vocab_size();
         if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
             llama2::context_limited_drafter<llama2::transformer> d(*draft_model);
-            result = run_speculative(d, target, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
         } else if (a.drafter == "unigram" || a.drafter == "bigram") {
             specdec::ngram_model d(vocab, a.drafter == "unigram" ? 1 : 2);
-            result = run_speculative(d, target, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
         } else if (a.drafter == "lookup") {
             specdec::prompt_lookup_drafter d(vocab);
-            result = run_speculative(d, target, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
         } else if (a.drafter == "lookup+model") {
             specdec::prompt_lookup_drafter lookup(vocab);
             llama2::context_limited_drafter<llama2::transformer> model(*draft_model);
             specdec::fallback_drafter d(lookup, model);
-            result = run_speculative(d, target, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
         } else {
             usage(("unknown drafter " + a.drafter).c_str());
         }
-        const double spec_seconds = seconds_since(t0);
+        const auto& result = outcome.result;
         const auto& st = result.stats;
         std::cout << "\n\n";
-        std::printf("drafter %s, gamma %zu, %s verification, temperature %g\n", a.drafter.c_str(), a.decode.gamma,
+        const bool adaptive = a.decode.policy == specdec::gamma_policy::adaptive;
+        std::printf("drafter %s, gamma %s%zu, %s verification, temperature %g\n", a.drafter.c_str(),
+                    adaptive ? "auto, at most " : "", a.decode.gamma,
                     a.decode.scheme == specdec::verification_scheme::block ? "block" : "token",
                     static_cast<double>(a.decode.sampling.temperature));
-        std::printf("tokens %zu, target calls %zu, tokens per target call %.2f, measured alpha %.3f, %.0f tokens/s\n",
+        if (adaptive) {
+            // The chosen γ's distribution over the steps, and the β-based estimate of α.
+            std::printf("steps by gamma:");
+            for (std::size_t g = 0; g < st.steps_at_gamma.size(); ++g)
+                if (st.steps_at_gamma[g] != 0) std::printf(" %zu:%zu", g, st.steps_at_gamma[g]);
+            std::printf(" (of %zu steps); estimated alpha %.3f\n", st.steps, st.estimated_acceptance());
+        }
+        std::printf("tokens %zu, target calls %zu, tokens per target call %.2f, measured alpha %.3f, %.0f tokens/s "
+                    "(streamed)\n",
                     result.tokens.size(), st.target_calls,
                     static_cast<double>(result.tokens.size()) / static_cast<double>(std::max<std::size_t>(1, st.target_calls)),
-                    st.acceptance_rate(), static_cast<double>(result.tokens.size()) / spec_seconds);
+                    st.acceptance_rate(), static_cast<double>(result.tokens.size()) / outcome.streamed_seconds);
         if (a.compare) {
-            target.clear_cache();
-            std::mt19937_64 rng(a.seed);
-            auto opts = a.decode;
-            opts.on_step = nullptr;
-            const auto t1 = std::chrono::steady_clock::now();
-            const auto base = specdec::autoregressive_decode(target, prompt, opts, rng);
-            const double base_seconds = seconds_since(t1);
-            const double spec_rate = static_cast<double>(result.tokens.size()) / spec_seconds;
-            const double base_rate = static_cast<double>(base.tokens.size()) / base_seconds;
-            std::printf("autoregressive: tokens %zu, target calls %zu, %.0f tokens/s; speedup %.2fx\n",
-                        base.tokens.size(), base.stats.target_calls, base_rate, spec_rate / base_rate);
+            const double spec_rate = median(outcome.spec_rates), base_rate = median(outcome.base_rates);
+            std::printf("autoregressive: tokens %zu, target calls %zu\n", outcome.baseline.tokens.size(),
+                        outcome.baseline.stats.target_calls);
+            std::printf("timed without printing, median of %zu interleaved runs: speculative %.0f tokens/s, "
+                        "autoregressive %.0f tokens/s; speedup %.2fx\n",
+                        outcome.spec_rates.size(), spec_rate, base_rate, spec_rate / base_rate);
         }
     } catch (const std::exception& e) {
         std::cout.flush();

@@ -55,6 +55,9 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
         out.scales.push_back(d.scale);
         out.tokens.push_back(x);
         scratch.push_back(x);
+        // The draft-side stop (draft_block::stop_below): it reads q_i(x_i) only, a draft value.
+        // The columns after it stay unused (see draft_block::stop_below).
+        if (static_cast<double>(d.scale) * static_cast<double>(q[d.index]) < static_cast<double>(out.stop_below)) break;
     }
     out.standardized = true;
 }

@@ -59,6 +59,14 @@ struct draft_block {
     /// How many forward passes of a draft model this block cost (for statistics);
     /// a drafter without a model may leave it 0.
     std::size_t model_calls = 0;
+    /// An input, not an output: set by speculative_step() before draft() (from
+    /// decode_options::draft_stop_below; 0 turns it off). A drafter may end the block after
+    /// the first token x_i whose draft probability q_i(x_i) is below it, sparing the draft
+    /// calls that would follow (model_drafter does); such a block may keep the columns of
+    /// probs it sized beyond its tokens, which are ignored. The step ends the block there in
+    /// any case. Exact: where the block ends depends on draft values only. clear() leaves it
+    /// as it is.
+    float stop_below = 0.0f;
 
     /// True when the block carries its draft distributions.
     [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }

@@ -3,6 +3,7 @@
 /// Umbrella header: includes every public header of specdec.
 
 #include "adapters.hpp"
+#include "adaptive_gamma.hpp"
 #include "analysis.hpp"
 #include "batch.hpp"
 #include "concepts.hpp"

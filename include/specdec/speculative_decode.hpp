@@ -6,13 +6,16 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <optional>
 #include <functional>
 #include <random>
 #include <span>
 #include <vector>
 
 #include "adapters.hpp"
+#include "adaptive_gamma.hpp"
 #include "concepts.hpp"
 #include "error.hpp"
 #include "random.hpp"
@@ -35,13 +38,46 @@ struct step_event {
     /// The tokens appended to the output by this step: draft[0..accepted) then next_token,
     /// cut after a stop token. Stream these.
     std::span<const token_id> emitted;
+    /// β of each draft position the step tested (see step_result::acceptance); empty unless
+    /// acceptance is estimated.
+    std::span<const float> acceptance;
+    /// The γ this step asked the drafter for (the adaptive policy's choice; 0 for a plain
+    /// target step). The drafter may have proposed fewer (`draft.size()`).
+    std::size_t gamma = 0;
 };
 
 /// Settings of a decoding run. Aggregate: use designated initializers,
 /// `{.gamma = 4, .max_new_tokens = 128, .sampling = {.temperature = 0.7f}}`.
 struct decode_options {
-    /// γ, draft tokens per step (ignored by autoregressive_decode). \pre gamma >= 1.
+    /// γ, draft tokens per step (ignored by autoregressive_decode); under the adaptive
+    /// policy, the longest draft it may choose. \pre gamma >= 1.
     std::size_t gamma = 4;
+    /// Fixed γ (the default) or adaptive: before each step, the γ in [0, gamma] with the most
+    /// expected tokens per unit of time, from what earlier steps measured (gamma_controller;
+    /// γ = 0 is a plain target step, so a pair for which speculation does not pay decodes at
+    /// about the target's own speed). Exact either way: the choice depends on the past only.
+    gamma_policy policy = gamma_policy::fixed;
+    /// Settings of the adaptive policy (exploration, smoothing, known costs). Unless both
+    /// cost callbacks are set, each draft call and target pass is timed with a steady clock.
+    adaptive_gamma_options adaptive{};
+    /// The adaptive policy's estimates, kept across calls (successive requests of one model
+    /// pair): a controller of your own, made with gamma_max = gamma; `adaptive` is then
+    /// unused. Null (the default): a fresh one per call, which learns from the call's first
+    /// steps. Must outlive the call.
+    gamma_controller* controller = nullptr;
+    /// Compute β_i = Σ min(p_i, q_i) of every tested draft position, into
+    /// decode_stats::expected_accepted_at_position and step_event::acceptance, with the
+    /// fixed policy too (always on under the adaptive one). Costs one standardization of each
+    /// tested target row; does not change the output.
+    bool estimate_acceptance = false;
+    /// The draft-side stop: end each draft block after the first token x_i whose draft
+    /// probability q_i(x_i) is below this (0, the default, turns it off). llama.cpp's p_min
+    /// idea (it stops drafting when the draft's best candidate is less likely than p_min),
+    /// made exact: the low token is kept and verified as usual, and since where the block ends
+    /// depends on draft values only, the output keeps the target's distribution. Saves the
+    /// draft calls (and target positions) that would follow an unlikely token.
+    /// \pre 0 <= draft_stop_below <= 1.
+    float draft_stop_below = 0.0f;
     /// Exactly this many tokens are generated, unless a stop token ends the run earlier.
     std::size_t max_new_tokens = 128;
     /// Generating any of these ends the run; the stop token is included in the output.
@@ -100,17 +136,24 @@ inline constexpr std::size_t initial_reserve = 4096;
 /// The output has exactly the distribution of sampling from the target alone with the same
 /// sampling settings (Leviathan et al. 2023, Thm. in App. A.1), whatever the drafter,
 /// unless lenience < 1. Each step proposes min(γ, tokens still needed − 1) draft tokens,
-/// so no draft work is wasted at the end.
+/// so no draft work is wasted at the end; under gamma_policy::adaptive, γ is chosen per step
+/// (see decode_options::policy and gamma_controller).
 ///
 /// \param drafter   draft model: a BlockDrafter, or a plain LanguageModel
 /// \param verifier  target model: a BatchVerifier, or a plain LanguageModel
 /// \param prompt    the context to continue (not included in the result)
-/// \param options   γ, token budget, stop tokens, sampling, lenience, callback
+/// \param options   γ and its policy, token budget, stop tokens, sampling, lenience, callback
 /// \param rng       the caller's generator: the same seed gives the same tokens
 /// \returns the generated tokens, statistics and stop reason.
 /// \throws std::invalid_argument for invalid options, a vocabulary mismatch between the
 ///         models, a prompt or stop token out of range, or malformed model output; and
-///         whatever an adapter or the callback throws.
+///         whatever an adapter or the callback throws, unchanged. Basic guarantee: the
+///         tokens generated so far are lost, and the drafter, verifier and generator stay
+///         usable (the generator may have advanced); given a generator with the same seed, the
+///         same objects (if their own throw left them sound) then produce exactly the output
+///         of an undisturbed run. A caller's
+///         options.controller has counted the failed step's γ among its choices but not
+///         observed the step.
 ///
 /// \code
 /// my_model target{...}, draft{...};   // any types with vocab_size() and next_logits(span)
@@ -125,6 +168,25 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
     detail::check_prompt_and_stop_tokens(prompt, options.stop_tokens, vocab, where);
 
+    if (!(options.draft_stop_below >= 0.0f && options.draft_stop_below <= 1.0f))
+        detail::fail_invalid(where, ": draft_stop_below = ", options.draft_stop_below, " must lie in [0, 1] (0 is off)");
+    const bool adaptive = options.policy == gamma_policy::adaptive;
+    std::optional<gamma_controller> own;
+    gamma_controller* controller = nullptr;
+    if (adaptive) {
+        if (options.controller) {
+            if (options.controller->gamma_max() != options.gamma)
+                detail::fail_invalid(where, ": the controller's gamma_max() = ", options.controller->gamma_max(),
+                                     " differs from gamma = ", options.gamma);
+            controller = options.controller;
+        } else {
+            controller = &own.emplace(options.gamma, options.adaptive);
+        }
+    }
+    detail::step_extras extras{.estimate_acceptance = adaptive || options.estimate_acceptance,
+                               .draft_stop_below = options.draft_stop_below,
+                               .time = adaptive && controller->measures_time()};
+
     decode_result result;
     std::vector<token_id> sequence(prompt.begin(), prompt.end());
     sequence.reserve(prompt.size() + std::min(options.max_new_tokens, detail::initial_reserve) +
@@ -133,15 +195,29 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
     std::size_t generated = 0;
     while (generated < options.max_new_tokens) {
         const std::size_t remaining = options.max_new_tokens - generated;
-        const std::size_t gamma = std::min(options.gamma, remaining - 1);
+        const std::size_t gamma = adaptive ? controller->choose(remaining - 1) : std::min(options.gamma, remaining - 1);
+        const auto t0 = extras.time ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         const step_result r = detail::step_impl(drafter, verifier, sequence, result.stats, gamma, options.sampling,
-                                                options.lenience, options.scheme, rng, ws, vocab, where);
+                                                options.lenience, options.scheme, rng, ws, vocab, where, &extras);
+        if (adaptive) {
+            gamma_controller::step_observation o{.gamma = gamma, .drafted = r.draft.size(), .emitted = r.emitted(),
+                                                 .acceptance = r.acceptance};
+            o.first = result.stats.steps == 1;
+            if (extras.time) {
+                o.draft_seconds = extras.draft_seconds;
+                o.pass_seconds = extras.pass_seconds;
+                o.step_seconds = detail::seconds_since(t0);
+            }
+            controller->observe(o);
+        }
+        if (result.stats.steps_at_gamma.size() <= gamma) result.stats.steps_at_gamma.resize(gamma + 1, 0);
+        ++result.stats.steps_at_gamma[gamma];
         const bool stopped = detail::cut_at_stop(sequence, r.emitted(), options.stop_tokens);
         const std::size_t appended = sequence.size() - prompt.size() - generated;
         generated += appended;
         if (options.on_step)
             options.on_step(step_event{r.draft, r.accepted, r.next_token,
-                                       std::span<const token_id>(sequence).last(appended)});
+                                       std::span<const token_id>(sequence).last(appended), r.acceptance, gamma});
         if (stopped) {
             result.stop = stop_reason::stop_token;
             break;
@@ -192,8 +268,10 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
         result.tokens.push_back(t);
         result.stats.steps += 1;
         result.stats.target_calls += 1;
+        if (result.stats.steps_at_gamma.empty()) result.stats.steps_at_gamma.push_back(0);
+        ++result.stats.steps_at_gamma[0];
         if (options.on_step)
-            options.on_step(step_event{{}, 0, t, std::span<const token_id>(sequence).last(1)});
+            options.on_step(step_event{{}, 0, t, std::span<const token_id>(sequence).last(1), {}, 0});
         if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) != options.stop_tokens.end()) {
             result.stop = stop_reason::stop_token;
             break;

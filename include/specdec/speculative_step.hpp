@@ -6,6 +6,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <chrono>
 #include <concepts>
 #include <cstddef>
 #include <random>
@@ -41,6 +42,11 @@ struct step_result {
     std::span<const token_id> draft;  ///< the proposed block x_1..x_n
     std::size_t accepted = 0;         ///< how many of them were accepted
     token_id next_token = 0;          ///< the correction (after a rejection) or bonus token
+    /// β_i = Σ_x min(p_i(x), q_i(x)) of each draft position the step tested (i <= accepted),
+    /// the probability that token verification accepts it (Leviathan et al. Def. 3.1);
+    /// p_i(x_i) for point-mass drafts. Empty unless acceptance is estimated (see
+    /// decode_options::estimate_acceptance).
+    std::span<const float> acceptance;
     /// True when every draft token was accepted, so next_token is a bonus from p_{n+1}.
     [[nodiscard]] bool all_accepted() const noexcept { return accepted == draft.size(); }
     /// Tokens this step appended: accepted + 1.
@@ -56,6 +62,8 @@ struct step_workspace {
     std::vector<token_id> context;   ///< scratch for plain-model adapters
     Eigen::VectorXf logits;          ///< scratch for plain-model adapters
     sampling_workspace sampling;     ///< scratch for plain-model drafting
+    std::vector<float> acceptance;   ///< β of the tested rows (when estimated)
+    Eigen::VectorXf target_probs;    ///< scratch: a standardized target row, for β
 
     /// Gives target_logits `cols` columns of `rows` before the target writes them (contents
     /// unspecified), from the matrix an earlier step of that draft length left: an Eigen
@@ -79,6 +87,41 @@ private:
 };
 
 namespace detail {
+
+/// What a decoding loop asks of a step beyond step_options.
+struct step_extras {
+    bool estimate_acceptance = false;  ///< fill step_result::acceptance
+    float draft_stop_below = 0.0f;     ///< end the draft after a token with q_i(x_i) below this
+    bool time = false;                 ///< measure the two fields below (steady clock)
+    double draft_seconds = 0.0;        ///< the drafter's call
+    double pass_seconds = 0.0;         ///< the verifier's call
+};
+
+/// β_i = Σ_x min(p_i(x), q_i(x)) for the first `tested` draft positions (Leviathan et al.
+/// Def. 3.1; p_i(x_i) for point masses), p_i the standardized target row i.
+inline void estimate_acceptance(const Eigen::MatrixXf& target_logits, const draft_block& block,
+                                const Eigen::Ref<const Eigen::MatrixXf>& probs, const sampling_config& sampling,
+                                std::size_t tested, step_workspace& ws) {
+    ws.acceptance.resize(tested);
+    ws.target_probs.resize(target_logits.rows());
+    for (std::size_t i = 0; i < tested; ++i) {
+        const auto col = static_cast<Eigen::Index>(i);
+        standardize(target_logits.col(col), sampling, ws.target_probs, ws.sampling);
+        double beta;
+        if (probs.cols() == 0) {
+            beta = ws.target_probs[block.tokens[i]];
+        } else {
+            const float scale = block.scales.empty() ? 1.0f : block.scales[i];
+            beta = ws.target_probs.array().min(scale * probs.col(col).array()).template cast<double>().sum();
+        }
+        ws.acceptance[i] = static_cast<float>(std::clamp(beta, 0.0, 1.0));
+    }
+}
+
+/// Seconds since `t0` (steady clock).
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 inline void check_step_options(std::size_t gamma, const sampling_config& sampling, float lenience,
                                verification_scheme scheme, const char* where) {
@@ -123,7 +166,7 @@ template <Drafter D, Verifier V, class G>
 step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
                       std::size_t gamma, const sampling_config& sampling, float lenience,
                       verification_scheme scheme, G& rng,
-                      step_workspace& ws, std::ptrdiff_t vocab, const char* where) {
+                      step_workspace& ws, std::ptrdiff_t vocab, const char* where, step_extras* extras = nullptr) {
     static_assert(BatchVerifier<V> || !requires(V& v, std::span<const token_id> c, Eigen::MatrixXf& out) {
         v.score_into(c, c, out);
     }, "specdec: the verifier has score_into() but no score(); a batched verifier needs score() too (it may call "
@@ -137,6 +180,9 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     // drafter that writes only tokens makes point-mass drafts, one that sets no scales has
     // none, and standardized stays false unless the drafter sets it.
     block.clear();
+    block.stop_below = extras ? extras->draft_stop_below : 0.0f;
+    const bool timed = extras && extras->time;
+    auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     if (gamma == 0) {
         // no draft: one token sampled from the target
     } else if constexpr (BlockDrafter<D>) {
@@ -144,17 +190,41 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     } else {
         draft_from_model(drafter, context, gamma, sampling, uniforms, block, ws.context, ws.logits, ws.sampling);
     }
-    const std::size_t n = block.tokens.size();
+    if (timed) {
+        extras->draft_seconds = seconds_since(t0);
+        t0 = std::chrono::steady_clock::now();
+    }
+    std::size_t n = block.tokens.size();
     if (n > gamma) fail_invalid(where, ": the drafter proposed ", n, " tokens; at most gamma = ", gamma, " were asked for");
     // Before the target sees them: a token out of range would index its embedding table.
     check_token_range(block.tokens, vocab, where, "the drafter's tokens");
+    // A drafter that stopped early (draft_block::stop_below) may keep unused columns.
+    const auto cols = block.probs.cols(), drafted = static_cast<Eigen::Index>(n);
     if (block.has_distributions() &&
-        (block.probs.rows() != vocab || block.probs.cols() != static_cast<Eigen::Index>(n)))
-        fail_invalid(where, ": the drafter's probs is ", block.probs.rows(), " x ", block.probs.cols(),
+        (block.probs.rows() != vocab || (cols != drafted && !(block.stop_below > 0.0f && cols > drafted))))
+        fail_invalid(where, ": the drafter's probs is ", block.probs.rows(), " x ", cols,
                      "; expected vocab_size x drafted tokens = ", vocab, " x ", n, " (or 0 columns for point-mass drafts)");
-    // Scales, when given, are one per column of probs (none for point masses).
+    // Scales, when given, are one per drafted column of probs (none for point masses).
     const bool scaled = !block.scales.empty();
-    if (scaled) check_draft_scales(block.scales, block.probs.cols(), where, "the drafter's scales");
+    if (scaled) check_draft_scales(block.scales, block.has_distributions() ? drafted : 0, where, "the drafter's scales");
+    // The draft-side stop (p_min in llama.cpp, where it ends drafting before a token whose
+    // draft probability is low): the block ends after the first token x_i with
+    // q_i(x_i) < stop_below. That token stays in the block and is verified as usual, so where
+    // the block ends depends on draft values only and every position is an ordinary exact
+    // test: the output keeps the target's distribution.
+    if (block.stop_below > 0.0f && block.has_distributions()) {
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto col = static_cast<Eigen::Index>(i);
+            const double q = (scaled ? static_cast<double>(block.scales[i]) : 1.0) *
+                             static_cast<double>(block.probs(block.tokens[i], col));
+            if (q < static_cast<double>(block.stop_below)) {
+                n = i + 1;
+                block.tokens.resize(n);
+                if (scaled) block.scales.resize(n);
+                break;
+            }
+        }
+    }
 
     // Alg. 1: run M_p on all γ+1 prefixes in one pass.
     const std::span<const token_id> draft_tokens(block.tokens);
@@ -168,6 +238,7 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
         ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
         score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);
     }
+    const double pass_seconds = timed ? seconds_since(t0) : 0.0;
     if (ws.target_logits.rows() != vocab || ws.target_logits.cols() != static_cast<Eigen::Index>(n + 1))
         fail_invalid(where, ": the target's score() returned ", ws.target_logits.rows(), " x ",
                      ws.target_logits.cols(), "; expected vocab_size x (draft length + 1) = ", vocab, " x ", n + 1);
@@ -182,10 +253,14 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     const Eigen::Index q_rows = vocab, q_cols = static_cast<Eigen::Index>(n);
     check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
                         sampling, vopts, where);
-    const Eigen::Ref<const Eigen::MatrixXf> probs(block.probs);
+    const Eigen::Ref<const Eigen::MatrixXf> probs(block.probs.leftCols(block.has_distributions() ? q_cols : 0));
     const verify_result r = run_verify({ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
                                         scaled ? block.scales.data() : nullptr, sampling, vopts, where},
                                        rng, ws.verify);
+    if (timed) extras->pass_seconds = pass_seconds;
+    const std::size_t tested = std::min(n, r.accepted + 1);
+    if (extras && extras->estimate_acceptance) estimate_acceptance(ws.target_logits, block, probs, sampling, tested, ws);
+    else ws.acceptance.clear();
 
     // Commit. Everything that can throw (allocation) happens before the first change. The
     // sequence grows geometrically, as push_back would: reserving only what this step needs
@@ -193,10 +268,13 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     const std::size_t need = sequence.size() + r.accepted + 1;
     if (need > sequence.capacity()) sequence.reserve(std::max(need, 2 * sequence.capacity()));
     const std::size_t positions = std::max(stats.accepted_at_position.size(), n);
+    const bool estimated = extras && extras->estimate_acceptance;
     stats.accepted_at_position.reserve(positions);
     stats.reached_at_position.reserve(positions);
+    if (estimated) stats.expected_accepted_at_position.reserve(positions);
     stats.accepted_at_position.resize(positions, 0);
     stats.reached_at_position.resize(positions, 0);
+    if (estimated) stats.expected_accepted_at_position.resize(positions, 0.0);
     sequence.insert(sequence.end(), block.tokens.begin(), block.tokens.begin() + static_cast<std::ptrdiff_t>(r.accepted));
     sequence.push_back(r.next_token);
     stats.steps += 1;
@@ -206,8 +284,10 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     stats.accepted_tokens += r.accepted;
     stats.rejected_tokens += (r.accepted < n) ? 1 : 0;
     for (std::size_t i = 0; i < r.accepted; ++i) ++stats.accepted_at_position[i];
-    for (std::size_t i = 0; i < std::min(n, r.accepted + 1); ++i) ++stats.reached_at_position[i];
-    return {draft_tokens, r.accepted, r.next_token};
+    for (std::size_t i = 0; i < tested; ++i) ++stats.reached_at_position[i];
+    if (estimated)
+        for (std::size_t i = 0; i < tested; ++i) stats.expected_accepted_at_position[i] += ws.acceptance[i];
+    return {draft_tokens, r.accepted, r.next_token, std::span<const float>(ws.acceptance)};
 }
 
 }  // namespace detail
@@ -232,7 +312,10 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 ///         vocabulary mismatch, a token of `sequence` out of range, a malformed draft block
 ///         (checked before the target sees it) or score() result, or invalid logits; and
 ///         whatever an adapter throws. In every case `sequence` and `stats` are left exactly
-///         as they were (strong guarantee).
+///         as they were (strong guarantee). `rng` is not rewound (the uniforms drawn before
+///         the throw are spent). After an adapter's exception `ws` stays usable: a later step
+///         with it equals one with a fresh workspace. After a std::bad_alloc from the step's
+///         own buffers, continue with a fresh workspace.
 template <Drafter D, Verifier V, random_generator G>
 step_result speculative_step(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
                              const step_options& opts, G&& rng, step_workspace& ws) {

@@ -55,6 +55,17 @@ struct decode_stats {
     /// reached_at_position[i]: in how many steps the draft token at position i was
     /// tested, i.e. all earlier draft tokens had been accepted.
     std::vector<std::size_t> reached_at_position;
+    /// expected_accepted_at_position[i]: the sum, over the steps in which draft position i
+    /// was tested, of β_i = Σ_x min(p_i(x), q_i(x)) (p_i(x_i) for a point-mass draft), the
+    /// probability that token verification accepts that position (Leviathan et al. 2023,
+    /// Def. 3.1). Filled only when acceptance is estimated (the adaptive γ policy, or
+    /// decode_options::estimate_acceptance); empty otherwise. Divided by
+    /// reached_at_position[i] it estimates α at position i with far less variance than
+    /// accepted_at_position does, and unlike it, it is valid under block verification too.
+    std::vector<double> expected_accepted_at_position;
+    /// steps_at_gamma[g]: how many steps asked the drafter for g tokens (the γ in use, which
+    /// the adaptive policy chooses per step; the drafter may propose fewer).
+    std::vector<std::size_t> steps_at_gamma;
 
     /// Empirical acceptance rate: accepted / (accepted + rejected) draft tokens, the fraction
     /// of acceptance tests that passed (0 when none was made). Drafts that were never tested,
@@ -66,6 +77,17 @@ struct decode_stats {
     [[nodiscard]] double acceptance_rate() const noexcept {
         const std::size_t tested = accepted_tokens + rejected_tokens;
         return tested == 0 ? 0.0 : static_cast<double>(accepted_tokens) / static_cast<double>(tested);
+    }
+    /// Estimated α from the β of every tested draft position: Σ expected_accepted_at_position
+    /// / Σ reached_at_position (0 when acceptance was not estimated). Valid under both schemes.
+    [[nodiscard]] double estimated_acceptance() const noexcept {
+        double expected = 0.0;
+        std::size_t tested = 0;
+        for (std::size_t i = 0; i < expected_accepted_at_position.size(); ++i) {
+            expected += expected_accepted_at_position[i];
+            tested += i < reached_at_position.size() ? reached_at_position[i] : 0;
+        }
+        return tested == 0 ? 0.0 : expected / static_cast<double>(tested);
     }
     /// Mean tokens produced per verification pass: (accepted + steps) / steps.
     [[nodiscard]] double tokens_per_step() const noexcept {
