@@ -41,6 +41,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -122,29 +123,43 @@ struct config {
     /// Width of the key/value projections: dim * n_kv_heads / n_heads.
     [[nodiscard]] std::int32_t kv_dim() const noexcept { return n_heads > 0 ? dim / n_heads * n_kv_heads : 0; }
 
-    /// Throws std::invalid_argument (message prefixed by `what`) unless the shapes are usable:
-    /// all positive, n_heads divides dim, n_kv_heads divides n_heads, head_size is even (RoPE
-    /// rotates pairs), and every tensor has fewer than 2^40 elements.
+    /// Largest number of floats one tensor may hold, including the KV cache of a transformer
+    /// at seq_len positions: 2^40 (4 TiB), far beyond any machine's memory, so that a header
+    /// that no machine could hold is rejected before anything is allocated, and so that every
+    /// size computed from a valid config fits in 64 bits with room to spare.
+    static constexpr std::uint64_t max_tensor_floats = std::uint64_t{1} << 40;
+
+    /// Throws std::invalid_argument (message prefixed by `what`, naming the field) unless the
+    /// shapes are usable: all positive, n_heads divides dim, n_kv_heads divides n_heads,
+    /// head_size is even (RoPE rotates pairs), and no tensor, nor the KV cache of all layers at
+    /// seq_len positions, holds more than max_tensor_floats elements ("implausibly large").
     void validate(std::string_view what) const {
         auto fail = [&](const std::string& problem) {
             throw std::invalid_argument(std::string(what) + ": invalid llama2 config (" + describe() + "): " + problem);
         };
-        if (dim <= 0 || hidden_dim <= 0 || n_layers <= 0 || n_heads <= 0 || n_kv_heads <= 0 || vocab_size <= 0 ||
-            seq_len <= 0)
-            fail("every dimension must be positive");
+        const std::pair<const char*, std::int32_t> fields[] = {
+            {"dim", dim},         {"hidden_dim", hidden_dim}, {"n_layers", n_layers}, {"n_heads", n_heads},
+            {"n_kv_heads", n_kv_heads}, {"vocab_size", vocab_size}, {"seq_len", seq_len}};
+        for (const auto& [field, value] : fields)
+            if (value <= 0) fail(std::string(field) + " = " + std::to_string(value) + ": every dimension must be positive");
         if (dim % n_heads != 0) fail("dim is not a multiple of n_heads");
         if (n_kv_heads > n_heads || n_heads % n_kv_heads != 0) fail("n_kv_heads must divide n_heads");
         if (head_size() % 2 != 0) fail("head_size = dim / n_heads must be even (RoPE rotates pairs)");
-        constexpr std::uint64_t limit = std::uint64_t{1} << 40;
-        auto big = [&](std::uint64_t a, std::uint64_t b, std::uint64_t c) {
-            // Each factor is below 2^31, so a * b cannot overflow; a * b * c could (2^93).
-            return a * b > limit || c > limit / (a * b);
+        // Every factor is positive and below 2^31, so a product of two cannot overflow 64 bits;
+        // the third factor is checked by division.
+        auto check = [&](const char* name, const char* fields_named, std::uint64_t a, std::uint64_t b,
+                         std::uint64_t c) {
+            if (a * b > max_tensor_floats || c > max_tensor_floats / (a * b))
+                fail(std::string(name) + " [" + fields_named + "] would hold more than 2^40 floats: "
+                     "tensors are implausibly large");
         };
-        if (big(std::uint64_t(n_layers), std::uint64_t(hidden_dim), std::uint64_t(dim)) ||
-            big(std::uint64_t(n_layers), std::uint64_t(dim), std::uint64_t(dim)) ||
-            big(std::uint64_t(vocab_size), std::uint64_t(dim), 1) ||
-            big(std::uint64_t(seq_len), std::uint64_t(head_size()), 1))
-            fail("tensors are implausibly large");
+        const auto L = std::uint64_t(n_layers), D = std::uint64_t(dim), H = std::uint64_t(hidden_dim),
+                   KV = std::uint64_t(kv_dim()), V = std::uint64_t(vocab_size), S = std::uint64_t(seq_len);
+        check("token_embedding", "vocab_size, dim", V, D, 1);
+        check("wq", "n_layers, dim, dim", L, D, D);
+        check("w1", "n_layers, hidden_dim, dim", L, H, D);
+        check("the RoPE tables", "seq_len, head_size", S, std::uint64_t(head_size()), 1);
+        check("the KV cache at seq_len positions", "n_layers, seq_len, kv_dim", L, S, KV);
     }
 
     /// "dim=64 hidden_dim=172 n_layers=5 n_heads=8 n_kv_heads=4 vocab_size=512 seq_len=512 shared_classifier=1"
@@ -232,9 +247,16 @@ inline std::uint64_t rope_table_floats(const config& c) {
 
 /// Reads a llama2.c version-0 checkpoint.
 ///
+/// The file is untrusted: the header is validated (config::validate, with overflow-safe size
+/// arithmetic) and the file's size compared with the size the header implies before any tensor
+/// is allocated, so the weights never take more memory than the file's own bytes.
+///
 /// \throws std::runtime_error     the file cannot be opened or read
-/// \throws std::invalid_argument  the header is invalid (see config::validate) or the file size
-///                                does not match the header (truncated file, other format version)
+/// \throws std::invalid_argument  the header is invalid (a field that is not positive,
+///                                inconsistent heads, shapes no machine could hold; the message
+///                                names the field) or the file size does not match the header
+///                                (truncated file, trailing data, other format version)
+/// \throws std::bad_alloc         only when memory for the weights the file holds runs out
 /// Every message names the file.
 [[nodiscard]] inline checkpoint read_checkpoint(const std::filesystem::path& path) {
     const std::string file = "llama2 checkpoint '" + path.string() + "'";
@@ -257,8 +279,11 @@ inline std::uint64_t rope_table_floats(const config& c) {
     c.n_layers = h[2];
     c.n_heads = h[3];
     c.n_kv_heads = h[4];
+    if (h[5] == std::numeric_limits<std::int32_t>::min())  // (its negation overflows)
+        throw std::invalid_argument(file + ": invalid llama2 header: vocab_size = " + std::to_string(h[5]) +
+                                    " is out of range");
     c.shared_classifier = h[5] > 0;  // run.c: negative vocab_size => separate classifier
-    c.vocab_size = h[5] == std::numeric_limits<std::int32_t>::min() ? 0 : (h[5] < 0 ? -h[5] : h[5]);
+    c.vocab_size = h[5] < 0 ? -h[5] : h[5];
     c.seq_len = h[6];
     c.validate(file);
     const std::uint64_t expected = checkpoint_file_size(c);

@@ -20,13 +20,12 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <iterator>
+#include <limits>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace llama2 {
@@ -41,65 +40,123 @@ public:
 
     /// Reads a tokenizer.bin. `expected_vocab_size` > 0 requires exactly that many pieces
     /// (llama2.c takes it from the model header); otherwise all pieces in the file are read.
-    /// \throws std::runtime_error file cannot be opened; std::invalid_argument malformed file
-    ///         or wrong size. Messages name the file.
+    ///
+    /// The file is untrusted: it is read whole (one allocation of its size), then checked piece
+    /// by piece (every length against max_token_length and against the bytes left) before
+    /// anything is allocated for the pieces. These then take at most 3.5 times the file's size
+    /// (each piece's 8 + length bytes in the file become its bytes, an offset, a score and two
+    /// to four slots of the lookup table).
+    /// \throws std::runtime_error file cannot be opened or read; std::invalid_argument malformed
+    ///         file (truncated, a length out of range, too few or too many pieces); std::bad_alloc
+    ///         only when memory for the file's own bytes (and the pieces they hold) runs out.
+    ///         Messages name the file.
     explicit tokenizer(const std::filesystem::path& path, std::int32_t expected_vocab_size = 0) {
         const std::string file = "llama2 tokenizer '" + path.string() + "'";
         std::ifstream in(path, std::ios::binary);
         if (!in) throw std::runtime_error(file + ": cannot open file");
-        const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        in.seekg(0, std::ios::end);
+        const std::streamoff end = in.tellg();
+        in.seekg(0, std::ios::beg);
+        if (end < 0 || !in) throw std::runtime_error(file + ": cannot determine the file size");
+        std::string data(static_cast<std::size_t>(end), '\0');
+        if (!in.read(data.data(), static_cast<std::streamsize>(data.size())))
+            throw std::runtime_error(file + ": read error");
+
+        // Pass 1: check the layout and count the pieces, allocating nothing.
         std::size_t off = 0;
-        auto read_raw = [&](void* dst, std::size_t n, const std::string& what) {
+        auto read_raw = [&](void* dst, std::size_t n, const char* what, std::size_t piece) {
             if (data.size() - off < n)
                 throw std::invalid_argument(file + ": truncated at byte " + std::to_string(off) + " while reading " +
-                                            what);
-            std::memcpy(dst, data.data() + off, n);
+                                            what + (piece == npos ? std::string() : std::to_string(piece)));
+            if (dst != nullptr) std::memcpy(dst, data.data() + off, n);
             off += n;
         };
-        read_raw(&max_token_length_, 4, "the header's max_token_length");
+        read_raw(&max_token_length_, 4, "the header's max_token_length", npos);
         if (max_token_length_ <= 0)
             throw std::invalid_argument(file + ": invalid max_token_length " + std::to_string(max_token_length_));
-        while (off < data.size() && (expected_vocab_size <= 0 || std::int32_t(pieces_.size()) < expected_vocab_size)) {
-            float score = 0.0f;
+        const std::size_t header = off;
+        std::size_t count = 0, text_bytes = 0;
+        auto wanted = [&] { return expected_vocab_size <= 0 || count < std::size_t(expected_vocab_size); };
+        while (off < data.size() && wanted()) {
             std::int32_t len = 0;
-            const std::string of_piece = " of piece " + std::to_string(pieces_.size());
-            read_raw(&score, 4, "the score" + of_piece);
-            read_raw(&len, 4, "the length" + of_piece);
+            read_raw(nullptr, 4, "the score of piece ", count);
+            read_raw(&len, 4, "the length of piece ", count);
             if (len < 0 || len > max_token_length_)
-                throw std::invalid_argument(file + ": piece " + std::to_string(pieces_.size()) + " has length " +
+                throw std::invalid_argument(file + ": piece " + std::to_string(count) + " has length " +
                                             std::to_string(len) + " outside [0, max_token_length = " +
                                             std::to_string(max_token_length_) + "]");
-            std::string piece(std::size_t(len), '\0');
-            read_raw(piece.data(), std::size_t(len), "the bytes" + of_piece);
-            scores_.push_back(score);
-            pieces_.push_back(std::move(piece));
+            read_raw(nullptr, std::size_t(len), "the bytes of piece ", count);  // before anything is allocated
+            text_bytes += std::size_t(len);
+            if (++count > std::size_t(std::numeric_limits<std::int32_t>::max()))
+                throw std::invalid_argument(file + ": holds more than 2^31 - 1 pieces");
         }
-        if (expected_vocab_size > 0 && std::int32_t(pieces_.size()) != expected_vocab_size)
-            throw std::invalid_argument(file + ": holds " + std::to_string(pieces_.size()) +
-                                        " pieces, the model expects " + std::to_string(expected_vocab_size));
+        if (expected_vocab_size > 0 && count != std::size_t(expected_vocab_size))
+            throw std::invalid_argument(file + ": holds " + std::to_string(count) + " pieces, the model expects " +
+                                        std::to_string(expected_vocab_size));
         if (off != data.size())  // (only with an expected size: the loop stopped there; a partial piece threw)
             throw std::invalid_argument(file + ": " + std::to_string(data.size() - off) + " bytes follow piece " +
-                                        std::to_string(pieces_.size() - 1) + "; the model expects " +
+                                        std::to_string(count - 1) + "; the model expects " +
                                         std::to_string(expected_vocab_size) + " pieces");
-        if (pieces_.size() < std::size_t(byte_offset + 256))
-            throw std::invalid_argument(file + ": holds " + std::to_string(pieces_.size()) +
+        if (count < std::size_t(byte_offset + 256))
+            throw std::invalid_argument(file + ": holds " + std::to_string(count) +
                                         " pieces, fewer than the 3 special + 256 byte-fallback pieces");
-        // First id wins for duplicated pieces (sentencepiece vocabularies have none).
-        for (std::size_t i = 0; i < pieces_.size(); ++i) ids_.emplace(pieces_[i], std::int32_t(i));
+
+        // Pass 2: the checked pieces, stored contiguously.
+        text_.reserve(text_bytes);
+        starts_.reserve(count + 1);
+        scores_.reserve(count);
+        off = header;
+        for (std::size_t i = 0; i < count; ++i) {
+            float score = 0.0f;
+            std::int32_t len = 0;
+            std::memcpy(&score, data.data() + off, 4);
+            std::memcpy(&len, data.data() + off + 4, 4);
+            starts_.push_back(text_.size());
+            text_.append(data, off + 8, std::size_t(len));
+            scores_.push_back(score);
+            off += 8 + std::size_t(len);
+        }
+        starts_.push_back(text_.size());
+        // The piece -> id table: open addressing, linear probing, at most half full. First id
+        // wins for duplicated pieces (sentencepiece vocabularies have none).
+        std::size_t slots = 16;
+        while (slots < 2 * count) slots *= 2;
+        slots_.assign(slots, -1);
+        for (std::size_t i = 0; i < count; ++i) {
+            const std::string_view p = piece_at(i);
+            for (std::size_t s = hash_of(p);; ++s) {
+                std::int32_t& slot = slots_[s & (slots - 1)];
+                if (slot < 0) {
+                    slot = std::int32_t(i);
+                    break;
+                }
+                if (piece_at(std::size_t(slot)) == p) break;
+            }
+        }
     }
 
     /// Number of pieces.
-    [[nodiscard]] std::int32_t vocab_size() const noexcept { return std::int32_t(pieces_.size()); }
+    [[nodiscard]] std::int32_t vocab_size() const noexcept { return std::int32_t(scores_.size()); }
     /// Longest piece in bytes (from the file header).
     [[nodiscard]] std::int32_t max_token_length() const noexcept { return max_token_length_; }
     /// The raw piece of `id` (e.g. " Once", "<0x0A>", "\n<s>\n"). \pre 0 <= id < vocab_size().
-    [[nodiscard]] std::string_view piece(std::int32_t id) const { return pieces_.at(std::size_t(id)); }
+    [[nodiscard]] std::string_view piece(std::int32_t id) const {
+        if (id < 0 || id >= vocab_size())
+            throw std::out_of_range("llama2::tokenizer::piece: id " + std::to_string(id) +
+                                    " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
+        return piece_at(std::size_t(id));
+    }
     /// The merge score of `id`. \pre 0 <= id < vocab_size().
     [[nodiscard]] float score(std::int32_t id) const { return scores_.at(std::size_t(id)); }
     /// The id whose piece is exactly `p`, if any.
     [[nodiscard]] std::optional<std::int32_t> find(std::string_view p) const {
-        const auto it = ids_.find(p);
-        return it == ids_.end() ? std::nullopt : std::optional<std::int32_t>(it->second);
+        if (slots_.empty()) return std::nullopt;
+        const std::size_t mask = slots_.size() - 1;
+        for (std::size_t s = hash_of(p);; ++s) {
+            const std::int32_t id = slots_[s & mask];
+            if (id < 0) return std::nullopt;
+            if (piece_at(std::size_t(id)) == p) return id;
+        }
     }
 
     /// Encodes `text` (UTF-8) as llama2.c run.c's encode() does:
@@ -141,12 +198,12 @@ public:
             std::int32_t best_id = -1;
             std::size_t best_at = 0;
             for (std::size_t i = first; i + 1 < tokens.size(); ++i) {
-                pair.assign(pieces_[std::size_t(tokens[i])]);
-                pair.append(pieces_[std::size_t(tokens[i + 1])]);
-                const auto it = ids_.find(pair);
-                if (it != ids_.end() && scores_[std::size_t(it->second)] > best_score) {
-                    best_score = scores_[std::size_t(it->second)];
-                    best_id = it->second;
+                pair.assign(piece_at(std::size_t(tokens[i])));
+                pair.append(piece_at(std::size_t(tokens[i + 1])));
+                const auto id = find(pair);
+                if (id && scores_[std::size_t(*id)] > best_score) {
+                    best_score = scores_[std::size_t(*id)];
+                    best_id = *id;
                     best_at = i;
                 }
             }
@@ -166,7 +223,7 @@ public:
         if (token < 0 || token >= vocab_size())
             throw std::out_of_range("llama2::tokenizer::decode: token " + std::to_string(token) +
                                     " is outside the vocabulary [0, " + std::to_string(vocab_size()) + ")");
-        std::string_view p = pieces_[std::size_t(token)];
+        std::string_view p = piece_at(std::size_t(token));
         if (prev_token == bos_id && !p.empty() && p.front() == ' ') p.remove_prefix(1);
         if (p.size() == 6 && p.substr(0, 3) == "<0x" && p[5] == '>') {
             const int hi = hex(p[3]), lo = hex(p[4]);
@@ -196,15 +253,18 @@ private:
         return -1;
     }
 
+    static constexpr std::size_t npos = std::size_t(-1);
+    static std::size_t hash_of(std::string_view s) noexcept { return std::hash<std::string_view>{}(s); }
+    /// Piece i, for i < vocab_size().
+    [[nodiscard]] std::string_view piece_at(std::size_t i) const noexcept {
+        return std::string_view(text_).substr(starts_[i], starts_[i + 1] - starts_[i]);
+    }
+
     std::int32_t max_token_length_ = 0;
-    std::vector<std::string> pieces_;
+    std::string text_;                  // every piece's bytes, in id order
+    std::vector<std::size_t> starts_;   // piece i is text_[starts_[i], starts_[i + 1])
     std::vector<float> scores_;
-    /// Hash accepting std::string_view, so lookups do not allocate (C++20 heterogeneous lookup).
-    struct piece_hash {
-        using is_transparent = void;
-        std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
-    };
-    std::unordered_map<std::string, std::int32_t, piece_hash, std::equal_to<>> ids_;
+    std::vector<std::int32_t> slots_;   // hash table of ids by piece (-1: empty), a power of two
 };
 
 }  // namespace llama2

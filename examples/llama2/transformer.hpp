@@ -194,6 +194,19 @@ inline void matmul(const float* w, std::ptrdiff_t rows, std::ptrdiff_t cols, con
     }
 }
 
+/// Gives `m` the shape rows x cols (contents unspecified), unchanged if that throws: the new
+/// storage is allocated before the old is released. (Eigen 3.4's resize() frees first, so a
+/// std::bad_alloc there leaves the matrix holding a freed pointer, which its destructor frees
+/// again.) No allocation when the number of elements stays the same.
+inline void reshape(Eigen::MatrixXf& m, Eigen::Index rows, Eigen::Index cols) {
+    if (m.size() == rows * cols) {
+        m.resize(rows, cols);
+        return;
+    }
+    Eigen::MatrixXf fresh(rows, cols);
+    m.swap(fresh);
+}
+
 /// out = rmsnorm(x) * gain over n elements (run.c's rmsnorm: eps 1e-5 inside the root).
 inline void rmsnorm(float* out, const float* x, const float* gain, std::ptrdiff_t n) {
     const float ms = dot(x, x, n) / float(n) + 1e-5f;
@@ -209,6 +222,21 @@ inline void rmsnorm(float* out, const float* x, const float* gain, std::ptrdiff_
 /// context (plus draft, for score()) holds more than max_context() tokens throws
 /// std::length_error naming the model and both lengths; the cache is left unchanged. Callers
 /// that need longer generations must stop (or restart with a shorter context) themselves.
+///
+/// Memory: the KV cache (and the RoPE tables and attention scratch) grow with the positions
+/// actually used, not with seq_len: capacity doubles, from 16 positions, up to seq_len, so a
+/// generation pays for the context it uses, the copies on growth cost amortized O(1) per
+/// position, and a checkpoint whose header claims a huge seq_len costs nothing until used.
+/// reserve(n) allocates for n positions up front (a decoding loop that must not allocate).
+/// When the cache cannot grow, the call throws std::bad_alloc and leaves the cache unchanged.
+///
+/// Exceptions: next_logits, score, score_into and reserve give the strong guarantee (clear_cache
+/// cannot throw). Whatever such a call throws (the
+/// std::invalid_argument, std::out_of_range and std::length_error of its checks, made before
+/// anything changes, or a std::bad_alloc from growing the cache or the per-call activations,
+/// all allocated before the cache is touched), the cache (cached_tokens(), cache_capacity()) and
+/// score_into's `out` are as they were, so the next call returns bit for bit what a fresh
+/// engine returns on the same context.
 ///
 /// Not thread-safe (the cache is mutable state); copies share the weights and copy the cache.
 class transformer {
@@ -229,20 +257,8 @@ public:
         name_ = model_->name;
         if (layers_ != c.n_layers)
             name_ += " (first " + std::to_string(layers_) + " of " + std::to_string(c.n_layers) + " layers)";
-        // RoPE table in double precision: angle(pos, i) = pos * 10000^(-2i / head_size).
-        const std::ptrdiff_t half = c.head_size() / 2;
-        rope_cos_.resize(std::size_t(c.seq_len * half));
-        rope_sin_.resize(rope_cos_.size());
-        for (std::ptrdiff_t pos = 0; pos < c.seq_len; ++pos)
-            for (std::ptrdiff_t i = 0; i < half; ++i) {
-                const double angle = double(pos) * std::pow(10000.0, -2.0 * double(i) / double(c.head_size()));
-                rope_cos_[std::size_t(pos * half + i)] = float(std::cos(angle));
-                rope_sin_[std::size_t(pos * half + i)] = float(std::sin(angle));
-            }
-        const std::size_t cache = std::size_t(layers_) * std::size_t(c.seq_len) * std::size_t(c.kv_dim());
-        key_cache_.assign(cache, 0.0f);
-        value_cache_.assign(cache, 0.0f);
-        att_.resize(std::size_t(c.seq_len));
+        // The KV cache, RoPE tables and attention scratch are allocated as positions are used
+        // (see grow_cache).
     }
 
     /// Reads the checkpoint at `path` (see read_checkpoint) and wraps it.
@@ -271,8 +287,28 @@ public:
 
     /// Tokens whose keys/values are cached (positions 0 .. size-1).
     [[nodiscard]] std::span<const std::int32_t> cached_tokens() const noexcept { return cached_; }
-    /// Forgets the cache (the next call recomputes from position 0).
+    /// Forgets the cache (the next call recomputes from position 0). Its memory is kept.
     void clear_cache() noexcept { cached_.clear(); }
+    /// Positions the cache has room for now (it grows on demand up to max_context()).
+    [[nodiscard]] std::ptrdiff_t cache_capacity() const noexcept { return capacity_; }
+    /// Bytes this instance holds for positions: the KV cache of its layers, the RoPE tables and
+    /// the attention scratch, all sized by cache_capacity() (weights and the per-call
+    /// activations, a few columns of the model's widths, excluded).
+    [[nodiscard]] std::uint64_t cache_bytes() const noexcept {
+        return sizeof(float) * (std::uint64_t(key_cache_.capacity()) + value_cache_.capacity() +
+                                rope_cos_.capacity() + rope_sin_.capacity() + att_.capacity()) +
+               sizeof(std::int32_t) * std::uint64_t(cached_.capacity());
+    }
+    /// Makes room in the cache for `positions` positions now, so that calls whose context plus
+    /// draft holds at most that many tokens never allocate for the cache. Never shrinks it.
+    /// \throws std::length_error positions > max_context(); std::bad_alloc (cache unchanged).
+    void reserve(std::ptrdiff_t positions) {
+        if (positions > max_context())
+            throw std::length_error("llama2::transformer '" + name_ + "'::reserve: " + std::to_string(positions) +
+                                    " positions exceed the model's seq_len of " + std::to_string(max_context()) +
+                                    " tokens");
+        if (positions > capacity_) grow_cache(positions, std::ptrdiff_t(cached_.size()), positions);
+    }
     /// Positions run through the layers since construction (cache reuse makes this smaller
     /// than the sum of the context lengths).
     [[nodiscard]] std::uint64_t positions_computed() const noexcept { return positions_computed_; }
@@ -294,7 +330,9 @@ public:
     /// Reuses the cached positions shared with `context` (the longest common prefix), drops the
     /// rest of the cache, and runs only the new positions. Afterwards the cache holds `context`.
     /// \throws std::invalid_argument empty context; std::out_of_range token outside the vocabulary;
-    ///         std::length_error context longer than max_context().
+    ///         std::length_error context longer than max_context(); std::bad_alloc when the cache
+    ///         or the activations cannot grow to the context. In every case the cache is unchanged
+    ///         (strong guarantee).
     [[nodiscard]] Eigen::VectorXf next_logits(std::span<const std::int32_t> context) {
         check("next_logits", context, {});
         Eigen::VectorXf out(vocab_size());
@@ -318,11 +356,21 @@ public:
     /// score() writing into a caller's matrix: `out` is resized to vocab_size() x
     /// (draft.size() + 1) (no allocation when it already has that shape) and filled as score()
     /// would. Lets a decoding loop run without allocating per step (specdec's
-    /// InPlaceBatchVerifier). \throws as score(); on a throw `out` is unchanged.
+    /// InPlaceBatchVerifier). \throws as score(); on a throw `out` is unchanged, and so is the
+    /// cache (strong guarantee).
     void score_into(std::span<const std::int32_t> context, std::span<const std::int32_t> draft, Eigen::MatrixXf& out) {
         check("score_into", context, draft);
-        out.resize(vocab_size(), std::ptrdiff_t(draft.size()) + 1);
-        forward(context, draft, std::ptrdiff_t(draft.size()) + 1, out.data());
+        const std::ptrdiff_t cols = std::ptrdiff_t(draft.size()) + 1;
+        if (out.rows() == vocab_size() && out.cols() == cols) {
+            // forward() writes the logits last, after everything that can throw.
+            forward(context, draft, cols, out.data());
+            return;
+        }
+        // Another shape: computed into a matrix of its own, which takes the place of `out` only
+        // once complete.
+        Eigen::MatrixXf fresh(vocab_size(), cols);
+        forward(context, draft, cols, fresh.data());
+        out.swap(fresh);
     }
 
 private:
@@ -348,7 +396,9 @@ private:
     }
 
     /// Runs the positions of context ++ draft not covered by the cache and writes the logits of
-    /// the last n_out positions to out (column-major, vocab x n_out).
+    /// the last n_out positions to out (column-major, vocab x n_out). Strong guarantee: everything
+    /// that can throw (growing the cache, sizing the activations) happens before the cache
+    /// changes, and `out` is written last.
     void forward(std::span<const std::int32_t> context, std::span<const std::int32_t> draft, std::ptrdiff_t n_out,
                  float* out) {
         const auto nc = std::ptrdiff_t(context.size());
@@ -360,6 +410,8 @@ private:
         const auto cached = std::ptrdiff_t(cached_.size());
         while (p < cached && p < n && cached_[std::size_t(p)] == token(p)) ++p;
         p = std::min(p, nc - 1);
+        shape_activations(n - p);  // scratch, sized first: if the cache then cannot grow, nothing has changed
+        if (n > capacity_) grow_cache(n, p, std::max(n, std::min<std::ptrdiff_t>(2 * capacity_, max_context())));
         cached_.resize(std::size_t(p));  // roll back: the keys/values beyond p are simply stale
         run_positions(token, p, n, n_out, out);
         for (std::ptrdiff_t i = p; i < n; ++i) cached_.push_back(token(i));
@@ -367,24 +419,67 @@ private:
         positions_computed_ += std::uint64_t(n - p);
     }
 
+    /// Reallocates the cache for `capacity` positions (need <= capacity <= max_context(); at
+    /// least min_capacity when the model allows), keeping the keys and values of positions
+    /// 0 .. keep-1. Everything is allocated before anything changes: on std::bad_alloc the
+    /// cache is as it was. The RoPE entries of the new positions are computed here.
+    void grow_cache(std::ptrdiff_t need, std::ptrdiff_t keep, std::ptrdiff_t capacity) {
+        static constexpr std::ptrdiff_t min_capacity = 16;
+        const config& c = model_->cfg;
+        const std::ptrdiff_t C = std::min<std::ptrdiff_t>(std::max({need, capacity, min_capacity}), c.seq_len);
+        const std::ptrdiff_t KV = c.kv_dim(), half = c.head_size() / 2, old = capacity_;
+        tensor k(static_cast<std::size_t>(layers_ * C * KV)), v(k.size());
+        std::vector<float> cs(static_cast<std::size_t>(C * half)), sn(cs.size()), att(static_cast<std::size_t>(C));
+        std::vector<std::int32_t> tokens;
+        tokens.reserve(std::size_t(C));
+        tokens.assign(cached_.begin(), cached_.end());
+        // Each layer's rows 0 .. keep-1 move to the new stride C * KV (position-major per layer).
+        for (std::ptrdiff_t l = 0; l < layers_; ++l) {
+            std::copy_n(key_cache_.data() + l * old * KV, keep * KV, k.data() + l * C * KV);
+            std::copy_n(value_cache_.data() + l * old * KV, keep * KV, v.data() + l * C * KV);
+        }
+        // RoPE in double precision: angle(pos, i) = pos * 10000^(-2i / head_size).
+        std::copy(rope_cos_.begin(), rope_cos_.end(), cs.begin());
+        std::copy(rope_sin_.begin(), rope_sin_.end(), sn.begin());
+        for (std::ptrdiff_t pos = old; pos < C; ++pos)
+            for (std::ptrdiff_t i = 0; i < half; ++i) {
+                const double angle = double(pos) * std::pow(10000.0, -2.0 * double(i) / double(c.head_size()));
+                cs[std::size_t(pos * half + i)] = float(std::cos(angle));
+                sn[std::size_t(pos * half + i)] = float(std::sin(angle));
+            }
+        key_cache_.swap(k);
+        value_cache_.swap(v);
+        rope_cos_.swap(cs);
+        rope_sin_.swap(sn);
+        att_.swap(att);
+        cached_.swap(tokens);
+        capacity_ = C;
+    }
+
+    /// Sizes the activations for T positions (each unchanged if that throws).
+    void shape_activations(std::ptrdiff_t T) {
+        const config& c = model_->cfg;
+        detail::reshape(x_, c.dim, T);
+        detail::reshape(xb_, c.dim, T);
+        detail::reshape(q_, c.dim, T);
+        detail::reshape(y_, c.dim, T);
+        detail::reshape(h1_, c.hidden_dim, T);
+        detail::reshape(h3_, c.hidden_dim, T);
+    }
+
+    /// Runs positions p .. n-1 (activations sized by shape_activations(n - p)); cannot throw.
     template <class Token>
     void run_positions(const Token& token, std::ptrdiff_t p, std::ptrdiff_t n, std::ptrdiff_t n_out, float* out) {
         const config& c = model_->cfg;
         const weights& w = model_->w;
-        const std::ptrdiff_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), hs = c.head_size(), S = c.seq_len,
+        const std::ptrdiff_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), hs = c.head_size(), S = capacity_,
                              V = c.vocab_size, T = n - p, group = c.n_heads / c.n_kv_heads, half = hs / 2;
-        x_.resize(D, T);
-        xb_.resize(D, T);
-        q_.resize(D, T);
-        y_.resize(D, T);
-        h1_.resize(H, T);
-        h3_.resize(H, T);
         for (std::ptrdiff_t t = 0; t < T; ++t)
             std::copy_n(w.token_embedding.data() + std::ptrdiff_t(token(p + t)) * D, D, x_.col(t).data());
 
         const float sqrt_hs = std::sqrt(float(hs));  // run.c: score /= sqrtf(head_size)
         for (std::ptrdiff_t l = 0; l < layers_; ++l) {
-            float* kc = key_cache_.data() + l * S * KV;  // [seq_len, kv_dim]: position-major
+            float* kc = key_cache_.data() + l * S * KV;  // [capacity, kv_dim]: position-major
             float* vc = value_cache_.data() + l * S * KV;
             for (std::ptrdiff_t t = 0; t < T; ++t)
                 detail::rmsnorm(xb_.col(t).data(), x_.col(t).data(), w.rms_att.data() + l * D, D);
@@ -451,10 +546,11 @@ private:
     std::shared_ptr<const checkpoint> model_;
     int layers_ = 0;
     std::string name_;
-    std::vector<float> rope_cos_, rope_sin_;  // [seq_len, head_size / 2]
-    tensor key_cache_, value_cache_;  // [layers, seq_len, kv_dim], 64-byte aligned
+    std::ptrdiff_t capacity_ = 0;             // positions the cache, RoPE tables and att_ hold
+    std::vector<float> rope_cos_, rope_sin_;  // [capacity, head_size / 2]
+    tensor key_cache_, value_cache_;  // [layers, capacity, kv_dim], 64-byte aligned
     std::vector<std::int32_t> cached_;  // tokens at cached positions
-    std::vector<float> att_;            // attention scores of one head
+    std::vector<float> att_;            // attention scores of one head [capacity]
     Eigen::MatrixXf x_, xb_, q_, y_, h1_, h3_;  // activations, one column per position
     std::uint64_t positions_computed_ = 0, passes_ = 0;
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "concepts.hpp"
+#include "detail/reshape.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
@@ -68,7 +69,7 @@ void score_with_model(M& m, std::span<const token_id> context, std::span<const t
                       std::vector<token_id>& scratch, Eigen::VectorXf& logits) {
     constexpr const char* where = "specdec::model_verifier::score";
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
-    out.resize(vocab, static_cast<Eigen::Index>(draft.size() + 1));
+    reshape(out, vocab, static_cast<Eigen::Index>(draft.size() + 1));
     scratch.assign(context.begin(), context.end());
     for (std::size_t j = 0; j <= draft.size(); ++j) {
         checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);

@@ -175,6 +175,10 @@ private:
 ///         (before any sequence changes), and otherwise the exception of the lowest-numbered
 ///         sequence whose step threw, after all others finished. A sequence whose step threw is unchanged
 ///         (speculative_step's strong guarantee); the others have taken their step.
+///         So the call as a whole gives the basic guarantee: every sequence's tokens and stats
+///         are valid, each either stepped or untouched (tell which by stats.steps); the
+///         exceptions of higher-numbered failing sequences are dropped; a failed sequence's rng
+///         has advanced by what it drew; the drafters, verifiers and `ws` stay usable.
 template <Drafter D, Verifier V, random_generator G>
 void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::span<batch_sequence<G>> sequences,
                             const step_options& opts, batch_workspace& ws) {

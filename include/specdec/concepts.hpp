@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "error.hpp"
+#include "detail/reshape.hpp"
 #include "random.hpp"
 #include "types.hpp"
 
@@ -80,7 +81,7 @@ struct draft_block {
             detail::fail_invalid("specdec::draft_block::resize_probs: ", rows, " x ", cols,
                                  " is not a valid size (negative, or more entries than an Eigen::Index can count)");
         if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
-        probs.resize(rows, cols);
+        detail::reshape(probs, rows, cols);
         return probs;
     }
 

@@ -15,6 +15,7 @@
 
 #include "adapters.hpp"
 #include "concepts.hpp"
+#include "detail/reshape.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
@@ -79,7 +80,7 @@ struct step_workspace {
             target_logits.swap(by_length_[static_cast<std::size_t>(have)]);
             target_logits.swap(by_length_[static_cast<std::size_t>(cols)]);
         }
-        target_logits.resize(rows, cols);
+        detail::reshape(target_logits, rows, cols);
     }
 
 private:
@@ -103,7 +104,7 @@ inline void estimate_acceptance(const Eigen::MatrixXf& target_logits, const draf
                                 const Eigen::Ref<const Eigen::MatrixXf>& probs, const sampling_config& sampling,
                                 std::size_t tested, step_workspace& ws) {
     ws.acceptance.resize(tested);
-    ws.target_probs.resize(target_logits.rows());
+    reshape(ws.target_probs, target_logits.rows());
     for (std::size_t i = 0; i < tested; ++i) {
         const auto col = static_cast<Eigen::Index>(i);
         standardize(target_logits.col(col), sampling, ws.target_probs, ws.sampling);

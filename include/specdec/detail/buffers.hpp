@@ -92,15 +92,20 @@ inline const float* chunk_data(const verify_buffers& ws, Eigen::Index vocab, std
 inline void reserve_rows(verify_buffers& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
     if (s.temperature == 0.0f) return;  // greedy rows keep nothing
     const auto cols = static_cast<Eigen::Index>(n + 1);
-    if ((truncates(s) || vocab <= kept_row_limit) && (ws.rows.rows() != vocab || ws.rows.cols() < cols))
-        ws.rows.resize(vocab, cols);
+    // If an allocation fails, the buffers stay usable: a new matrix is allocated before it
+    // replaces the old one (Eigen's resize frees first), and `scale`, whose size the row passes
+    // trust for all the per-block buffers, grows last.
+    if ((truncates(s) || vocab <= kept_row_limit) && (ws.rows.rows() != vocab || ws.rows.cols() < cols)) {
+        Eigen::MatrixXf fresh(vocab, cols);
+        ws.rows.swap(fresh);
+    }
     const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(cols);
     if (ws.scale.size() < need) {
-        ws.scale.resize(need);
         ws.block_max.resize(need);
         ws.block_mass.resize(need);
         ws.chunk_lanes.resize(need * static_cast<std::size_t>(chunks_per_block * chunk_lanes));
         ws.q_lanes.resize(ws.chunk_lanes.size());
+        ws.scale.resize(need);
     }
     if (ws.block.size() < static_cast<std::size_t>(row_block)) ws.block.resize(static_cast<std::size_t>(row_block));
 }

@@ -20,8 +20,9 @@ inline double sum_in_double(const Eigen::Ref<const Eigen::VectorXf>& w) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-/// Fills `sums` with the sum of each block of `w` (vectorized per block, accumulated
-/// across blocks in double) and returns the total.
+/// Fills `sums` with the sum of each block of `w` (vectorized per block, in double where the
+/// block's float sum would overflow, see sum_floats_in_double; accumulated across blocks in
+/// double) and returns the total.
 inline double compute_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w, std::vector<double>& sums) {
     const Eigen::Index n = w.size();
     const auto blocks = static_cast<std::size_t>((n + block_size - 1) / block_size);
@@ -29,7 +30,7 @@ inline double compute_block_sums(const Eigen::Ref<const Eigen::VectorXf>& w, std
     double total = 0.0;
     for (std::size_t b = 0; b < blocks; ++b) {
         const Eigen::Index start = static_cast<Eigen::Index>(b) * block_size;
-        const double bs = sum_floats(w.data() + start, std::min(block_size, n - start));
+        const double bs = sum_floats_in_double(w.data() + start, std::min(block_size, n - start));
         sums[b] = bs;
         total += bs;
     }

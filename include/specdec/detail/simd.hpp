@@ -118,6 +118,21 @@ inline float sum_floats(const float* x, Eigen::Index n) {
     return s;
 }
 
+/// Σ x[0..n) of non-negative floats, as a double: sum_floats (its order and value) when that is
+/// finite, which costs one check; when its float partial sums overflow (finite weights whose
+/// sum exceeds FLT_MAX), or a weight is NaN or Inf, the floats are summed again in double,
+/// which gives the finite sum, or NaN or Inf as the weights make it.
+inline double sum_floats_in_double(const float* x, Eigen::Index n) {
+    const float s = sum_floats(x, n);
+    if (std::isfinite(s)) return static_cast<double>(s);
+    double a[4] = {};
+    Eigen::Index k = 0;
+    for (; k + 4 <= n; k += 4)
+        for (int l = 0; l < 4; ++l) a[l] += static_cast<double>(x[k + l]);
+    for (; k < n; ++k) a[0] += static_cast<double>(x[k]);
+    return (a[0] + a[2]) + (a[1] + a[3]);
+}
+
 /// Σ max(0, a·x_k − b·y_k) over k < n, in float, in the order of sum_floats.
 inline float positive_part_sum(const float* x, float a, const float* y, float b, Eigen::Index n) {
     constexpr Eigen::Index w = pk::width;

@@ -1,0 +1,976 @@
+// Fault injection: adapters that throw at their k-th call, for every k of a whole generation,
+// and allocations that fail one at a time inside the llama2 engine. What is checked:
+//
+//  - speculative_decode: the adapter's own exception type comes out; afterwards the same adapter
+//    objects decode with the same seed exactly the tokens and statistics of an undisturbed run
+//    (the result of the failed call is lost: basic guarantee; the caller's objects stay usable).
+//  - speculative_step: `sequence` and `stats` are exactly as they were (strong guarantee), and
+//    the workspace and adapters go on to give what a fresh workspace gives; the same for a
+//    std::bad_alloc at any allocation of the step's vectors, with acceptance estimated or not.
+//  - speculative_step_batch: the lowest-numbered failing sequence's exception comes out, that
+//    sequence is unchanged and every other one has taken its step (strong per sequence, basic
+//    for the batch), on one thread as on two.
+//  - llama2::transformer: its own errors (context beyond seq_len, a token outside the
+//    vocabulary, an empty context) and a std::bad_alloc at any allocation of a call leave its
+//    cache (and score_into's output matrix) unchanged (strong guarantee), and faults of an
+//    adapter around it leave it computing bit for bit what a fresh engine computes.
+//
+// Running the tests under AddressSanitizer shows that no fault leaks or corrupts memory. The
+// checks can fail: the "negative controls" case feeds them operations that are not strong, and
+// an adapter that keeps damage after its fault, and requires them to notice.
+//
+// This file replaces the global allocation functions (to fail the k-th allocation on demand), so
+// it is its own test executable. Eigen allocates with malloc, which operator new does not see:
+// with EIGEN_RUNTIME_NO_MALLOC, Eigen checks every allocation against a flag through
+// eigen_assert, which this file routes to the same counter. (Both before any Eigen header.)
+#define EIGEN_RUNTIME_NO_MALLOC
+#define eigen_assert(x) specdec_fault_eigen_assert(static_cast<bool>(x), #x)
+void specdec_fault_eigen_assert(bool ok, const char* condition);
+
+// GCC sees malloc/free behind replaced new/delete and warns; that pairing is the point here.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+
+#include <specdec/specdec.hpp>
+
+#include "llama2/checkpoint.hpp"
+#include "llama2/transformer.hpp"
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <new>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <type_traits>
+#include <vector>
+
+// ---- Allocation faults: the k-th allocation after arming throws std::bad_alloc. ----
+
+namespace {
+std::atomic<bool> g_alloc_armed{false};
+std::size_t g_alloc_fail_at = 0;  // only read and written while armed, on the arming thread
+std::size_t g_alloc_seen = 0;
+
+/// Counts one allocation while armed; throws std::bad_alloc at the armed one.
+void count_allocation() {
+    if (!g_alloc_armed.load(std::memory_order_relaxed)) return;
+    if (++g_alloc_seen == g_alloc_fail_at) throw std::bad_alloc();
+}
+
+void* fault_new(std::size_t size, std::size_t align) {
+    count_allocation();
+    void* p = nullptr;
+    if (align <= alignof(std::max_align_t)) {
+        p = std::malloc(size == 0 ? 1 : size);
+    } else {
+        const std::size_t bytes = (std::max<std::size_t>(size, 1) + align - 1) / align * align;
+        p = std::aligned_alloc(align, bytes);
+    }
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+}
+}  // namespace
+
+void* operator new(std::size_t size) { return fault_new(size, alignof(std::max_align_t)); }
+void* operator new[](std::size_t size) { return fault_new(size, alignof(std::max_align_t)); }
+void* operator new(std::size_t size, std::align_val_t a) { return fault_new(size, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t size, std::align_val_t a) { return fault_new(size, static_cast<std::size_t>(a)); }
+// The nothrow forms too: a sanitizer's runtime defines its own, which would not pair with these.
+void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
+    try {
+        return fault_new(size, alignof(std::max_align_t));
+    } catch (...) {
+        return nullptr;
+    }
+}
+void* operator new[](std::size_t size, const std::nothrow_t& t) noexcept { return ::operator new(size, t); }
+void* operator new(std::size_t size, std::align_val_t a, const std::nothrow_t&) noexcept {
+    try {
+        return fault_new(size, static_cast<std::size_t>(a));
+    } catch (...) {
+        return nullptr;
+    }
+}
+void* operator new[](std::size_t size, std::align_val_t a, const std::nothrow_t& t) noexcept {
+    return ::operator new(size, a, t);
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+void specdec_fault_eigen_assert(bool ok, const char* condition) {
+    if (ok) return;
+    // While armed, Eigen's heap allocations are "forbidden": each one lands here first.
+    if (std::strstr(condition, "heap allocation is forbidden") != nullptr) {
+        count_allocation();
+        return;
+    }
+    std::fprintf(stderr, "Eigen assertion failed: %s\n", condition);
+    std::abort();
+}
+
+namespace {
+
+using specdec::token_id;
+using specdec_test::batched_markov;
+using specdec_test::markov_model;
+using specdec_test::shift_drafter;
+using tokens = std::vector<token_id>;
+
+/// Which allocations an armed allocation_faults counts.
+enum class allocations { all, operator_new_only };
+
+/// Arms allocation faults for its lifetime: the k-th allocation (operator new, and Eigen's
+/// unless told otherwise) throws.
+class allocation_faults {
+public:
+    allocation_faults(std::size_t k, allocations which) {
+        g_alloc_fail_at = k;
+        g_alloc_seen = 0;
+        if (which == allocations::all) Eigen::internal::set_is_malloc_allowed(false);
+        g_alloc_armed.store(true, std::memory_order_relaxed);
+    }
+    allocation_faults(const allocation_faults&) = delete;
+    allocation_faults& operator=(const allocation_faults&) = delete;
+    ~allocation_faults() {
+        g_alloc_armed.store(false, std::memory_order_relaxed);
+        Eigen::internal::set_is_malloc_allowed(true);
+    }
+};
+
+/// Runs op() with the k-th allocation failing. True when op threw std::bad_alloc; false when it
+/// completed (it made fewer than k allocations).
+template <class Op>
+bool fails_at_allocation(std::size_t k, Op&& op, allocations which = allocations::all) {
+    allocation_faults armed(k, which);
+    try {
+        op();
+    } catch (const std::bad_alloc&) {
+        return true;
+    }
+    return false;
+}
+
+// ---- Adapter faults. ----
+
+/// The exception of an injected fault: its own type, naming where it came from.
+struct injected_fault : std::exception {
+    injected_fault(std::size_t from, std::size_t at) : source(from), call(at) {}
+    const char* what() const noexcept override { return "injected fault"; }
+    std::size_t source;  ///< fault_plan::source of the adapter that threw
+    std::size_t call;    ///< its call number (1-based)
+};
+
+/// Counts the calls of every method of the adapters that share it (vocab_size included) and
+/// makes the armed one throw injected_fault, before or after delegating to the wrapped object.
+struct fault_plan {
+    static constexpr std::size_t never = std::numeric_limits<std::size_t>::max();
+    std::size_t source = 0;
+    std::size_t throw_at = never;
+    std::size_t calls = 0;
+    bool after = false;
+
+    void arm(std::size_t k, bool throw_after) {
+        throw_at = k;
+        after = throw_after;
+        calls = 0;
+    }
+    void disarm() {
+        throw_at = never;
+        calls = 0;
+    }
+    /// One call of an adapter method: `inner` delegates.
+    template <class F>
+    auto call(F&& inner) -> decltype(inner()) {
+        const std::size_t k = ++calls;
+        const bool fire = k == throw_at;
+        if (fire && !after) throw injected_fault(source, k);
+        if constexpr (std::is_void_v<decltype(inner())>) {
+            inner();
+            if (fire) throw injected_fault(source, k);
+        } else {
+            auto r = inner();
+            if (fire) throw injected_fault(source, k);
+            return r;
+        }
+    }
+};
+
+/// A LanguageModel that forwards to *inner through `plan`.
+template <class Inner>
+struct faulty_model {
+    Inner* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const {
+        return plan->call([&] { return static_cast<std::ptrdiff_t>(inner->vocab_size()); });
+    }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        return plan->call([&] { return Eigen::VectorXf(inner->next_logits(context)); });
+    }
+};
+
+/// A BatchVerifier that forwards to *inner through `plan`; in place (score_into) when Inner is.
+template <class Inner>
+struct faulty_verifier {
+    Inner* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const {
+        return plan->call([&] { return static_cast<std::ptrdiff_t>(inner->vocab_size()); });
+    }
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        return plan->call([&] { return Eigen::MatrixXf(inner->score(context, draft)); });
+    }
+    void score_into(std::span<const token_id> context, std::span<const token_id> draft, Eigen::MatrixXf& out)
+        requires specdec::InPlaceBatchVerifier<Inner>
+    {
+        plan->call([&] { inner->score_into(context, draft, out); });
+    }
+};
+
+/// A BlockDrafter that forwards to *inner through `plan` (after delegating, the block is filled).
+template <class Inner>
+struct faulty_drafter {
+    Inner* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const {
+        return plan->call([&] { return static_cast<std::ptrdiff_t>(inner->vocab_size()); });
+    }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& sampling,
+               specdec::uniform_source& uniforms, specdec::draft_block& out) {
+        plan->call([&] { inner->draft(context, gamma, sampling, uniforms, out); });
+    }
+};
+
+static_assert(specdec::LanguageModel<faulty_model<markov_model>>);
+static_assert(specdec::BlockDrafter<faulty_drafter<shift_drafter>>);
+static_assert(specdec::BatchVerifier<faulty_verifier<batched_markov>> &&
+              !specdec::InPlaceBatchVerifier<faulty_verifier<batched_markov>>);
+static_assert(specdec::InPlaceBatchVerifier<faulty_verifier<specdec::model_verifier<faulty_model<markov_model>>>>);
+static_assert(specdec::InPlaceBatchVerifier<faulty_verifier<llama2::transformer>>);
+
+bool same_stats(const specdec::decode_stats& a, const specdec::decode_stats& b) {
+    return a.steps == b.steps && a.target_calls == b.target_calls && a.draft_calls == b.draft_calls &&
+           a.drafted_tokens == b.drafted_tokens && a.accepted_tokens == b.accepted_tokens &&
+           a.rejected_tokens == b.rejected_tokens && a.accepted_at_position == b.accepted_at_position &&
+           a.reached_at_position == b.reached_at_position &&
+           a.expected_accepted_at_position == b.expected_accepted_at_position && a.steps_at_gamma == b.steps_at_gamma;
+}
+
+/// Bit for bit (not merely ==, which equates 0 and -0).
+bool bit_identical(const Eigen::MatrixXf& a, const Eigen::MatrixXf& b) {
+    return a.rows() == b.rows() && a.cols() == b.cols() &&
+           (a.size() == 0 ||
+            std::memcmp(a.data(), b.data(), sizeof(float) * static_cast<std::size_t>(a.size())) == 0);
+}
+
+/// What happened to (sequence, stats) in an operation that may throw an injected fault.
+enum class outcome { completed, fault_left_unchanged, fault_changed_state };
+
+/// Runs op() on `sequence` and `stats`; on an injected fault, says whether both are exactly as
+/// they were (the strong guarantee).
+template <class Op>
+outcome run_checked(std::vector<token_id>& sequence, specdec::decode_stats& stats, Op&& op) {
+    const std::vector<token_id> sequence_before = sequence;
+    const specdec::decode_stats stats_before = stats;
+    try {
+        op();
+    } catch (const injected_fault&) {
+        return sequence == sequence_before && same_stats(stats, stats_before) ? outcome::fault_left_unchanged
+                                                                              : outcome::fault_changed_state;
+    }
+    return outcome::completed;
+}
+
+/// speculative_decode with a fault at every call k of a whole generation (before and after the
+/// adapter delegates): the fault's own exception comes out, and then the same objects, with the
+/// fault disarmed and the same seed, decode exactly what an undisturbed run decodes.
+template <class D, class V>
+void check_decode_under_faults(D& drafter, V& verifier, fault_plan& plan, std::span<const token_id> prompt,
+                               const specdec::decode_options& options, std::uint64_t seed) {
+    plan.disarm();
+    std::mt19937_64 rng(seed);
+    const specdec::decode_result reference = specdec::speculative_decode(drafter, verifier, prompt, options, rng);
+    const std::size_t total = plan.calls;
+    REQUIRE(total > 2);
+    for (const bool after : {false, true}) {
+        for (std::size_t k = 1; k <= total; ++k) {
+            INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
+            plan.arm(k, after);
+            std::mt19937_64 g(seed);
+            std::size_t caught_at = 0;
+            try {
+                (void)specdec::speculative_decode(drafter, verifier, prompt, options, g);
+            } catch (const injected_fault& e) {  // any other type would escape and fail the test
+                caught_at = e.call;
+            }
+            CHECK(caught_at == k);
+            plan.disarm();
+            std::mt19937_64 again(seed);
+            const specdec::decode_result r = specdec::speculative_decode(drafter, verifier, prompt, options, again);
+            CHECK(r.tokens == reference.tokens);
+            CHECK(same_stats(r.stats, reference.stats));
+            CHECK(r.stop == reference.stop);
+            CHECK(plan.calls == total);
+        }
+    }
+}
+
+/// speculative_step over a whole generation with a fault at every call k: the failing step
+/// leaves sequence and stats exactly as they were, and continuing with the same workspace and
+/// adapters gives what a fresh workspace gives from the same state. Returns how many faults
+/// left the caller's generator advanced.
+template <class D, class V>
+std::size_t check_steps_under_faults(D& drafter, V& verifier, fault_plan& plan, const specdec::step_options& opts,
+                              std::uint64_t seed) {
+    const tokens prompt{2, 7};
+    constexpr std::size_t length = 26;
+    specdec::step_workspace ws;  // one workspace through every fault
+    plan.disarm();
+    {
+        tokens seq = prompt;
+        specdec::decode_stats stats;
+        std::mt19937_64 rng(seed);
+        while (seq.size() < length) specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws);
+    }
+    const std::size_t total = plan.calls;
+    REQUIRE(total > 2);
+    std::size_t rng_moved = 0;
+    for (const bool after : {false, true}) {
+        for (std::size_t k = 1; k <= total; ++k) {
+            INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
+            plan.arm(k, after);
+            tokens seq = prompt;
+            specdec::decode_stats stats;
+            std::mt19937_64 rng(seed);
+            std::size_t faults = 0;
+            while (seq.size() < length) {
+                const std::mt19937_64 rng_before = rng;
+                const outcome o = run_checked(
+                    seq, stats, [&] { specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws); });
+                if (o == outcome::completed) continue;
+                ++faults;
+                CHECK(o == outcome::fault_left_unchanged);
+                if (rng != rng_before) ++rng_moved;
+                plan.disarm();
+                // The workspace and the adapters are usable: the next step is the one a fresh
+                // workspace makes from the same sequence, statistics and generator.
+                tokens seq2 = seq;
+                specdec::decode_stats stats2 = stats;
+                std::mt19937_64 rng2 = rng;
+                specdec::step_workspace fresh;
+                specdec::speculative_step(drafter, verifier, seq2, stats2, opts, rng2, fresh);
+                specdec::speculative_step(drafter, verifier, seq, stats, opts, rng, ws);
+                CHECK(seq == seq2);
+                CHECK(same_stats(stats, stats2));
+                CHECK(rng == rng2);
+            }
+            CHECK(faults == 1);
+        }
+    }
+    return rng_moved;
+}
+
+}  // namespace
+
+TEST_CASE("Fault harness negative controls: operations that are not strong, and damage kept after a fault, are caught",
+          "[faults][negative]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    fault_plan plan;
+    faulty_model<markov_model> d{&draft, &plan}, t{&target, &plan};
+    const specdec::step_options opts{.gamma = 3, .sampling = {.temperature = 0.9f}};
+    specdec::step_workspace ws;
+    std::mt19937_64 rng(3);
+    tokens seq{1, 2};
+    specdec::decode_stats stats;
+
+    // A change before the throw is seen, in the sequence or in the statistics.
+    CHECK(run_checked(seq, stats, [&] {
+              seq.push_back(0);
+              throw injected_fault(0, 1);
+          }) == outcome::fault_changed_state);
+    seq = {1, 2};
+    CHECK(run_checked(seq, stats, [&] {
+              ++stats.steps;
+              throw injected_fault(0, 1);
+          }) == outcome::fault_changed_state);
+    stats = {};
+    // Two steps are not one: a fault in the second leaves the first's tokens in place.
+    plan.disarm();
+    {
+        tokens s = seq;
+        specdec::decode_stats st;
+        std::mt19937_64 g = rng;
+        specdec::speculative_step(d, t, s, st, opts, g, ws);
+    }
+    const std::size_t first_step_calls = plan.calls;
+    plan.arm(first_step_calls + 1, false);
+    CHECK(run_checked(seq, stats, [&] {
+              specdec::speculative_step(d, t, seq, stats, opts, rng, ws);
+              specdec::speculative_step(d, t, seq, stats, opts, rng, ws);
+          }) == outcome::fault_changed_state);
+    // One step is: the same fault inside a single step leaves everything unchanged.
+    seq = {1, 2};
+    stats = {};
+    plan.arm(5, false);
+    CHECK(run_checked(seq, stats, [&] { specdec::speculative_step(d, t, seq, stats, opts, rng, ws); }) ==
+          outcome::fault_left_unchanged);
+
+    // An adapter that keeps damage after its fault (a logit bias from then on) makes the rerun
+    // differ from the undisturbed run: the decode check would catch such hidden state.
+    struct scarred_model {
+        markov_model* inner;
+        fault_plan* plan;
+        float bias = 0.0f;
+        std::ptrdiff_t vocab_size() const { return inner->vocab; }
+        Eigen::VectorXf next_logits(std::span<const token_id> context) {
+            try {
+                plan->call([] { return 0; });
+            } catch (const injected_fault&) {
+                bias = 8.0f;
+                throw;
+            }
+            Eigen::VectorXf z = inner->next_logits(context);
+            z[0] += bias;
+            return z;
+        }
+    };
+    scarred_model scarred{&target, &plan};
+    const tokens prompt{1, 2, 3};
+    const specdec::decode_options o{.gamma = 3, .max_new_tokens = 24, .sampling = {.temperature = 0.9f}};
+    plan.disarm();
+    std::mt19937_64 g1(9);
+    const auto reference = specdec::speculative_decode(draft, scarred, prompt, o, g1);
+    plan.arm(2, false);
+    std::mt19937_64 g2(9);
+    CHECK_THROWS_AS(specdec::speculative_decode(draft, scarred, prompt, o, g2), injected_fault);
+    plan.disarm();
+    std::mt19937_64 g3(9);
+    CHECK(specdec::speculative_decode(draft, scarred, prompt, o, g3).tokens != reference.tokens);
+}
+
+TEST_CASE("speculative_decode: a fault at any call comes out with its own type; the same objects then decode as if "
+          "it never happened",
+          "[faults][decode]") {
+    constexpr int vocab = 12;
+    auto target = markov_model::random(vocab, 2, 11);
+    auto draft = markov_model::random(vocab, 2, 12);
+    const tokens prompt{3, 1, 4};
+    fault_plan plan;
+    // Plain language models on both sides (drafted and scored through next_logits).
+    faulty_model<markov_model> plain_draft{&draft, &plan}, plain_target{&target, &plan};
+    // The library's block adapters over faulty models: faults inside model_drafter and
+    // model_verifier (mid-block) and at their boundary (after delegating: a filled block, a
+    // written score matrix).
+    faulty_model<markov_model> inner_draft{&draft, &plan}, inner_target{&target, &plan};
+    specdec::model_drafter<faulty_model<markov_model>> md(inner_draft);
+    specdec::model_verifier<faulty_model<markov_model>> mv(inner_target);
+    faulty_drafter<specdec::model_drafter<faulty_model<markov_model>>> block_draft{&md, &plan};
+    faulty_verifier<specdec::model_verifier<faulty_model<markov_model>>> block_target{&mv, &plan};
+    // Point-mass drafts against a batched target without score_into.
+    shift_drafter shift{vocab, 5};
+    batched_markov batched{&target};
+    faulty_drafter<shift_drafter> point_draft{&shift, &plan};
+    faulty_verifier<batched_markov> point_target{&batched, &plan};
+
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        for (const auto policy : {specdec::gamma_policy::fixed, specdec::gamma_policy::adaptive}) {
+            INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block") << ", policy "
+                           << (policy == specdec::gamma_policy::fixed ? "fixed" : "adaptive"));
+            specdec::decode_options o{.gamma = 3, .policy = policy, .max_new_tokens = 20,
+                                      .sampling = {.temperature = 0.9f}, .scheme = scheme};
+            o.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+            o.adaptive.pass_cost = [](std::size_t) { return 1.0; };
+            {
+                INFO("plain models");
+                check_decode_under_faults(plain_draft, plain_target, plan, prompt, o, 7);
+            }
+            {
+                INFO("model_drafter / model_verifier");
+                check_decode_under_faults(block_draft, block_target, plan, prompt, o, 8);
+            }
+            {
+                INFO("point-mass drafter / batched verifier");
+                check_decode_under_faults(point_draft, point_target, plan, prompt, o, 9);
+            }
+        }
+    }
+    // The callback is a fault site too (a throw after its step was committed), with stop tokens.
+    specdec::decode_options o{.gamma = 2, .max_new_tokens = 30, .stop_tokens = {6}, .sampling = {.temperature = 1.0f}};
+    o.on_step = [&plan](const specdec::step_event&) { (void)plan.call([] { return 0; }); };
+    check_decode_under_faults(block_draft, block_target, plan, prompt, o, 10);
+}
+
+TEST_CASE("speculative_decode with the caller's gamma_controller: after a fault the controller stays usable (basic)",
+          "[faults][decode]") {
+    auto target = markov_model::random(10, 2, 31);
+    auto draft = markov_model::random(10, 2, 32);
+    fault_plan plan;
+    faulty_model<markov_model> d{&draft, &plan}, t{&target, &plan};
+    const tokens prompt{1};
+    specdec::decode_options o{.gamma = 4, .policy = specdec::gamma_policy::adaptive, .max_new_tokens = 16};
+    o.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+    o.adaptive.pass_cost = [](std::size_t) { return 1.0; };
+    specdec::gamma_controller controller(4, o.adaptive);
+    o.controller = &controller;
+    std::mt19937_64 rng(1);
+    (void)specdec::speculative_decode(d, t, prompt, o, rng);
+    // Every run makes at least 10 adapter calls (16 tokens, at most 5 per step, 2 calls or more
+    // per step, and the 2 vocab_size checks), whatever the controller chooses.
+    for (std::size_t k = 1; k <= 10; ++k) {
+        INFO("fault at call " << k);
+        plan.arm(k, k % 2 == 0);
+        CHECK_THROWS_AS(specdec::speculative_decode(d, t, prompt, o, rng), injected_fault);
+        plan.disarm();
+        // The failed step's choice is counted, its observation is not: the estimates hold the
+        // steps that completed. The controller goes on choosing within [0, gamma].
+        const auto r = specdec::speculative_decode(d, t, prompt, o, rng);
+        CHECK(r.tokens.size() == 16);
+        CHECK(r.stats.steps_at_gamma.size() <= 5);
+    }
+}
+
+TEST_CASE("speculative_step: a fault at any call of a generation leaves sequence and stats unchanged (strong)",
+          "[faults][step]") {
+    constexpr int vocab = 10;
+    auto target = markov_model::random(vocab, 2, 41);
+    auto draft = markov_model::random(vocab, 2, 42);
+    fault_plan plan;
+    faulty_model<markov_model> plain_draft{&draft, &plan}, plain_target{&target, &plan};
+    faulty_model<markov_model> inner_draft{&draft, &plan}, inner_target{&target, &plan};
+    specdec::model_drafter<faulty_model<markov_model>> md(inner_draft);
+    specdec::model_verifier<faulty_model<markov_model>> mv(inner_target);
+    faulty_drafter<specdec::model_drafter<faulty_model<markov_model>>> block_draft{&md, &plan};
+    faulty_verifier<specdec::model_verifier<faulty_model<markov_model>>> block_target{&mv, &plan};
+    shift_drafter shift{vocab, 3};
+    batched_markov batched{&target};
+    faulty_drafter<shift_drafter> point_draft{&shift, &plan};
+    faulty_verifier<batched_markov> point_target{&batched, &plan};
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block"));
+        const specdec::step_options opts{.gamma = 4, .sampling = {.temperature = 0.8f}, .scheme = scheme};
+        // The generator is the caller's and is not rewound: a fault after a sampling drafter drew
+        // its uniforms leaves it advanced (as the documentation of speculative_step says).
+        CHECK(check_steps_under_faults(plain_draft, plain_target, plan, opts, 1) > 0);
+        CHECK(check_steps_under_faults(block_draft, block_target, plan, opts, 2) > 0);
+        (void)check_steps_under_faults(point_draft, point_target, plan, opts, 3);  // draws no uniforms
+    }
+}
+
+TEST_CASE("speculative_step: std::bad_alloc at any allocation of its containers leaves sequence and stats unchanged",
+          "[faults][step]") {
+    // The step's vectors (sequence, statistics, draft block, scratch) go through operator new.
+    // Eigen's own allocations are left alone here: Eigen 3.4's resize() frees a matrix's storage
+    // before allocating the new one, so a failure there would leave a workspace matrix holding
+    // a freed pointer, whatever the library does around it.
+    auto target = markov_model::random(10, 2, 61);
+    auto draft = markov_model::random(10, 2, 62);
+    const specdec::sampling_config sampling{.temperature = 0.8f};
+    for (const bool estimate : {false, true}) {
+        INFO("acceptance " << (estimate ? "estimated (as decoding loops ask)" : "not estimated"));
+        specdec::detail::step_extras extras{.estimate_acceptance = estimate};
+        std::size_t faults = 0;
+        for (std::size_t k = 1;; ++k) {
+            INFO("allocation " << k << " fails");
+            tokens seq{1, 2};  // no spare capacity: the step must grow it
+            specdec::decode_stats stats;
+            specdec::step_workspace ws;
+            std::mt19937_64 rng(4);
+            const outcome o = run_checked(seq, stats, [&] {
+                if (fails_at_allocation(
+                        k,
+                        [&] {
+                            (void)specdec::detail::step_impl(draft, target, seq, stats, 4, sampling, 1.0f,
+                                                             specdec::verification_scheme::block, rng, ws, 10,
+                                                             "test", &extras);
+                        },
+                        allocations::operator_new_only))
+                    throw injected_fault(0, k);  // (reported as a fault to run_checked)
+            });
+            if (o == outcome::completed) break;
+            ++faults;
+            CHECK(o == outcome::fault_left_unchanged);
+            // The caller goes on, with a new workspace: a verification workspace whose growth
+            // failed part way is not yet safe to reuse (its buffers are grown in several
+            // places, and not every later use checks each one's size).
+            specdec::step_workspace fresh;
+            (void)specdec::detail::step_impl(draft, target, seq, stats, 4, sampling, 1.0f,
+                                             specdec::verification_scheme::block, rng, fresh, 10, "test", &extras);
+            CHECK(stats.steps == 1);
+        }
+        CHECK(faults > 3);
+    }
+}
+
+TEST_CASE("speculative_step_batch: a fault in one sequence at any call: its exception, that sequence unchanged, the "
+          "others stepped",
+          "[faults][batch]") {
+    constexpr std::size_t batch = 3, steps = 8;
+    constexpr int vocab = 10;
+    using model = faulty_model<markov_model>;
+    using sequence = specdec::batch_sequence<std::mt19937_64>;
+    // One copy of each model per sequence: a markov_model counts its calls, and the sequences
+    // may run on different threads.
+    const auto target = markov_model::random(vocab, 2, 51);
+    const auto draft = markov_model::random(vocab, 2, 52);
+    std::vector<markov_model> targets(batch, target), drafts(batch, draft);
+    std::array<fault_plan, batch> plans;
+    std::vector<model> drafters, verifiers;
+    for (std::size_t i = 0; i < batch; ++i) {
+        plans[i].source = i;
+        drafters.push_back({&drafts[i], &plans[i]});
+        verifiers.push_back({&targets[i], &plans[i]});
+    }
+    auto start = [](std::size_t i) {
+        return sequence{{static_cast<token_id>(i + 1)}, {}, std::mt19937_64(100 + i)};
+    };
+
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block"));
+        const specdec::step_options opts{.gamma = 3, .sampling = {.temperature = 0.9f}, .scheme = scheme};
+        // Undisturbed: each sequence alone, its state after every step, and its adapter calls.
+        std::vector<std::vector<sequence>> reference(batch);
+        std::array<std::size_t, batch> total{};
+        for (std::size_t i = 0; i < batch; ++i) {
+            plans[i].disarm();
+            sequence s = start(i);
+            specdec::step_workspace ws;
+            for (std::size_t step = 0; step < steps; ++step) {
+                specdec::speculative_step(drafters[i], verifiers[i], s.tokens, s.stats, opts, s.rng, ws);
+                reference[i].push_back(s);
+            }
+            total[i] = plans[i].calls;
+        }
+        for (const std::size_t threads : {1u, 2u}) {
+            specdec::batch_workspace ws(threads);  // one workspace through every fault
+            for (std::size_t faulty = 0; faulty < batch; ++faulty) {
+                for (const bool after : {false, true}) {
+                    for (std::size_t k = 1; k <= total[faulty]; ++k) {
+                        INFO(threads << " thread(s), fault in sequence " << faulty << " at call " << k << " of "
+                                     << total[faulty] << (after ? " (after delegating)" : " (before delegating)"));
+                        std::vector<sequence> seqs;
+                        for (std::size_t i = 0; i < batch; ++i) {
+                            seqs.push_back(start(i));
+                            plans[i].disarm();
+                        }
+                        plans[faulty].arm(k, after);
+                        std::size_t faults = 0;
+                        for (std::size_t step = 0; step < steps; ++step) {
+                            const tokens tokens_before = seqs[faulty].tokens;
+                            const specdec::decode_stats stats_before = seqs[faulty].stats;
+                            try {
+                                specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
+                            } catch (const injected_fault& e) {
+                                ++faults;
+                                CHECK(e.source == faulty);
+                                CHECK(e.call == k);
+                                // The failing sequence is exactly as it was (strong, per sequence).
+                                CHECK(seqs[faulty].tokens == tokens_before);
+                                CHECK(same_stats(seqs[faulty].stats, stats_before));
+                                plans[faulty].disarm();
+                            }
+                            // Every other sequence took this step, exactly as alone.
+                            for (std::size_t i = 0; i < batch; ++i) {
+                                if (i == faulty) continue;
+                                CHECK(seqs[i].tokens == reference[i][step].tokens);
+                                CHECK(same_stats(seqs[i].stats, reference[i][step].stats));
+                            }
+                        }
+                        CHECK(faults == 1);
+                        // The failed sequence went on stepping after its fault (unless it came in
+                        // the last step).
+                        CHECK(seqs[faulty].stats.steps == steps - 1);
+                    }
+                }
+            }
+            // Two sequences failing in the same step: the lower-numbered one's exception comes
+            // out (the other's is dropped), both are unchanged, the one between them stepped.
+            std::vector<sequence> seqs;
+            for (std::size_t i = 0; i < batch; ++i) {
+                seqs.push_back(start(i));
+                plans[i].disarm();
+            }
+            plans[0].arm(2, false);
+            plans[2].arm(1, false);
+            std::size_t source = batch;
+            try {
+                specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
+            } catch (const injected_fault& e) {
+                source = e.source;
+            }
+            CHECK(source == 0);
+            CHECK(seqs[0].tokens == start(0).tokens);
+            CHECK(seqs[2].tokens == start(2).tokens);
+            CHECK(seqs[0].stats.steps + seqs[2].stats.steps == 0);
+            CHECK(seqs[1].tokens == reference[1][0].tokens);
+            for (auto& p : plans) p.disarm();
+        }
+    }
+}
+
+// ---- The llama2 engine. ----
+
+namespace {
+
+/// A tiny random model (2 layers, grouped-query attention, a classifier of its own).
+std::shared_ptr<const llama2::checkpoint> tiny_model() {
+    auto ck = std::make_shared<llama2::checkpoint>();
+    ck->name = "tiny-random";
+    llama2::config& c = ck->cfg;
+    c.dim = 16;
+    c.hidden_dim = 40;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.vocab_size = 32;
+    c.seq_len = 64;
+    c.shared_classifier = false;
+    ck->w = llama2::random_weights(c, 2024);
+    return ck;
+}
+
+std::span<const token_id> prefix(const tokens& t, std::size_t n) { return std::span<const token_id>(t).first(n); }
+
+/// score(context, draft) of a fresh engine of the same depth.
+Eigen::MatrixXf fresh_score(const llama2::transformer& like, std::span<const token_id> context,
+                            std::span<const token_id> draft) {
+    llama2::transformer fresh(like.model(), like.n_layers());
+    return fresh.score(context, draft);
+}
+
+/// The engine, whatever state its cache is in, computes bit for bit what a fresh engine
+/// computes: after a rollback to a short context, and on a longer one again.
+void check_like_fresh(llama2::transformer& e, const tokens& full) {
+    const std::size_t lengths[] = {full.size() / 3, full.size() - 4, full.size() / 2};
+    for (const std::size_t n : lengths) {
+        INFO("context of " << n << " tokens, draft of 3");
+        const auto context = prefix(full, n);
+        const auto draft = std::span<const token_id>(full).subspan(n, 3);
+        CHECK(bit_identical(e.score(context, draft), fresh_score(e, context, draft)));
+    }
+}
+
+/// The engine's cache, as far as a caller can observe it.
+struct cache_state {
+    tokens cached;
+    std::ptrdiff_t capacity = 0;
+    std::uint64_t bytes = 0;
+    explicit cache_state(const llama2::transformer& e)
+        : cached(e.cached_tokens().begin(), e.cached_tokens().end()),
+          capacity(e.cache_capacity()),
+          bytes(e.cache_bytes()) {}
+    bool operator==(const cache_state&) const = default;
+};
+
+}  // namespace
+
+TEST_CASE("llama2: faults of adapters around the engine in speculative_decode leave it computing what a fresh "
+          "engine computes",
+          "[faults][llama2]") {
+    const auto model = tiny_model();
+    llama2::transformer target(model), early(model, 1);  // the draft: the first layer of the target
+    fault_plan plan;
+    faulty_model<llama2::transformer> d{&early, &plan};
+    faulty_verifier<llama2::transformer> t{&target, &plan};  // in place: score_into into the workspace
+    const tokens prompt{1, 7, 3};
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block"));
+        // 43 tokens and a draft of 4: the caches grow from 16 to 32 to 64 positions.
+        const specdec::decode_options o{.gamma = 4, .max_new_tokens = 40, .sampling = {.temperature = 1.0f},
+                                        .scheme = scheme};
+        plan.disarm();
+        target.clear_cache();
+        early.clear_cache();
+        std::mt19937_64 rng(5);
+        const auto reference = specdec::speculative_decode(d, t, prompt, o, rng);
+        const std::size_t total = plan.calls;
+        REQUIRE(reference.tokens.size() == 40);
+        tokens full = prompt;
+        full.insert(full.end(), reference.tokens.begin(), reference.tokens.end());
+        for (const bool after : {false, true}) {
+            for (std::size_t k = 1; k <= total; ++k) {
+                INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
+                plan.arm(k, after);
+                std::mt19937_64 g(5);
+                CHECK_THROWS_AS(specdec::speculative_decode(d, t, prompt, o, g), injected_fault);
+                plan.disarm();
+                // Straight after the fault, both engines compute what fresh ones compute.
+                check_like_fresh(target, full);
+                check_like_fresh(early, full);
+                // And the same objects decode the undisturbed tokens again.
+                std::mt19937_64 again(5);
+                const auto r = specdec::speculative_decode(d, t, prompt, o, again);
+                CHECK(r.tokens == reference.tokens);
+                CHECK(same_stats(r.stats, reference.stats));
+            }
+        }
+    }
+}
+
+TEST_CASE("llama2: the engine's own errors in the middle of a generation leave its cache unchanged (strong)",
+          "[faults][llama2]") {
+    const auto model = tiny_model();
+    llama2::transformer e(model);
+    const auto limit = static_cast<std::size_t>(e.max_context());
+    const auto vocab = static_cast<token_id>(e.vocab_size());
+    Eigen::MatrixXf out = Eigen::MatrixXf::Constant(vocab, 3, 0.25f);  // the caller's matrix for score_into
+    tokens seq{1};
+    std::mt19937 g(17);
+    std::uniform_real_distribution<float> u(0.0f, 1.0f);
+    std::size_t errors = 0;
+    // Greedy-with-noise generation up to seq_len, the cache growing through 16, 32 and 64.
+    while (seq.size() < limit) {
+        const std::size_t step = seq.size();
+        INFO("step " << step);
+        // One provoked error per step, of a kind that depends on the step.
+        const cache_state before(e);
+        const Eigen::MatrixXf out_before = out;
+        tokens bad = seq;
+        switch (step % 6) {
+            case 0:  // a context beyond seq_len
+                bad.resize(limit + 1, 5);
+                CHECK_THROWS_AS((void)e.next_logits(bad), std::length_error);
+                break;
+            case 1: {  // context + draft beyond seq_len
+                const tokens draft(limit + 1 - seq.size(), 4);
+                CHECK_THROWS_AS(e.score_into(seq, draft, out), std::length_error);
+                break;
+            }
+            case 2:  // a token outside the vocabulary at the end of the context (the rest is cached)
+                bad.back() = vocab;
+                CHECK_THROWS_AS((void)e.next_logits(bad), std::out_of_range);
+                break;
+            case 3: {  // a negative draft token
+                const tokens draft{-1};
+                CHECK_THROWS_AS(e.score_into(seq, draft, out), std::out_of_range);
+                break;
+            }
+            case 4:  // an empty context
+                CHECK_THROWS_AS((void)e.score(std::span<const token_id>{}, seq), std::invalid_argument);
+                break;
+            default:  // reserve beyond seq_len
+                CHECK_THROWS_AS(e.reserve(e.max_context() + 1), std::length_error);
+                break;
+        }
+        ++errors;
+        CHECK(cache_state(e) == before);
+        CHECK(bit_identical(out, out_before));
+        // A rollback now and then (a rejected draft), then the next token's logits, each bit for
+        // bit what a fresh engine gives.
+        if (step % 4 == 3) {
+            const auto shorter = prefix(seq, step / 2 + 1);
+            CHECK(bit_identical(e.next_logits(shorter), fresh_score(e, shorter, {})));
+        }
+        const Eigen::VectorXf logits = e.next_logits(seq);
+        REQUIRE(bit_identical(logits, fresh_score(e, seq, {})));
+        Eigen::Index best = 0;
+        logits.maxCoeff(&best);
+        seq.push_back(u(g) < 0.7f ? static_cast<token_id>(best) : static_cast<token_id>(g() % 32));
+    }
+    CHECK(errors == limit - 1);
+    CHECK(e.cache_capacity() == e.max_context());
+    // A score over the full window into the caller's matrix, then clear_cache: still exact.
+    e.score_into(prefix(seq, limit - 2), std::span<const token_id>(seq).last(2), out);
+    CHECK(bit_identical(out, fresh_score(e, prefix(seq, limit - 2), std::span<const token_id>(seq).last(2))));
+    e.clear_cache();
+    CHECK(bit_identical(e.next_logits(prefix(seq, 9)), fresh_score(e, prefix(seq, 9), {})));
+}
+
+TEST_CASE("llama2: std::bad_alloc at any allocation of an engine call leaves the engine unchanged (strong)",
+          "[faults][llama2]") {
+    const auto model = tiny_model();
+    const auto vocab = static_cast<Eigen::Index>(model->cfg.vocab_size);
+    tokens seq{1};
+    for (token_id i = 0; i < 45; ++i) seq.push_back((i * 7 + 3) % 32);
+    const auto draft5 = std::span<const token_id>(seq).subspan(14, 5);
+    const auto draft8 = std::span<const token_id>(seq).subspan(12, 8);
+    struct scenario {
+        const char* name;
+        Eigen::Index out_cols;  // the shape of the caller's matrix before the call
+        void (*prepare)(llama2::transformer&, const tokens&);
+        // The call under test, its result into `result` (sized beforehand, so that storing it
+        // allocates nothing); score_into writes the caller's `out`.
+        void (*call)(llama2::transformer&, const tokens&, Eigen::MatrixXf& out, Eigen::MatrixXf& result);
+    };
+    auto warm = [](llama2::transformer& e, const tokens& s) { (void)e.next_logits(prefix(s, 10)); };
+    auto score_14_5_into = [](llama2::transformer& e, const tokens& s, Eigen::MatrixXf& out, Eigen::MatrixXf& result) {
+        e.score_into(prefix(s, 14), std::span<const token_id>(s).subspan(14, 5), out);
+        result = out;
+    };
+    const scenario scenarios[] = {
+        {"first call of a fresh engine", 2, [](llama2::transformer&, const tokens&) {},
+         [](llama2::transformer& e, const tokens& s, Eigen::MatrixXf&, Eigen::MatrixXf& result) {
+             result = e.next_logits(prefix(s, 20));
+         }},
+        {"score across cache growth", 2, warm,
+         [](llama2::transformer& e, const tokens& s, Eigen::MatrixXf&, Eigen::MatrixXf& result) {
+             result = e.score(prefix(s, 14), std::span<const token_id>(s).subspan(14, 5));
+         }},
+        {"score_into a matrix of another shape, across cache growth", 2, warm, score_14_5_into},
+        {"score_into a matrix of the right shape, across cache growth", 6, warm, score_14_5_into},
+        {"more positions than before, no cache growth (activations only)", 2,
+         [](llama2::transformer& e, const tokens& s) {
+             e.reserve(e.max_context());
+             (void)e.next_logits(prefix(s, 3));
+         },
+         [](llama2::transformer& e, const tokens& s, Eigen::MatrixXf&, Eigen::MatrixXf& result) {
+             result = e.score(prefix(s, 12), std::span<const token_id>(s).subspan(12, 8));
+         }},
+        {"reserve", 2, warm,
+         [](llama2::transformer& e, const tokens&, Eigen::MatrixXf&, Eigen::MatrixXf&) { e.reserve(40); }},
+    };
+    const llama2::transformer like(model);
+    const Eigen::MatrixXf expected[] = {fresh_score(like, prefix(seq, 20), {}), fresh_score(like, prefix(seq, 14), draft5),
+                                        fresh_score(like, prefix(seq, 14), draft5), fresh_score(like, prefix(seq, 14), draft5),
+                                        fresh_score(like, prefix(seq, 12), draft8), Eigen::MatrixXf()};
+    for (std::size_t s = 0; s < std::size(scenarios); ++s) {
+        const scenario& sc = scenarios[s];
+        INFO(sc.name);
+        std::size_t faults = 0;
+        for (std::size_t k = 1;; ++k) {
+            INFO("allocation " << k << " fails");
+            llama2::transformer e(model);
+            Eigen::MatrixXf out = Eigen::MatrixXf::Constant(vocab, sc.out_cols, 0.5f);
+            Eigen::MatrixXf result(expected[s].rows(), expected[s].cols());
+            sc.prepare(e, seq);
+            const cache_state before(e);
+            const Eigen::MatrixXf out_before = out;
+            if (!fails_at_allocation(k, [&] { sc.call(e, seq, out, result); })) {
+                // Fewer than k allocations: the call completed.
+                CHECK(bit_identical(result, expected[s]));
+                break;
+            }
+            ++faults;
+            CHECK(cache_state(e) == before);
+            CHECK(bit_identical(out, out_before));
+            // Then the same call, a rollback and a longer context are exact.
+            sc.call(e, seq, out, result);
+            CHECK(bit_identical(result, expected[s]));
+            CHECK(bit_identical(e.next_logits(prefix(seq, 5)), fresh_score(e, prefix(seq, 5), {})));
+            CHECK(bit_identical(e.score(prefix(seq, 30), draft8), fresh_score(e, prefix(seq, 30), draft8)));
+        }
+        CHECK(faults > 0);  // the call did allocate: the faults were real
+    }
+}
