@@ -52,12 +52,15 @@ struct adaptive_gamma_options {
     double explore_budget = 0.05;
     /// Estimates are running means of their first `window` observations, then exponential
     /// moving averages with weight 1 / window, so that they follow a text whose
-    /// predictability changes. \pre window >= 1.
+    /// predictability changes. A time above 3x its estimate (after 4 observations) counts as
+    /// 3x: a step that another process preempted does not swing the estimates. \pre window >= 1.
     std::size_t window = 32;
-    /// The choice shrinks each position's acceptance estimate towards 1/2 with this many
-    /// pseudo-observations, (n·α̂ + w/2) / (n + w) after n observations, so that the first few
-    /// steps cannot switch speculation off for good (two rejected warm-up drafts would
-    /// otherwise estimate α = 0, and a policy at γ = 0 observes no more drafts). 0: none.
+    /// The choice shrinks each position's acceptance estimate with this many
+    /// pseudo-observations, (n·α̂ + w·prior) / (n + w) after n observations, where the prior is
+    /// 1/2 for the first draft position and the (shrunk) estimate of the position before for
+    /// the others. So the first few steps cannot switch speculation off for good (two rejected
+    /// warm-up drafts would otherwise estimate α = 0, and a policy at γ = 0 observes no more
+    /// drafts), and a deep position seen a few times leans on the shallower ones. 0: none.
     double prior_weight = 2.0;
     /// Cost of drafting n tokens, in any unit (the same as pass_cost's). Set both pass_cost
     /// and draft_cost to use known costs; then nothing is timed. Empty: measured with a steady
@@ -179,11 +182,11 @@ public:
             // idle during plain steps (or new to the prompt) spends this call catching up.
             if (!o.first && o.drafted > 0 && lag_ == 0 && drafted_steps_ > 0 && o.draft_seconds >= 0 &&
                 std::isfinite(o.draft_seconds))
-                draft_.add(o.draft_seconds / static_cast<double>(o.drafted), options_.window);
+                draft_.add_time(o.draft_seconds / static_cast<double>(o.drafted), options_.window);
             // After plain steps: what catching up cost per missed token, beyond the drafted ones.
             if (!o.first && o.drafted > 0 && lag_ > 0 && draft_.count != 0 && o.draft_seconds >= 0 &&
                 std::isfinite(o.draft_seconds))
-                catch_up_.add(std::max(0.0, o.draft_seconds - static_cast<double>(o.drafted) * draft_.value) /
+                catch_up_.add_time(std::max(0.0, o.draft_seconds - static_cast<double>(o.drafted) * draft_.value) /
                                   static_cast<double>(lag_),
                               options_.window);
             ++drafted_steps_;
@@ -193,10 +196,10 @@ public:
         }
         const std::size_t positions = o.drafted + 1;
         if (!o.first && positions <= pass_.size() && o.pass_seconds >= 0 && std::isfinite(o.pass_seconds))
-            pass_[positions - 1].add(o.pass_seconds, options_.window);
+            pass_[positions - 1].add_time(o.pass_seconds, options_.window);
         if (!o.first && o.step_seconds >= 0 && o.draft_seconds >= 0 && o.pass_seconds >= 0) {
             const double rest = o.step_seconds - o.draft_seconds - o.pass_seconds;
-            if (std::isfinite(rest)) overhead_.add(std::max(0.0, rest), options_.window);
+            if (std::isfinite(rest)) overhead_.add_time(std::max(0.0, rest), options_.window);
         }
         total_ += expected_cost(std::min(o.gamma, gamma_max_));
     }
@@ -247,6 +250,12 @@ private:
     struct estimate {
         double value = 0.0;
         std::size_t count = 0;
+        /// A time: after a few observations, one above 3x the estimate counts as 3x, so that
+        /// a step another process preempted does not swing the estimate.
+        void add_time(double x, std::size_t window) {
+            if (count >= 4) x = std::min(x, 3.0 * value);
+            add(x, window);
+        }
         void add(double x, std::size_t window) {
             ++count;
             const double w = 1.0 / static_cast<double>(std::min(count, window));
@@ -268,16 +277,20 @@ private:
     /// a draft step's (an engine that reads missed tokens in one batched pass pays less).
     [[nodiscard]] double catch_up_per_token() const { return catch_up_.count != 0 ? catch_up_.value : draft_.value; }
 
-    /// The acceptance the choice uses at position i: the estimate shrunk towards 1/2.
+    /// The acceptance the choice uses at position i: position 1's estimate shrunk towards 1/2,
+    /// each deeper one's towards the position before it (prior_weight pseudo-observations
+    /// each), so that a deep position seen only a few times neither drags a high acceptance
+    /// down to 1/2 nor stands on a lucky run; an unseen one takes the position before it.
     [[nodiscard]] double shrunk_acceptance(std::size_t i) const {
-        const double w = options_.prior_weight;
         if (i == 0 || i > alpha_.size()) return 0.0;
-        for (std::size_t k = i; k-- > 0;)
-            if (alpha_[k].count != 0) {
-                const auto n = static_cast<double>(alpha_[k].count);
-                return (n * alpha_[k].value + 0.5 * w) / (n + w);
-            }
-        return 0.5;
+        const double w = options_.prior_weight;
+        double prior = 0.5;
+        for (std::size_t k = 0; k < i; ++k) {
+            if (alpha_[k].count == 0) continue;  // unseen: the position before it
+            const auto n = static_cast<double>(alpha_[k].count);
+            prior = (n * alpha_[k].value + w * prior) / (n + w);
+        }
+        return prior;
     }
 
     /// t_pass(m) from the measured lengths (see the class comment).
