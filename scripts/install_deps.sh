@@ -2,9 +2,20 @@
 # Installs what specdec needs to build, test and benchmark on Debian/Ubuntu, using only
 # Debian packages: compiler, CMake, Ninja, Eigen 3.4, Catch2, Google Benchmark.
 # Installs nothing that is already present. Run as root (or with sudo available).
+#
+# Opt-in: `--fuzz` (or SPECDEC_FUZZ_DEPS=1) also installs clang-14 and its sanitizer and
+# libFuzzer runtime (libclang-rt-14-dev), which scripts/fuzz.sh needs.
 set -euo pipefail
 
 packages=(g++ cmake ninja-build libeigen3-dev catch2 libbenchmark-dev)
+fuzz=${SPECDEC_FUZZ_DEPS:-0}
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) fuzz=1 ;;
+    *) echo "install_deps: unknown argument '$arg' (only --fuzz)" >&2; exit 2 ;;
+  esac
+done
+if [ "$fuzz" = 1 ]; then packages+=(clang-14 libclang-rt-14-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

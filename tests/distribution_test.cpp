@@ -21,6 +21,7 @@
 
 #include <specdec/specdec.hpp>
 
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -34,7 +35,16 @@ using specdec::token_id;
 
 namespace {
 
-constexpr std::size_t kSamples = 100000;
+/// Sequences per case: 100,000, or SPECDEC_DISTRIBUTION_SAMPLES (the sanitizer builds run a
+/// reduced suite: same false-alarm rate, less power, so they skip the negative controls).
+std::size_t samples_per_case() {
+    if (const char* env = std::getenv("SPECDEC_DISTRIBUTION_SAMPLES"); env != nullptr && *env != '\0') {
+        const long long n = std::atoll(env);
+        if (n >= 1000) return static_cast<std::size_t>(n);
+    }
+    return 100000;
+}
+const std::size_t kSamples = samples_per_case();
 constexpr int kLength = 4;
 constexpr double kFalseAlarm = 1e-4;
 

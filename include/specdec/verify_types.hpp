@@ -51,7 +51,9 @@ struct verify_options {
     /// as the target row, which then reads twice the bytes: on rows of 32k–152k tokens that
     /// pass costs about 1.1–1.25× an unchecked one (the README's performance section). At
     /// temperature 0 the columns cannot change the outcome (each p_i is a point mass: x_i is
-    /// accepted exactly when it is the target's argmax, and the correction is the argmax), so
+    /// accepted exactly when it is the target's argmax, and the correction is the argmax; under
+    /// block verification a column that gives its own token x_i probability 0, which no column
+    /// x_i was drawn from does, may stop the block one token early, still greedily), so
     /// only the entries that are read, q_i(x_i) (and under block verification q_i at the
     /// argmax), are checked to be probabilities. Turn off only for distributions the caller
     /// produced with standardize() or its sampling variants (standardize_and_sample,

@@ -1,0 +1,296 @@
+#pragma once
+// Shared pieces of the libFuzzer harnesses in this folder (see scripts/fuzz.sh): a reader that
+// turns the fuzz input into values, a generator whose bits come from the input, float and
+// sampling-setting decoders that reach the special values (NaN, ±Inf, subnormals, the largest
+// floats), and the invariant check that stops the process on a violation.
+//
+// Every harness decodes its input with `input`: reading past the end yields zeros, so every
+// byte string is a valid input, and short inputs mean "small, default" cases.
+
+#include <specdec/specdec.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <span>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+/// For the harnesses' own per-element loops (filling rows, checking results): no coverage
+/// tracing there, which would otherwise cost more than the library calls under test; the
+/// sanitizers stay on.
+#if defined(__clang__)
+#define FUZZ_NO_COVERAGE __attribute__((no_sanitize("coverage")))
+#else
+#define FUZZ_NO_COVERAGE
+#endif
+
+namespace fuzz {
+
+/// Stops the process (a libFuzzer finding) when an invariant does not hold.
+[[noreturn]] inline void fail(const char* what, const char* file, int line) {
+    std::fprintf(stderr, "\nINVARIANT VIOLATED at %s:%d: %s\n", file, line, what);
+    std::fflush(stderr);
+    std::abort();
+}
+
+}  // namespace fuzz
+
+/// The harnesses' assertion: active in every build (not tied to NDEBUG).
+#define FUZZ_CHECK(cond)                                     \
+    do {                                                     \
+        if (!(cond)) ::fuzz::fail(#cond, __FILE__, __LINE__); \
+    } while (false)
+
+namespace fuzz {
+
+/// Reads values off the fuzz input; past its end every read gives 0.
+class input {
+public:
+    input(const std::uint8_t* data, std::size_t size) : p_(data), n_(size) {}
+
+    [[nodiscard]] bool empty() const noexcept { return n_ == 0; }
+    [[nodiscard]] std::size_t left() const noexcept { return n_; }
+
+    std::uint8_t byte() {
+        if (n_ == 0) return 0;
+        --n_;
+        return *p_++;
+    }
+    bool flag() { return (byte() & 1u) != 0; }
+    template <class T>
+    T raw() {
+        T v{};
+        unsigned char buf[sizeof(T)] = {};
+        const std::size_t k = n_ < sizeof(T) ? n_ : sizeof(T);
+        if (k != 0) std::memcpy(buf, p_, k);
+        p_ += k;
+        n_ -= k;
+        std::memcpy(&v, buf, sizeof(T));
+        return v;
+    }
+    std::uint16_t u16() { return raw<std::uint16_t>(); }
+    std::uint32_t u32() { return raw<std::uint32_t>(); }
+    std::uint64_t u64() { return raw<std::uint64_t>(); }
+    /// An integer in [lo, hi] from one byte (hi - lo < 256) or two.
+    std::size_t range(std::size_t lo, std::size_t hi) {
+        const std::size_t span = hi - lo + 1;
+        const std::size_t v = span <= 256 ? byte() : u16();
+        return lo + v % span;
+    }
+    /// The next `k` bytes (fewer at the end).
+    std::span<const std::uint8_t> take(std::size_t k) {
+        if (k > n_) k = n_;
+        std::span<const std::uint8_t> s(p_, k);
+        p_ += k;
+        n_ -= k;
+        return s;
+    }
+    std::span<const std::uint8_t> rest() { return take(n_); }
+
+private:
+    const std::uint8_t* p_;
+    std::size_t n_;
+};
+
+/// Floats a harness should meet often: NaN, ±Inf, ±0, subnormals, the extremes, and values
+/// around exp's overflow and underflow thresholds.
+inline constexpr float special_floats[] = {
+    std::numeric_limits<float>::quiet_NaN(),
+    -std::numeric_limits<float>::quiet_NaN(),
+    std::numeric_limits<float>::infinity(),
+    -std::numeric_limits<float>::infinity(),
+    0.0f,
+    -0.0f,
+    std::numeric_limits<float>::denorm_min(),
+    -std::numeric_limits<float>::denorm_min(),
+    std::numeric_limits<float>::min(),
+    -std::numeric_limits<float>::min(),
+    std::numeric_limits<float>::max(),
+    std::numeric_limits<float>::lowest(),
+    1.0f,
+    -1.0f,
+    88.72f,
+    -103.97f,
+    1e30f,
+    -1e30f,
+    0x1.fffffep-1f,
+    16777216.0f,
+    -87.3f,
+    4.2e-39f,
+    1e-45f,
+    3.0e38f,
+};
+inline constexpr std::size_t special_count = sizeof(special_floats) / sizeof(special_floats[0]);
+
+/// A float from the input: one tag byte picks a special value, a small multiple of 1/4 (the
+/// common case: ordinary logits), or (tag 255) the next four bytes as raw bits.
+inline float any_float(input& in) {
+    const std::uint8_t tag = in.byte();
+    if (tag < special_count) return special_floats[tag];
+    if (tag == 255) return in.raw<float>();
+    return (static_cast<float>(tag) - 140.0f) * 0.25f;
+}
+
+/// A non-negative float mostly in [0, 1] (draft probabilities, weights), with the same escape
+/// to specials and raw bits.
+inline float any_weight(input& in) {
+    const std::uint8_t tag = in.byte();
+    if (tag < special_count) return special_floats[tag];
+    if (tag == 255) return in.raw<float>();
+    return static_cast<float>(tag - special_count) / 128.0f;
+}
+
+/// Fills `v` (already sized) from a pattern of floats read off the input, repeated: lets a short
+/// input describe a long row (several 2048-float blocks) and exercise the blocked passes.
+/// (Raw pointers in the per-element loops of this folder: Eigen's index assertions, which stay on
+/// for the library, would otherwise dominate the harnesses' own time.)
+template <class Vec, class Read>
+FUZZ_NO_COVERAGE void fill_cycled(input& in, Vec&& v, std::size_t pattern, Read read) {
+    const auto n = static_cast<std::size_t>(v.size());
+    if (n == 0) return;
+    std::vector<float> pat(pattern == 0 ? 1 : pattern);
+    for (float& x : pat) x = read(in);
+    float* out = v.data();
+    for (std::size_t i = 0, k = 0; i < n; ++i) {
+        out[i] = pat[k];
+        if (++k == pat.size()) k = 0;
+    }
+}
+
+/// A vocabulary size: mostly small (fast, and every value below 64 hits the row tails), now and
+/// then long enough for several 2048-float blocks.
+inline Eigen::Index vocab_size(input& in, Eigen::Index small_max = 64, Eigen::Index large_max = 9000) {
+    const std::uint8_t kind = in.byte();
+    if (kind < 200) return 1 + static_cast<Eigen::Index>(in.byte()) % small_max;
+    if (kind < 250) return 1 + static_cast<Eigen::Index>(in.u16()) % 600;
+    return 1 + static_cast<Eigen::Index>(in.u16()) % large_max;
+}
+
+/// Sampling settings, valid or not: each field from a table of ordinary and edge values, or raw.
+inline specdec::sampling_config sampling(input& in) {
+    static constexpr float temperatures[] = {1.0f, 0.0f, 0.6f, 2.0f, 1e-3f, 5.9e-39f, 5.8e-39f, 1e-38f,
+                                             std::numeric_limits<float>::min(), 3.0e38f, -1.0f,
+                                             std::numeric_limits<float>::infinity(),
+                                             std::numeric_limits<float>::quiet_NaN(),
+                                             std::numeric_limits<float>::denorm_min(), 1e-30f, 100.0f};
+    static constexpr float probs[] = {1.0f, 0.9f, 0.5f, 0.0f, 1e-7f, 0.999999f, 1.0000001f, -0.5f,
+                                      std::numeric_limits<float>::quiet_NaN(), 0.1f, 0.01f,
+                                      std::numeric_limits<float>::denorm_min(), 0.3f, 0.7f, 2.0f, 0.05f};
+    specdec::sampling_config s;
+    const std::uint8_t t = in.byte();
+    s.temperature = t < 224 ? temperatures[t % 16] : in.raw<float>();
+    const std::uint8_t k = in.byte();
+    s.top_k = k < 128 ? 0 : (k < 250 ? k % 40 : static_cast<int>(in.u32()));
+    const std::uint8_t p = in.byte();
+    s.top_p = p < 128 ? 1.0f : (p < 250 ? probs[p % 16] : in.raw<float>());
+    const std::uint8_t m = in.byte();
+    s.min_p = m < 128 ? 0.0f : (m < 250 ? probs[m % 16] : in.raw<float>());
+    return s;
+}
+
+/// Whether specdec::validate() must accept `s` (its documented conditions, written out anew).
+inline bool valid_sampling(const specdec::sampling_config& s) {
+    const float t = s.temperature;
+    const bool t_ok = t == 0.0f || (t > 0.0f && std::isfinite(t) && std::isfinite(2.0f / t));
+    return t_ok && s.top_k >= 0 && s.top_p > 0.0f && s.top_p <= 1.0f && s.min_p >= 0.0f && s.min_p <= 1.0f;
+}
+
+/// Pins the hot core to an instruction set this CPU runs, chosen by one byte (every path the
+/// CPU supports is covered; the others are skipped).
+inline void pick_isa(input& in) {
+    static const std::vector<specdec::isa> supported = [] {
+        std::vector<specdec::isa> v;
+        for (const specdec::isa i : {specdec::isa::portable, specdec::isa::avx2, specdec::isa::avx512})
+            if (specdec::isa_supported(i)) v.push_back(i);
+        return v;
+    }();
+    const specdec::isa i = supported[in.byte() % supported.size()];
+    specdec::force_isa(i);
+    FUZZ_CHECK(specdec::active_isa() == i);
+}
+
+/// A uniform_random_bit_generator whose words come from a tape of fuzz bytes (so the input
+/// chooses the uniforms: 0, values just below 1, ...), then, once the tape is used up, from
+/// splitmix64 seeded by the tape.
+class tape_rng {
+public:
+    using result_type = std::uint64_t;
+    explicit tape_rng(std::span<const std::uint8_t> tape) : tape_(tape) {
+        for (const std::uint8_t b : tape) state_ = state_ * 0x100000001B3ull ^ b;
+    }
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return std::numeric_limits<result_type>::max(); }
+    result_type operator()() {
+        if (pos_ + 8 <= tape_.size()) {
+            result_type v;
+            std::memcpy(&v, tape_.data() + pos_, 8);
+            pos_ += 8;
+            return v;
+        }
+        std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+
+private:
+    std::span<const std::uint8_t> tape_;
+    std::size_t pos_ = 0;
+    std::uint64_t state_ = 0xCBF29CE484222325ull;
+};
+
+/// A file of this process's own in the temporary folder (the readers take paths); removed when
+/// the process exits normally.
+class temp_file {
+public:
+    explicit temp_file(const char* tag) {
+        std::error_code ec;
+        std::filesystem::path dir = "/dev/shm";
+        if (!std::filesystem::is_directory(dir, ec)) dir = std::filesystem::temp_directory_path();
+        path_ = dir / ("specdec-fuzz-" + std::string(tag) + "-" + std::to_string(::getpid()) + ".bin");
+    }
+    ~temp_file() {
+        std::error_code ec;
+        std::filesystem::remove(path_, ec);
+    }
+    temp_file(const temp_file&) = delete;
+    temp_file& operator=(const temp_file&) = delete;
+
+    /// Replaces the file's contents with `bytes`.
+    const std::filesystem::path& write(std::span<const std::uint8_t> bytes) {
+        std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+        out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+        out.close();
+        FUZZ_CHECK(out.good());
+        return path_;
+    }
+    [[nodiscard]] const std::filesystem::path& path() const noexcept { return path_; }
+
+private:
+    std::filesystem::path path_;
+};
+
+/// Whether a row of logits is one verification or standardization must reject: NaN or +Inf
+/// somewhere, or every entry -Inf (an empty row included).
+/// `row` is a contiguous vector or matrix column.
+template <class Row>
+FUZZ_NO_COVERAGE bool bad_logit_row(const Row& row) {
+    bool finite_or_masked = true, all_masked = true;
+    const float* z = row.data();
+    for (Eigen::Index i = 0; i < row.size(); ++i) {
+        const float v = z[i];
+        if (std::isnan(v) || v == std::numeric_limits<float>::infinity()) finite_or_masked = false;
+        if (v != -std::numeric_limits<float>::infinity()) all_masked = false;
+    }
+    return !finite_or_masked || all_masked;
+}
+
+}  // namespace fuzz
