@@ -15,6 +15,7 @@ void specdec_test_eigen_assert(bool ok, const char* condition);
 #endif
 
 #include "support/catch.hpp"
+#include "support/skip.hpp"
 #include "support/markov.hpp"
 
 #include <specdec/specdec.hpp>
@@ -75,7 +76,7 @@ using specdec::token_id;
 /// True when allocations can be counted here; otherwise prints why not.
 bool counting_available() {
     if (SPECDEC_ALLOCATIONS_COUNTED) return true;
-    WARN("skipped: allocation counting is not available under AddressSanitizer");
+    specdec_test::skip("allocation counting is not available under AddressSanitizer");
     return false;
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "support/catch.hpp"
+#include "support/skip.hpp"
 #include "llama2/context_limit.hpp"
 #include "support/json_lite.hpp"
 
@@ -51,14 +52,15 @@ const char* const tokenizer_file = "tok512.bin";
 std::optional<fs::path> models_dir(std::initializer_list<const char*> needed) {
     const char* env = std::getenv("SPECDEC_MODELS_DIR");
     if (env == nullptr || *env == '\0') {
-        WARN("skipped: SPECDEC_MODELS_DIR is not set (it must name the folder with stories260K.bin, "
-             "llama2xs_tok512_279K.bin, tok512.bin and golden/)");
+        specdec_test::skip("SPECDEC_MODELS_DIR is not set (it must name the folder with stories260K.bin, "
+                           "llama2xs_tok512_279K.bin, tok512.bin and golden/; scripts/download_models.sh DIR "
+                           "fetches them)");
         return std::nullopt;
     }
     const fs::path dir(env);
     for (const char* f : needed)
         if (!fs::exists(dir / f)) {
-            WARN("skipped: " << (dir / f).string() << " not found (SPECDEC_MODELS_DIR=" << env << ")");
+            specdec_test::skip((dir / f).string() + " not found (SPECDEC_MODELS_DIR=" + env + ")");
             return std::nullopt;
         }
     return dir;

@@ -1,10 +1,14 @@
 // The one compiled test main shared by every test executable: built once as a static library,
 // so no test file pays for Catch2's runner again.
 //
-// SPECDEC_TEST_ISA=portable|avx2|avx512 in the environment pins the hot core to that
-// instruction set (specdec::force_isa) before any test runs, so one build tests every path;
-// when this CPU cannot run it, the program prints why and exits with 77, which ctest reports as
-// a skip. Unset, the core runs the best path this CPU has.
+// `--specdec-isa=portable|avx2|avx512` (or SPECDEC_TEST_ISA in the environment) pins the hot
+// core to that instruction set (specdec::force_isa) before any test runs, so one build tests
+// every path; when this CPU cannot run it, the program prints why and exits with 77, which
+// ctest reports as a skip. Unset, the core runs the best path this CPU has.
+// `--specdec-exit-on-skip`: a test that cannot run here exits with 77 (support/skip.hpp).
+// ctest passes both as arguments (tests/CMakeLists.txt): Catch2's test discovery keeps only the
+// first of several environment variables, and arguments reach the process intact. Both are
+// removed before Catch2 sees the command line.
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_session.hpp>
 #else
@@ -14,11 +18,25 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
+#include <vector>
 
 #include <specdec/isa.hpp>
 
 int main(int argc, char* argv[]) {
-    if (const char* name = std::getenv("SPECDEC_TEST_ISA"); name != nullptr && *name != '\0') {
+    const char* name = std::getenv("SPECDEC_TEST_ISA");
+    std::vector<char*> rest;
+    for (int i = 0; i < argc; ++i) {
+        const std::string_view a = argv[i];
+        if (i > 0 && a.substr(0, 14) == "--specdec-isa=") {
+            name = argv[i] + 14;
+        } else if (i > 0 && a == "--specdec-exit-on-skip") {
+            setenv("SPECDEC_TEST_EXIT_ON_SKIP", "1", 1);
+        } else {
+            rest.push_back(argv[i]);
+        }
+    }
+    if (name != nullptr && *name != '\0') {
         const auto chosen = specdec::parse_isa(name);
         if (!chosen) {
             std::fprintf(stderr, "SPECDEC_TEST_ISA = %s is not one of portable, avx2, avx512\n", name);
@@ -31,5 +49,5 @@ int main(int argc, char* argv[]) {
         }
         specdec::force_isa(*chosen);
     }
-    return Catch::Session().run(argc, argv);
+    return Catch::Session().run(static_cast<int>(rest.size()), rest.data());
 }
