@@ -251,23 +251,16 @@ void print_summary() {
 int main(int argc, char** argv) {
     for (const auto& [label, alpha] : alphas) {
         const std::string base = "adaptive/alpha:" + label + "/";
-        for (int g = 0; g <= 8; ++g)
-            benchmark::RegisterBenchmark((base + "gamma:" + std::to_string(g)).c_str(), bm_decode, alpha, g, base)
+        const auto add = [&, a = alpha](const std::string& name, int gamma) {
+            benchmark::RegisterBenchmark((base + name).c_str(), bm_decode, a, gamma, base)
                 ->Iterations(1)
                 ->UseRealTime()
                 ->Unit(benchmark::kMillisecond);
-        benchmark::RegisterBenchmark((base + "auto").c_str(), bm_decode, alpha, -1, base)
-            ->Iterations(1)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
-        benchmark::RegisterBenchmark((base + "auto_kept").c_str(), bm_decode, alpha, -2, base)
-            ->Iterations(1)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
-        benchmark::RegisterBenchmark((base + "auto_window8").c_str(), bm_decode, alpha, -3, base)
-            ->Iterations(1)
-            ->UseRealTime()
-            ->Unit(benchmark::kMillisecond);
+        };
+        for (int g = 0; g <= 8; ++g) add("gamma:" + std::to_string(g), g);
+        add("auto", -1);
+        add("auto_kept", -2);
+        add("auto_window8", -3);
     }
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
