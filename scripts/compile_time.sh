@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Measures what including specdec costs at compile time: the CPU time (user + sys) of compiling
-# a TU that includes only <Eigen/Core>, one that includes only <specdec/specdec.hpp>, and one
-# that also instantiates the decoding loops once. Prints the median of each and the ratios to
-# the Eigen-only TU.
+# a TU that includes only <Eigen/Core>; one that adds the standard and intrinsics headers that
+# specdec's headers include, and nothing of specdec (the floor of the design); one that includes
+# only <specdec/specdec.hpp>; and one that also instantiates the decoding loops once. Prints the
+# median of each and the ratios to the Eigen-only TU.
 #
 #   scripts/compile_time.sh [--max-ratio R] [--no-use] [--include-dir DIR] [COMPILER [REPEATS]]
 #
@@ -49,6 +50,15 @@ trap 'rm -rf "${tmp}"' EXIT
 
 printf '#include <Eigen/Core>\n' > "${tmp}/eigen.cpp"
 printf '#include <specdec/specdec.hpp>\n' > "${tmp}/specdec.cpp"
+# The floor: Eigen/Core with every standard and intrinsics header that specdec's headers include,
+# and no line of specdec (what the design costs before its own code).
+# (The headers that specdec.hpp reaches, as the compiler lists them.)
+mapfile -t specdec_headers < <("${cxx}" -std=c++20 -I "${include_dir}" -I "${eigen_dir}" -H -fsyntax-only \
+  "${tmp}/specdec.cpp" 2>&1 | sed -n 's/^\.* //p' | grep -F "${include_dir}/specdec/" | sort -u)
+{
+  printf '#include <Eigen/Core>\n'
+  grep -hoE '^#include <[a-z_]+(\.h)?>' "${include_dir}/specdec/specdec.hpp" "${specdec_headers[@]}" | sort -u
+} > "${tmp}/floor.cpp"
 # One call of each decoding loop with a trivial model (uniform logits), for the instantiation cost.
 cat > "${tmp}/use.cpp" <<'EOF'
 #include <specdec/specdec.hpp>
@@ -81,7 +91,7 @@ cpu_seconds() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-tus=(eigen specdec)
+tus=(eigen floor specdec)
 [ "${with_use}" -eq 1 ] && tus+=(use)
 declare -A samples med
 for tu in "${tus[@]}"; do samples[${tu}]=""; done
@@ -91,7 +101,8 @@ for ((i = 0; i < repeats; i++)); do
 done
 for tu in "${tus[@]}"; do med[${tu}]="$(tr ' ' '\n' <<<"${samples[${tu}]}" | grep . | median)"; done
 
-declare -A label=([eigen]="<Eigen/Core> only" [specdec]="<specdec/specdec.hpp> only"
+declare -A label=([eigen]="<Eigen/Core> only" [floor]="+ the std/intrinsics headers"
+                  [specdec]="<specdec/specdec.hpp> only"
                   [use]="specdec.hpp + decode calls")
 echo "compiler: ${cxx} ($("${cxx}" --version | head -n 1)); ${repeats} runs, CPU s (user+sys)"
 echo "headers:  ${include_dir}"

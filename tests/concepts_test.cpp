@@ -69,4 +69,26 @@ static_assert(specdec::model_verifier<plain_model>::calls_per_score(4) == 5);
 static_assert(specdec::random_generator<std::mt19937_64&>);
 static_assert(specdec::random_generator<std::mt19937>);
 static_assert(!specdec::random_generator<int>);
+// specdec::uniform_bit_generator restates the standard concept: they agree on the standard
+// engines and on near misses (signed result, no min/max, min() == max()).
+struct signed_result {
+    static constexpr int min() { return 0; }
+    static constexpr int max() { return 9; }
+    int operator()() { return 1; }
+};
+struct no_range {
+    unsigned operator()() { return 1; }
+};
+struct empty_range {
+    static constexpr unsigned min() { return 3; }
+    static constexpr unsigned max() { return 3; }
+    unsigned operator()() { return 3; }
+};
+template <class G>
+constexpr bool same_verdict = specdec::uniform_bit_generator<G> == std::uniform_random_bit_generator<G>;
+static_assert(same_verdict<std::mt19937> && same_verdict<std::mt19937_64> && same_verdict<std::minstd_rand> &&
+              same_verdict<std::ranlux48> && same_verdict<std::knuth_b>);
+static_assert(specdec::uniform_bit_generator<std::minstd_rand>);
+static_assert(same_verdict<signed_result> && same_verdict<no_range> && same_verdict<empty_range> && same_verdict<int>);
+static_assert(!specdec::uniform_bit_generator<signed_result> && !specdec::uniform_bit_generator<empty_range>);
 }  // namespace

@@ -11,7 +11,6 @@
 #include <concepts>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <type_traits>
 
 namespace specdec {
@@ -31,6 +30,17 @@ constexpr int generator_bits() noexcept {
 
 }  // namespace detail
 
+/// The standard's uniform random bit generator requirements (std::uniform_random_bit_generator,
+/// [rand.req.urng]), restated so that this header does not need <random>: every standard
+/// engine and any generator of the caller's that models the standard concept models this one.
+template <class G>
+concept uniform_bit_generator = std::invocable<G&> && std::unsigned_integral<std::invoke_result_t<G&>> &&
+                                requires {
+                                    { G::min() } -> std::same_as<std::invoke_result_t<G&>>;
+                                    { G::max() } -> std::same_as<std::invoke_result_t<G&>>;
+                                    requires std::bool_constant<(G::min() < G::max())>::value;
+                                };
+
 /// Draws a double uniformly from [0, 1) with 53 random bits, built from as many
 /// calls of `g` as needed (one for a 64-bit generator, two for a 32-bit one).
 ///
@@ -40,7 +50,7 @@ constexpr int generator_bits() noexcept {
 /// its offset from min() is below 2^b, the largest power of two in the range, and is drawn
 /// again otherwise (fewer than two calls per b bits on average); the bits stay exactly
 /// uniform and the result depends only on the generator's output, as everywhere here.
-template <std::uniform_random_bit_generator G>
+template <uniform_bit_generator G>
 [[nodiscard]] double uniform01(G& g) {
     constexpr auto lo = G::min();
     constexpr std::uint64_t span = static_cast<std::uint64_t>(G::max() - lo);
@@ -63,9 +73,9 @@ template <std::uniform_random_bit_generator G>
 }
 
 /// A generator argument taken by forwarding reference: G may be deduced as a reference
-/// type, so the standard concept is applied to the underlying type.
+/// type, so the concept is applied to the underlying type.
 template <class G>
-concept random_generator = std::uniform_random_bit_generator<std::remove_cvref_t<G>>;
+concept random_generator = uniform_bit_generator<std::remove_cvref_t<G>>;
 
 /// A non-owning, type-erased reference to the caller's generator that hands out
 /// uniforms in [0, 1) through uniform01. Drafters receive one so that they sample
@@ -73,7 +83,7 @@ concept random_generator = std::uniform_random_bit_generator<std::remove_cvref_t
 /// It must not outlive the generator it refers to.
 class uniform_source {
 public:
-    template <std::uniform_random_bit_generator G>
+    template <uniform_bit_generator G>
         requires(!std::same_as<std::remove_cvref_t<G>, uniform_source>)
     explicit uniform_source(G& g) noexcept
         : gen_(static_cast<void*>(&g)), draw_([](void* p) { return uniform01(*static_cast<G*>(p)); }) {}

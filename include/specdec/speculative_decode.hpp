@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <optional>
 #include <functional>
-#include <random>
 #include <span>
 #include <vector>
 

@@ -9,7 +9,6 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
-#include <random>
 #include <span>
 #include <vector>
 

@@ -147,18 +147,12 @@ inline int block_test_by_coins(const target_row& r, const Eigen::Ref<const Eigen
 /// in verify_bench's typical mix); R_i is computed only when those could take more than the
 /// proposal budget. So block verification usually costs the token scheme's passes plus a few
 /// proposals. (On short rows R_i's pass needs no exp and costs less than the proposals.)
-inline verify_result verify_block(const verify_call& call, uniform_source& rng, verify_buffers& ws) {
-    const Eigen::Ref<const Eigen::MatrixXf>& target_logits = call.target_logits;
-    const std::span<const token_id> draft_tokens = call.draft_tokens;
-    const Eigen::Ref<const Eigen::MatrixXf>* const q = call.q;
-    const float* const q_scales = call.q_scales;
-    const sampling_config& sampling = call.sampling;
-    const verify_options& opts = call.opts;
-    const char* const where = call.where;
-    const std::size_t n = draft_tokens.size();
-    const bool check = q != nullptr && opts.check_draft_distributions;
-    reserve_rows(ws, target_logits.rows(), n, sampling);
-    const bool greedy = sampling.temperature == 0.0f;
+/// The forward pass of verify_block: draws η_1..η_γ (none at temperature 0), prepares rows
+/// 0..k−1 (row i holds p_{i+1}), each draft column checked in its row's pass, and records w_i,
+/// p_i(x_i), q_i(x_i); returns k, the positions 1..k with w > 0.
+inline std::size_t block_forward(const verify_call& call, uniform_source& rng, verify_buffers& ws) {
+    const std::size_t n = call.draft_tokens.size();
+    const bool check = call.q != nullptr && call.opts.check_draft_distributions;
     // Per-position scratch, grown only (one size check a call rather than five resize calls);
     // only entries 0..n−1 are written and read, so what a longer draft left beyond them is unused.
     if (ws.eta.size() < n) {
@@ -169,17 +163,17 @@ inline verify_result verify_block(const verify_call& call, uniform_source& rng, 
         ws.prepared.resize(n);
     }
     // At temperature 0 every w_i and h_i is 0 or 1, so η_i in [0, 1) decides nothing: none is drawn.
+    const bool greedy = call.sampling.temperature == 0.0f;
     for (std::size_t i = 0; i < n; ++i) ws.eta[i] = greedy ? 0.0 : uniform01(rng);
-    // Forward: rows 0..k−1 (row i holds p_{i+1}), each draft column checked in its row's pass.
-    std::size_t reached = 0;  // positions 1..reached have w > 0
+    std::size_t reached = 0;
     double w = 1.0;
     for (std::size_t i = 0; i < n; ++i) {
-        const token_id x = draft_tokens[i];
-        const float c = draft_scale(q_scales, i);
-        const float* check_q = column_to_check(q, check, i, x, c, sampling, where);
-        ws.prepared[i] = prepare_row(target_logits, i, sampling, ws, where, check_q, c);
-        const double qx = draft_prob(q, i, x, c);
-        const double px = prob_of(ws.prepared[i], target_logits, ws, x);
+        const token_id x = call.draft_tokens[i];
+        const float c = draft_scale(call.q_scales, i);
+        const float* check_q = column_to_check(call.q, check, i, x, c, call.sampling, call.where);
+        ws.prepared[i] = prepare_row(call.target_logits, i, call.sampling, ws, call.where, check_q, c);
+        const double qx = draft_prob(call.q, i, x, c);
+        const double px = prob_of(ws.prepared[i], call.target_logits, ws, x);
         ws.p_draft[i] = px;
         ws.q_draft[i] = qx;
         // A token the drafter gave q(x) = 0 ends every longer prefix (w = 0).
@@ -188,58 +182,72 @@ inline verify_result verify_block(const verify_call& call, uniform_source& rng, 
         if (w == 0.0) break;  // every later h is 0; later rows are never read
         reached = i + 1;
     }
+    return reached;
+}
+
+/// Whether η_i < h_i at a position 1 <= i < γ whose w_i > η_i (see verify_block): by the
+/// draft-token bound, the lane-level bound, coins on long rows, and R_i's pass when those
+/// leave it open.
+inline bool block_hit_at(const verify_call& call, std::size_t i, uniform_source& rng, verify_buffers& ws) {
+    const auto* const q = call.q;
+    const double wi = ws.weight[i - 1], eta = ws.eta[i - 1];
+    const float c = draft_scale(call.q_scales, i);  // the scale of q_{i+1}, column i (i < n here)
+    // R_i needs row i (p_{i+1}) and draft token i (x_{i+1}), both seen in the forward pass.
+    const double low = wi * ws.p_draft[i] - (q == nullptr ? 1.0 : ws.q_draft[i]);
+    if (low > 0.0 && eta < low / (low + 1.0 - wi)) return true;
+    target_row& row = ws.prepared[i];
+    if (q != nullptr && row.kind == target_row::form::plain) {
+        // A tighter lower bound from lane sums of q (kept by the checking pass, else made now
+        // from q alone): decides nearly every hit without a pass over the row.
+        if (!row.q_lanes) keep_draft_lanes(row, *q, ws);
+        const double lanes_low = residual_mass_lower_bound(row, call.target_logits.rows(), ws, wi, c);
+        if (lanes_low > 0.0 && eta < lanes_low / (lanes_low + 1.0 - wi)) return true;
+        // Still open (η in [h(L), w), L = lanes_low): on a long row, by coins rather than a pass.
+        // (A positive draft-token bound above L would mean w_{i+1} = 1, after which this test
+        // is almost never reached; the pass decides it.)
+        if (!row.exps && low <= lanes_low) {
+            const float* qi = q->col(static_cast<Eigen::Index>(i)).data();
+            const int coins = block_test_by_coins(row, call.target_logits, qi, c, wi, lanes_low, ws, rng);
+            if (coins >= 0) return coins == 1;
+        }
+    }
+    const bool check = q != nullptr && call.opts.check_draft_distributions;
+    const double big_r = residual_mass(row, call.target_logits, q, c, call.draft_tokens[i], wi,
+                                       check && call.sampling.temperature == 0.0f, ws, call.where);
+    const double h = big_r > 0.0 ? big_r / (big_r + 1.0 - wi) : 0.0;
+    return eta < h;
+}
+
+inline verify_result verify_block(const verify_call& call, uniform_source& rng, verify_buffers& ws) {
+    const std::size_t n = call.draft_tokens.size();
+    reserve_rows(ws, call.target_logits.rows(), n, call.sampling);
+    const std::size_t reached = block_forward(call, rng, ws);
     // Backward: τ = the last i <= reached with η_i < h_i.
     std::size_t tau = 0;
     for (std::size_t i = reached; i >= 1; --i) {
-        const double wi = ws.weight[i - 1], eta = ws.eta[i - 1];
         if (i == n) {
             // h_γ = w_γ = min(1, w_{γ−1} p/q), tested as η q < w_{γ−1} p so that γ = 1 is
             // token verification draw for draw.
             const double w_prev = n >= 2 ? ws.weight[n - 2] : 1.0;
-            if (eta * ws.q_draft[n - 1] < w_prev * ws.p_draft[n - 1]) {
+            if (ws.eta[n - 1] * ws.q_draft[n - 1] < w_prev * ws.p_draft[n - 1]) {
                 tau = i;
                 break;
             }
             continue;
         }
-        if (eta >= wi) continue;  // h_i <= w_i <= η_i
-        const float c = draft_scale(q_scales, i);  // the scale of q_{i+1}, column i (i < n here)
-        // R_i needs row i (p_{i+1}) and draft token i (x_{i+1}), both seen in the forward pass.
-        const double low = wi * ws.p_draft[i] - (q == nullptr ? 1.0 : ws.q_draft[i]);
-        bool hit = low > 0.0 && eta < low / (low + 1.0 - wi);
-        if (!hit && q != nullptr && ws.prepared[i].kind == target_row::form::plain) {
-            // A tighter lower bound from lane sums of q (kept by the checking pass, else made
-            // now from q alone): decides nearly every hit without a pass over the row.
-            if (!ws.prepared[i].q_lanes) keep_draft_lanes(ws.prepared[i], *q, ws);
-            const double lanes_low = residual_mass_lower_bound(ws.prepared[i], target_logits.rows(), ws, wi, c);
-            hit = lanes_low > 0.0 && eta < lanes_low / (lanes_low + 1.0 - wi);
-            // Still open (η in [h(L), w), L = lanes_low): on a long row, by coins rather than a pass.
-            // (A positive draft-token bound above L would mean w_{i+1} = 1, after which this test
-            // is almost never reached; the pass decides it.)
-            if (!hit && !ws.prepared[i].exps && low <= lanes_low) {
-                const float* qi = q->col(static_cast<Eigen::Index>(i)).data();
-                const int coins = block_test_by_coins(ws.prepared[i], target_logits, qi, c, wi, lanes_low, ws, rng);
-                if (coins == 1) hit = true;
-                if (coins == 0) continue;
-            }
-        }
-        if (!hit) {
-            const double big_r = residual_mass(ws.prepared[i], target_logits, q, c, draft_tokens[i], wi,
-                                                 check && sampling.temperature == 0.0f, ws, where);
-            const double h = big_r > 0.0 ? big_r / (big_r + 1.0 - wi) : 0.0;
-            hit = eta < h;
-        }
-        if (hit) {
+        if (ws.eta[i - 1] >= ws.weight[i - 1]) continue;  // h_i <= w_i <= η_i
+        if (block_hit_at(call, i, rng, ws)) {
             tau = i;
             break;
         }
     }
     if (tau == n) {
-        const target_row last = prepare_row(target_logits, n, sampling, ws, where);
-        return {n, sample_target_from(last, target_logits, ws, rng)};
+        const target_row last = prepare_row(call.target_logits, n, call.sampling, ws, call.where);
+        return {n, sample_target_from(last, call.target_logits, ws, rng)};
     }
     const double w_tau = tau == 0 ? 1.0 : ws.weight[tau - 1];
     // Row τ (0-based; p_{τ+1} in Sun et al.'s 1-based notation) was prepared in the forward pass.
-    return {tau, sample_residual(ws.prepared[tau], target_logits, q, draft_scale(q_scales, tau), draft_tokens[tau],
-                                 static_cast<float>(w_tau), 1.0f, ws, rng)};
+    return {tau, sample_residual({ws.prepared[tau], call.target_logits, call.q, draft_scale(call.q_scales, tau),
+                                  call.draft_tokens[tau], static_cast<float>(w_tau), 1.0f},
+                                 ws, rng)};
 }

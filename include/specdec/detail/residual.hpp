@@ -57,8 +57,172 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
                         block_len(n, blk + 1));
 }
 
+/// What a residual draw is made from: norm(max(0, a·p − b·q)) with p the target row r and q
+/// c times draft column r.column of *q, or the point mass at x when q is null.
+struct residual_request {
+    const target_row& r;
+    const Eigen::Ref<const Eigen::MatrixXf>& logits;
+    const Eigen::Ref<const Eigen::MatrixXf>* q;
+    float c;
+    token_id x;
+    float a;
+    float b;
+};
+
+/// A residual draw's request with what every stage reads: the row's length and blocks, its
+/// block masses, the draft column (null for a point mass) and b·c.
+struct residual_draw {
+    const residual_request& req;
+    verify_buffers& ws;
+    Eigen::Index n, nb;
+    const double* mass;
+    const float* qc;
+    float bc;
+
+    residual_draw(const residual_request& request, verify_buffers& buffers)
+        : req(request), ws(buffers), n(request.logits.rows()), nb(blocks_of(n)),
+          mass(buffers.block_mass.data() + block_base(n, request.r.column)),
+          qc(request.q == nullptr ? nullptr : request.q->col(static_cast<Eigen::Index>(request.r.column)).data()),
+          bc(request.b * request.c) {}
+    /// q(k): c times the draft column, or the point mass at x.
+    float q_at(Eigen::Index k) const { return qc == nullptr ? (k == req.x ? 1.0f : 0.0f) : req.c * qc[k]; }
+    /// p's values in block blk, elements off..off+len, into out.
+    void fill_p(Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) const {
+        fill_block(req.r, req.logits, ws, blk, off, len, out);
+    }
+};
+
+/// Point mass at x: the residual is a·p with a·p(x) lowered by b, whose block sums follow from
+/// the block masses (no pass). Writes them to ws.sums and a·p(x) − b, floored at 0, to px_left;
+/// returns their total R.
+inline double point_mass_block_sums(const residual_draw& d, double& px_left) {
+    const residual_request& rq = d.req;
+    const Eigen::Index xb = rq.x / row_block;
+    const double px = rq.a * prob_of(rq.r, rq.logits, d.ws, rq.x);
+    px_left = std::max(0.0, px - rq.b);
+    double total = 0.0;
+    for (Eigen::Index blk = 0; blk < d.nb; ++blk) {
+        double bs = rq.a * d.mass[blk];
+        if (blk == xb) bs = std::max(0.0, bs - px + px_left);
+        d.ws.sums[static_cast<std::size_t>(blk)] = bs;
+        total += bs;
+    }
+    return total;
+}
+
+/// How many proposals y ~ p to make before the exact pass (see sample_residual); `total` is
+/// the point mass's residual mass (unused with draft distributions).
+inline Eigen::Index residual_proposals(const residual_draw& d, double total, bool short_kept) {
+    const residual_request& rq = d.req;
+    if (d.qc == nullptr) {
+        // Point mass: the exact draw costs about as much as ten proposals (filling and scanning
+        // part of one block), so proposals pay only on long plain rows (16 exps each), where one
+        // is accepted with probability R / a: at most point_mass_proposals when that is >= 1/4.
+        return rq.r.kind == target_row::form::plain && !rq.r.exps && total >= 0.25 * rq.a ? point_mass_proposals : 0;
+    }
+    // A row of one block whose values are kept has an exact pass with no exp (see
+    // short_residual_weights): about 0.1 ns a token against about 40 ns a proposal, so that a
+    // proposal pays for itself only where it is accepted with probability above about 400 / V.
+    // Below residual_proposal_cost tokens that needs R > 0.4: such rows go to the pass at once
+    // (budget 0), with u as its uniform.
+    const Eigen::Index budget =
+        short_kept ? d.n / residual_proposal_cost : std::max<Eigen::Index>(1, d.n / residual_proposal_cost);
+    if (budget == 0) return 0;
+    const double ap = rq.a * prob_of(rq.r, rq.logits, d.ws, rq.x), bq = static_cast<double>(rq.b) * d.q_at(rq.x);
+    const double r_low = std::max({ap - bq, (static_cast<double>(rq.a) - rq.b) + std::max(0.0, bq - ap), 0.0});
+    // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget (about
+    // one pass), 6 a / R_lo of them (all fail with probability <= e^−6); otherwise the budget,
+    // then the pass (at most about twice the cost of the better choice, whatever R is).
+    if (r_low > 0.0 && rq.a / r_low <= static_cast<double>(budget))
+        return static_cast<Eigen::Index>(std::ceil(6.0 * rq.a / r_low));
+    return budget;
+}
+
+/// Up to `proposals` proposals y ~ p, each accepted with probability max(0, a·p(y) − b·q(y)) /
+/// (a·p(y)); the first proposal's draw takes u. Long plain rows make them in groups (see
+/// proposal_group): the group's uniforms in the order of one-by-one proposals (draw, test,
+/// draw, test, ...), then its draws, then its tests in order. True, with the token in `out`,
+/// when one is accepted.
+inline bool propose_residual(const residual_draw& d, Eigen::Index proposals, double u, uniform_source& rng,
+                             token_id& out) {
+    const residual_request& rq = d.req;
+    const double* prefix = block_prefix(rq.r, d.n, d.ws);  // running block masses
+    const int group = rq.r.kind == target_row::form::plain && !rq.r.exps ? proposal_group : 1;
+    constexpr auto most = static_cast<std::size_t>(proposal_group);
+    double draw_u[most], test_u[most];
+    weighted_index y[most];
+    float* buf = d.ws.block.data();
+    for (Eigen::Index t = 0; t < proposals; t += group) {
+        for (int k = 0; k < group; ++k) {
+            draw_u[k] = t + k == 0 ? u : uniform01(rng);
+            test_u[k] = uniform01(rng);
+        }
+        if (group > 1) {
+            draw_plain_group(rq.r, rq.logits, d.ws, prefix, draw_u, y);
+        } else if (rq.r.kind == target_row::form::plain) {
+            y[0] = draw_plain(rq.r, rq.logits, d.ws, prefix, draw_u[0]);
+        } else {
+            y[0].index = draw_by_blocks(
+                d.mass, d.nb, d.n, prefix[d.nb - 1], draw_u[0], buf,
+                [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* o) { d.fill_p(blk, off, len, o); },
+                prefix);
+            y[0].weight = buf[y[0].index % row_block];
+        }
+        for (int k = 0; k < group; ++k) {
+            const double py = static_cast<double>(rq.a) * y[k].weight;  // the weight y was drawn with
+            const double ry = py - static_cast<double>(rq.b) * d.q_at(y[k].index);
+            if (test_u[k] * py < ry) {
+                out = static_cast<token_id>(y[k].index);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
+/// The exact draw of a point mass's residual from its block sums (point_mass_block_sums, total
+/// their sum): fills and scans the one block the draw lands in.
+inline token_id draw_point_mass_residual(const residual_draw& d, double total, double px_left, double w) {
+    const residual_request& rq = d.req;
+    return static_cast<token_id>(draw_by_blocks(
+        d.ws.sums.data(), d.nb, d.n, total, w, d.ws.block.data(),
+        [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
+            d.fill_p(blk, off, len, out);
+            scale_floats(out, len, rq.a);
+            const Eigen::Index at = rq.x - blk * row_block - off;
+            if (at >= 0 && at < len) out[at] = static_cast<float>(px_left);
+        }));
+}
+
+/// The exact draw from a draft distribution's residual, by one pass with uniform w: a row of one
+/// block whose values are kept writes the residual's weights and lane sums, then draws in lane
+/// order (any fixed order of the elements gives an exact draw); longer rows take block sums of
+/// the residual, then fill and scan the one block the draw lands in. An empty residual: from p.
+inline token_id draw_residual_exactly(const residual_draw& d, bool short_kept, double w) {
+    const residual_request& rq = d.req;
+    if (short_kept) {
+        short_row_lanes lanes;
+        const double total = short_residual_weights(rq.r, d.qc, rq.a, d.bc, d.ws, d.n, lanes);
+        if (!(total > residual_mass_floor)) return sample_target(rq.r, rq.logits, d.ws, w);
+        return static_cast<token_id>(draw_short_residual(d.ws, lanes, d.n, total, w));
+    }
+    double total = 0.0;
+    for (Eigen::Index blk = 0; blk < d.nb; ++blk) {
+        const double bs = block_residual(rq.r, rq.logits, d.ws, d.qc, blk, rq.a, d.bc);
+        d.ws.sums[static_cast<std::size_t>(blk)] = bs;
+        total += bs;
+    }
+    if (!(total > residual_mass_floor)) return sample_target(rq.r, rq.logits, d.ws, w);
+    return static_cast<token_id>(draw_by_blocks(
+        d.ws.sums.data(), d.nb, d.n, total, w, d.ws.block.data(),
+        [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
+            d.fill_p(blk, off, len, out);
+            positive_part_into(out, rq.a, d.qc + blk * row_block + off, d.bc, out, len);
+        }));
+}
+
 /// Draws the emitted token from norm(max(0, a·p − b·q)) for row r against draft column
-/// r.column (Leviathan et al. 2023, Sec. 2.3 with a = 1, b = l (App. A.5); Sun et al.'s
+/// r.column (residual_request) (Leviathan et al. 2023, Sec. 2.3 with a = 1, b = l (App. A.5); Sun et al.'s
 /// residual with a = w_τ, b = 1), or from p when that residual is empty. q == nullptr: point
 /// mass at x. Uses the generator from its first uniform on.
 ///
@@ -80,128 +244,24 @@ inline double block_residual(const target_row& r, const Eigen::Ref<const Eigen::
 /// masses; on long plain rows up to point_mass_proposals proposals (accepted unless they hit x)
 /// come before its exact draw, which fills and scans part of one block. With draft
 /// distributions q = c · the column (c = 1 unless the columns come with scales).
-inline token_id sample_residual(const target_row& r, const Eigen::Ref<const Eigen::MatrixXf>& logits,
-                         const Eigen::Ref<const Eigen::MatrixXf>* q, float c, token_id x, float a, float b,
-                         verify_buffers& ws, uniform_source& rng) {
+inline token_id sample_residual(const residual_request& req, verify_buffers& ws, uniform_source& rng) {
     // p = δ(argmax): the residual is a multiple of δ(argmax) or empty, and the fallback is p
     // as well: the argmax either way, drawn with no uniform.
-    if (r.kind == target_row::form::greedy) return static_cast<token_id>(r.argmax);
+    if (req.r.kind == target_row::form::greedy) return static_cast<token_id>(req.r.argmax);
     const double u = uniform01(rng);
-    const Eigen::Index n = logits.rows(), nb = blocks_of(n);
-    const auto j = static_cast<Eigen::Index>(r.column);
-    const double* mass = ws.block_mass.data() + block_base(n, r.column);
-    float* buf = ws.block.data();
-    auto fill_p = [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
-        fill_block(r, logits, ws, blk, off, len, out);
-    };
-    ws.sums.resize(static_cast<std::size_t>(nb));
-    double total = 0.0;
-    // q(k): c times the draft column, or the point mass at x. The passes below take b·q as
-    // bc times the column.
-    const float* qc = q == nullptr ? nullptr : q->col(j).data();
-    auto q_at = [&](Eigen::Index k) { return qc == nullptr ? (k == x ? 1.0f : 0.0f) : c * qc[k]; };
-    const float bc = b * c;
-    // Point mass at x: the residual is a·p with a·p(x) lowered by b, whose block sums follow
-    // from the block masses (no pass): its mass R is known, and the exact draw costs the fill
-    // and scan of one block.
-    double px_left = 0.0;
-    if (qc == nullptr) {
-        const Eigen::Index xb = x / row_block;
-        const double px = a * prob_of(r, logits, ws, x);
-        px_left = std::max(0.0, px - b);
-        for (Eigen::Index blk = 0; blk < nb; ++blk) {
-            double bs = a * mass[blk];
-            if (blk == xb) bs = std::max(0.0, bs - px + px_left);
-            ws.sums[static_cast<std::size_t>(blk)] = bs;
-            total += bs;
-        }
-        if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, u);
+    const residual_draw d(req, ws);
+    ws.sums.resize(static_cast<std::size_t>(d.nb));
+    double total = 0.0, px_left = 0.0;
+    if (d.qc == nullptr) {
+        total = point_mass_block_sums(d, px_left);
+        if (!(total > residual_mass_floor)) return sample_target(req.r, req.logits, ws, u);
     }
-    // A row of one block whose values are kept has an exact pass with no exp (see
-    // short_residual_weights): about 0.1 ns a token against about 40 ns a proposal, so that a
-    // proposal pays for itself only where it is accepted with probability above about 400 / V.
-    // Below residual_proposal_cost tokens that needs R > 0.4: such rows go to the pass at once
-    // (budget 0), with u as its uniform.
-    const bool short_kept = nb == 1 && in_rows(r);
-    Eigen::Index proposals = 0;
-    if (qc == nullptr) {
-        // Point mass: the exact draw costs about as much as ten proposals (filling and scanning
-        // part of one block), so proposals pay only on long plain rows (16 exps each), where one
-        // is accepted with probability R / a: at most point_mass_proposals when that is >= 1/4.
-        if (r.kind == target_row::form::plain && !r.exps && total >= 0.25 * a) proposals = point_mass_proposals;
-    } else {
-        const Eigen::Index budget = short_kept ? n / residual_proposal_cost
-                                               : std::max<Eigen::Index>(1, n / residual_proposal_cost);
-        proposals = budget;
-        if (budget > 0) {
-            const double ap = a * prob_of(r, logits, ws, x), bq = static_cast<double>(b) * q_at(x);
-            const double r_low = std::max({ap - bq, (static_cast<double>(a) - b) + std::max(0.0, bq - ap), 0.0});
-            // When R >= R_lo says that the a / R_lo proposals expected cost at most the budget
-            // (about one pass), 6 a / R_lo of them (all fail with probability <= e^−6);
-            // otherwise the budget, then the pass (at most about twice the cost of the better
-            // choice, whatever R is).
-            if (r_low > 0.0 && a / r_low <= static_cast<double>(budget))
-                proposals = static_cast<Eigen::Index>(std::ceil(6.0 * a / r_low));
-        }
-    }
-    const double* prefix = proposals > 0 ? block_prefix(r, n, ws) : nullptr;  // running block masses
-    // Long plain rows make their proposals in groups (see proposal_group): the group's
-    // uniforms in the order of one-by-one proposals (draw, test, draw, test, ...), then its
-    // draws, then its tests in order.
-    const int group = r.kind == target_row::form::plain && !r.exps ? proposal_group : 1;
-    constexpr auto most = static_cast<std::size_t>(proposal_group);
-    double draw_u[most], test_u[most];
-    weighted_index y[most];
-    for (Eigen::Index t = 0; t < proposals; t += group) {
-        for (int k = 0; k < group; ++k) {
-            draw_u[k] = t + k == 0 ? u : uniform01(rng);
-            test_u[k] = uniform01(rng);
-        }
-        if (group > 1) {
-            draw_plain_group(r, logits, ws, prefix, draw_u, y);
-        } else if (r.kind == target_row::form::plain) {
-            y[0] = draw_plain(r, logits, ws, prefix, draw_u[0]);
-        } else {
-            y[0].index = draw_by_blocks(mass, nb, n, prefix[nb - 1], draw_u[0], buf, fill_p, prefix);
-            y[0].weight = buf[y[0].index % row_block];
-        }
-        for (int k = 0; k < group; ++k) {
-            const double py = static_cast<double>(a) * y[k].weight;  // the weight y was drawn with
-            const double ry = py - static_cast<double>(b) * q_at(y[k].index);
-            if (test_u[k] * py < ry) return static_cast<token_id>(y[k].index);
-        }
-    }
-    if (qc == nullptr) {  // the exact draw of the point mass's residual
-        const double w = proposals > 0 ? uniform01(rng) : u;
-        return static_cast<token_id>(draw_by_blocks(
-            ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
-                fill_p(blk, off, len, out);
-                scale_floats(out, len, a);
-                const Eigen::Index at = x - blk * row_block - off;
-                if (at >= 0 && at < len) out[at] = static_cast<float>(px_left);
-            }));
-    }
-    // No proposal accepted: one exact pass. A row of one block whose values are kept writes
-    // the residual's weights and lane sums, then draws in lane order (any fixed order of the
-    // elements gives an exact draw); longer rows take block sums of the residual, then fill
-    // and scan the one block the draw lands in.
-    if (short_kept) {
-        short_row_lanes lanes;
-        total = short_residual_weights(r, qc, a, bc, ws, n, lanes);
-        const double w = proposals > 0 ? uniform01(rng) : u;
-        if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
-        return static_cast<token_id>(draw_short_residual(ws, lanes, n, total, w));
-    }
-    for (Eigen::Index blk = 0; blk < nb; ++blk) {
-        const double bs = block_residual(r, logits, ws, qc, blk, a, bc);
-        ws.sums[static_cast<std::size_t>(blk)] = bs;
-        total += bs;
-    }
-    const double w = uniform01(rng);
-    if (!(total > residual_mass_floor)) return sample_target(r, logits, ws, w);
-    return static_cast<token_id>(draw_by_blocks(
-        ws.sums.data(), nb, n, total, w, buf, [&](Eigen::Index blk, Eigen::Index off, Eigen::Index len, float* out) {
-            fill_p(blk, off, len, out);
-            positive_part_into(out, a, qc + blk * row_block + off, bc, out, len);
-        }));
+    const bool short_kept = d.nb == 1 && in_rows(req.r);
+    const Eigen::Index proposals = residual_proposals(d, total, short_kept);
+    token_id y = 0;
+    if (proposals > 0 && propose_residual(d, proposals, u, rng, y)) return y;
+    if (d.qc == nullptr) return draw_point_mass_residual(d, total, px_left, proposals > 0 ? uniform01(rng) : u);
+    // No proposal accepted (or none made): one exact pass. Rows of one block with no proposal
+    // use u; otherwise a fresh uniform.
+    return draw_residual_exactly(d, short_kept, short_kept && proposals == 0 ? u : uniform01(rng));
 }

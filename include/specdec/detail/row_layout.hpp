@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <string>
 
 #include "../error.hpp"
 #include "../types.hpp"
@@ -102,6 +103,23 @@ struct exp2_reference {
         if (z[i] == std::numeric_limits<float>::infinity()) fail_invalid(where, ": logit ", i, " is +Inf");
     }
     fail_invalid(where, ": every logit is -Inf (no token is possible)");
+}
+
+/// After a target row's checks threw: when column j of the logits is what is wrong (NaN, +Inf, or
+/// every entry -Inf), throws that error with the column named ("where: target_logits column 2:
+/// logit 7 is NaN"); returns otherwise (the error was about the draft column). Scalar: it runs
+/// only after a check has failed, and once for every instruction set.
+inline void name_bad_target_column(const Eigen::Ref<const Eigen::MatrixXf>& logits, std::size_t j, const char* where) {
+    const auto column = logits.col(static_cast<Eigen::Index>(j));
+    bool bad = false, all_neg_inf = true;
+    for (Eigen::Index i = 0; i < column.size(); ++i) {
+        const float v = column[i];
+        bad = bad || std::isnan(v) || v == std::numeric_limits<float>::infinity();
+        all_neg_inf = all_neg_inf && v == -std::numeric_limits<float>::infinity();
+    }
+    if (!bad && !all_neg_inf) return;
+    const std::string named = std::string(where) + ": target_logits column " + std::to_string(j);
+    diagnose_logits(column, named.c_str());
 }
 
 /// Result of chunked_exp_pass.

@@ -231,27 +231,38 @@ inline void chunk_lane_sums(const float* x, Eigen::Index count, float* out) {
     for (Eigen::Index k = 0; k < count; ++k) out[k % chunk_lanes] += x[k];
 }
 
-/// Σ exp((z_k − m) inv_t) over len floats (z_k <= m or −Inf) without writing the exponentials,
-/// and for each chunk of exp_chunk elements its 16 lane sums, stored unreduced in
-/// lanes[c·chunk_lanes ..]: lane l of a chunk sums the elements at offsets l, l + 16, ...,
-/// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
-/// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft
-/// column block q[0..len) is checked in the same loop (its loads overlap the exps): its sum,
-/// and whether an entry may be negative (q_sign; the loop ORs the bits of the entries (with
-/// AVX-512 two vectors per instruction) and tests the sign bit, so −0.0 or a NaN with its sign
-/// bit set raise it too: the caller's exact check then decides), and its lane sums, laid out as those
-/// of the exponentials, go to q_lanes (required with q). `next_len` > 0 says that the row goes
-/// on for that many floats after z + len (and after q + len): they are prefetched, so the next
-/// block's max pass finds them in cache.
-/// With keep_exps, `out` receives the len exponentials as well.
-template <bool keep_exps = false>
-chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, float inv_t, float* lanes,
-                                  const float* q = nullptr, float* q_lanes = nullptr, Eigen::Index next_len = 0,
-                                  float* out = nullptr) {
+/// What chunked_exp_pass reads and writes: the len floats at z (each <= m, or −Inf), the
+/// scale inv_t, where the chunks' lane sums go (lanes); optionally a draft column block
+/// q[0..len) checked in the same loop (its lane sums to q_lanes), the length of the row after
+/// z + len (next_len, prefetched), and, with keep_exps, where the exponentials go (out).
+struct exp_pass_args {
+    const float* z = nullptr;
+    Eigen::Index len = 0;
+    float m = 0.0f;
+    float inv_t = 1.0f;
+    float* lanes = nullptr;
+    const float* q = nullptr;
+    float* q_lanes = nullptr;
+    Eigen::Index next_len = 0;
+    float* out = nullptr;
+};
+
+#if SPECDEC_DETAIL_ISA == 2
+/// chunked_exp_pass with AVX-512: four exps of 16 per step, masked loads for the tail. (Longer
+/// than most functions here: a chunk's loop stays whole, so that its accumulators live in
+/// registers from the chunk's first element to its last.)
+template <bool keep_exps>
+chunked_exp_sums chunked_exp_pass_avx512(const exp_pass_args& args) {
+    const float* const z = args.z;
+    const Eigen::Index len = args.len, next_len = args.next_len;
+    const float m = args.m, inv_t = args.inv_t;
+    float* const lanes = args.lanes;
+    const float* const q = args.q;
+    float* const q_lanes = args.q_lanes;
+    [[maybe_unused]] float* const out = args.out;
     chunked_exp_sums r;
     bool q_sign = false;
     double q_sum = 0.0;
-#if SPECDEC_DETAIL_ISA == 2
     const exp2_avx512 exp2_of{m, inv_t};
     const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     __m512 total = _mm512_setzero_ps(), q_total = total;
@@ -309,7 +320,28 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
         q_sum = lanes_in_double(q_total);  // (a NaN shows in the sum)
         q_sign = _mm512_test_epi32_mask(_mm512_or_si512(bits0, bits1), _mm512_set1_epi32(INT32_MIN)) != 0;
     }
+    if (q != nullptr) {
+        r.q_sign = q_sign;
+        r.q_sum = q_sum;
+    }
+    return r;
+}
 #else
+/// chunked_exp_pass with the packets of this copy (4 or 8 floats): two groups of 16 per step,
+/// the tail padded with −Inf. (Longer than most functions here: a chunk's loop stays whole,
+/// so that its accumulators live in registers from the chunk's first element to its last.)
+template <bool keep_exps>
+chunked_exp_sums chunked_exp_pass_packets(const exp_pass_args& args) {
+    const float* const z = args.z;
+    const Eigen::Index len = args.len, next_len = args.next_len;
+    const float m = args.m, inv_t = args.inv_t;
+    float* const lanes = args.lanes;
+    const float* const q = args.q;
+    float* const q_lanes = args.q_lanes;
+    [[maybe_unused]] float* const out = args.out;
+    chunked_exp_sums r;
+    bool q_sign = false;
+    double q_sum = 0.0;
     using packet = pk::packet;
     constexpr Eigen::Index width = pk::width;
     static_assert(chunk_lanes % width == 0);
@@ -388,12 +420,34 @@ chunked_exp_sums chunked_exp_pass(const float* z, Eigen::Index len, float m, flo
         pk::pstore(bits, q_bits);
         for (const float v : bits) q_sign = q_sign || std::signbit(v);
     }
-#endif
     if (q != nullptr) {
         r.q_sign = q_sign;
         r.q_sum = q_sum;
     }
     return r;
+}
+#endif
+
+/// Σ exp((z_k − m) inv_t) over len floats (z_k <= m or −Inf) without writing the exponentials,
+/// and for each chunk of exp_chunk elements its 16 lane sums, stored unreduced in
+/// lanes[c·chunk_lanes ..]: lane l of a chunk sums the elements at offsets l, l + 16, ...,
+/// l + 240 (the chunk's sum is the sum of those floats), so that a later draw can find its
+/// chunk, then its lane, and recompute 16 exponentials only. When q is not null, a draft
+/// column block q[0..len) is checked in the same loop (its loads overlap the exps): its sum,
+/// and whether an entry may be negative (q_sign; the loop ORs the bits of the entries (with
+/// AVX-512 two vectors per instruction) and tests the sign bit, so −0.0 or a NaN with its sign
+/// bit set raise it too: the caller's exact check then decides), and its lane sums, laid out as those
+/// of the exponentials, go to q_lanes (required with q). `next_len` > 0 says that the row goes
+/// on for that many floats after z + len (and after q + len): they are prefetched, so the next
+/// block's max pass finds them in cache.
+/// With keep_exps, `out` receives the len exponentials as well.
+template <bool keep_exps = false>
+chunked_exp_sums chunked_exp_pass(const exp_pass_args& args) {
+#if SPECDEC_DETAIL_ISA == 2
+    return chunked_exp_pass_avx512<keep_exps>(args);
+#else
+    return chunked_exp_pass_packets<keep_exps>(args);
+#endif
 }
 
 /// Maximum of a block: one vectorized pass with four independent accumulators (a single one

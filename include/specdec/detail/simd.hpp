@@ -13,6 +13,8 @@ namespace pk {
 using namespace Eigen::internal;
 using packet = packet_traits<float>::type;
 inline constexpr Eigen::Index width = packet_traits<float>::size;
+/// v where key >= t, else 0 (also where key is NaN).
+inline packet pkeep_at_least(packet key, packet t, packet v) { return pand(pcmp_le(t, key), v); }
 #else
 #if SPECDEC_DETAIL_ISA == 1
 using packet = __m256;
@@ -31,6 +33,8 @@ inline packet pdiv(packet a, packet b) { return _mm256_div_ps(a, b); }
 inline packet pmadd(packet a, packet b, packet c) { return _mm256_fmadd_ps(a, b, c); }
 inline packet pmax(packet a, packet b) { return _mm256_max_ps(b, a); }  // (a when a is NaN)
 inline packet por(packet a, packet b) { return _mm256_or_ps(a, b); }
+/// v where key >= t, else 0 (also where key is NaN).
+inline packet pkeep_at_least(packet key, packet t, packet v) { return _mm256_and_ps(_mm256_cmp_ps(key, t, _CMP_GE_OQ), v); }
 inline float pfirst(packet a) { return _mm256_cvtss_f32(a); }
 /// The sum of the 8 lanes in Eigen's order: halves, then pairs, then the last two.
 inline float predux(packet a) {
@@ -63,6 +67,10 @@ inline packet por(packet a, packet b) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
 }
 inline float pfirst(packet a) { return _mm512_cvtss_f32(a); }
+/// v where key >= t, else 0 (also where key is NaN).
+inline packet pkeep_at_least(packet key, packet t, packet v) {
+    return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(key, t, _CMP_GE_OQ), v);
+}
 /// The halves of a, as two vectors of 8.
 inline __m256 low_half(packet a) { return _mm512_castps512_ps256(a); }
 inline __m256 high_half(packet a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
@@ -156,6 +164,17 @@ inline void scale_floats(float* x, Eigen::Index n, float s) {
     Eigen::Index k = 0;
     for (; k + w <= n; k += w) pk::pstoreu(x + k, pk::pmul(pk::ploadu<pk::packet>(x + k), ps));
     for (; k < n; ++k) x[k] *= s;
+}
+
+/// out[k] = key[k] >= t ? out[k] : 0 for k < n (0 where key[k] is NaN): the cut of top-k, top-p
+/// and min-p sampling. key may be out.
+inline void zero_below(const float* key, float t, float* out, Eigen::Index n) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet pt = pk::pset1<pk::packet>(t);
+    Eigen::Index k = 0;
+    for (; k + w <= n; k += w)
+        pk::pstoreu(out + k, pk::pkeep_at_least(pk::ploadu<pk::packet>(key + k), pt, pk::ploadu<pk::packet>(out + k)));
+    for (; k < n; ++k) out[k] = key[k] >= t ? out[k] : 0.0f;
 }
 
 /// x[k] /= s for k < n.

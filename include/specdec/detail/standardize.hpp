@@ -36,18 +36,18 @@ inline void standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const s
 
     if (s.top_k > 0 && s.top_k < n) {
         const float threshold = top_k_threshold(logits, s.top_k, ws.values);
-        out = (logits.array() >= threshold).select(out, 0.0f);
+        zero_below(logits.data(), threshold, out.data(), n);
     }
     if (s.top_p < 1.0f) {
         const double kept = sum_in_double(out);
         const float threshold =
             top_p_threshold(out, kept, static_cast<double>(s.top_p) * kept, ws.values, ws.buckets);
-        out = (out.array() >= threshold).select(out, 0.0f);
+        zero_below(out.data(), threshold, out.data(), n);
     }
     if (s.min_p > 0.0f) {
         // p >= min_p * p_max, in weights: the largest logit's weight (about exp(0) = 1) times min_p.
         const float threshold = s.min_p * out[best.index];
-        out = (out.array() >= threshold).select(out, 0.0f);
+        zero_below(out.data(), threshold, out.data(), n);
     }
     divide_floats(out.data(), n, sum_floats(out.data(), n));  // (sum_floats: an order fixed by the copy)
 }

@@ -55,10 +55,19 @@ target_row prepare_plain_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, st
     const float m = blockwise_exp_pass(
         z, bmax, mass, where,
         [&](Eigen::Index b, Eigen::Index start, Eigen::Index len, float ref) {
-            const chunked_exp_sums cs = chunked_exp_pass<keep_exps>(
-                z.data() + start, len, ref, inv_t, chunk_data(ws, n, j, b), check_q == nullptr ? nullptr : check_q + start,
-                check_q == nullptr ? nullptr : ws.q_lanes.data() + chunk_offset(n, j, b), block_len(n, b + 1),
-                keep_exps ? exps + start : nullptr);
+            exp_pass_args args;
+            args.z = z.data() + start;
+            args.len = len;
+            args.m = ref;
+            args.inv_t = inv_t;
+            args.lanes = chunk_data(ws, n, j, b);
+            if (check_q != nullptr) {
+                args.q = check_q + start;
+                args.q_lanes = ws.q_lanes.data() + chunk_offset(n, j, b);
+            }
+            args.next_len = block_len(n, b + 1);
+            if constexpr (keep_exps) args.out = exps + start;
+            const chunked_exp_sums cs = chunked_exp_pass<keep_exps>(args);
             if (check_q != nullptr) {
                 c.may_be_negative = c.may_be_negative || cs.q_sign;
                 c.sum += cs.q_sum;
@@ -144,13 +153,7 @@ inline target_row prepare_row(const Eigen::Ref<const Eigen::MatrixXf>& logits, s
     try {
         return prepare_row_unnamed(logits, j, s, ws, where, check_q, check_scale);
     } catch (const std::invalid_argument&) {
-        const auto column = logits.col(static_cast<Eigen::Index>(j));
-        const auto z = column.array();
-        constexpr float inf = std::numeric_limits<float>::infinity();
-        if (z.isNaN().any() || (z == inf).any() || (z == -inf).all()) {
-            const std::string named = std::string(where) + ": target_logits column " + std::to_string(j);
-            diagnose_logits(column, named.c_str());
-        }
+        name_bad_target_column(logits, j, where);
         throw;  // an error about the draft column
     }
 }

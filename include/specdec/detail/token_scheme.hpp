@@ -35,7 +35,7 @@ inline verify_result verify_tokens(const verify_call& call, uniform_source& rng,
         // with l = 1 is Alg. 1). A token the drafter gave q(x) = 0 is rejected.
         if (qx > 0.0 && r * lenience * qx < px) continue;
         // Rejected at position i: resample from p' = norm(max(0, p_i − l q_i)) (Sec. 2.3).
-        return {i, sample_residual(row, target_logits, q, c, x, 1.0f, opts.lenience, ws, rng)};
+        return {i, sample_residual({row, target_logits, q, c, x, 1.0f, opts.lenience}, ws, rng)};
     }
     // Every draft accepted: the bonus token comes from p_{γ+1}.
     const target_row row = prepare_row(target_logits, n, sampling, ws, where);
