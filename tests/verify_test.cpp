@@ -80,6 +80,48 @@ TEST_CASE("A drafted token with q(x) = 0 or p(x) = 0 is always rejected", "[veri
     for (int i = 0; i < 200; ++i) CHECK(specdec::verify(z, draft2, q, {}, rng, ws).accepted == 0);
 }
 
+namespace {
+/// A generator whose every value is min(): every uniform01 is 0, the one uniform that accepts a
+/// draft token of any positive probability.
+struct zeros_rng {
+    using result_type = std::uint64_t;
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return ~result_type{0}; }
+    result_type operator()() { return 0; }
+};
+}  // namespace
+
+TEST_CASE("A token whose probability underflows float is rejected, as sampling from standardize never emits it",
+          "[verify]") {
+    // exp(-103) is about 1.4e-45, the smallest subnormal float; times the scale 1 / Σ it rounds
+    // to 0 in float, as standardize() writes it. Verification computed p(x) in double (about
+    // 1e-47) and accepted the token when the uniform was 0. Long rows (several blocks, exps not
+    // kept) and short ones, point masses and draft columns, both schemes.
+    for (const Eigen::Index V : {Eigen::Index{16}, Eigen::Index{8164}}) {
+        Eigen::MatrixXf z = Eigen::MatrixXf::Constant(V, 2, -1.0f);
+        z(0, 0) = -103.97f;
+        Eigen::VectorXf p(V);
+        specdec::sampling_workspace sws;
+        specdec::standardize(z.col(0), {}, p, sws);
+        REQUIRE(p[0] == 0.0f);
+        Eigen::MatrixXf q = Eigen::MatrixXf::Zero(V, 1);
+        q(0, 0) = 1.0f;
+        const std::vector<token_id> draft{0};
+        specdec::verify_workspace ws;
+        for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+            specdec::verify_options opts;
+            opts.scheme = scheme;
+            zeros_rng rng;
+            const auto point = specdec::verify(z, draft, specdec::point_mass, {}, rng, ws, opts);
+            CHECK(point.accepted == 0);
+            CHECK(p[point.next_token] > 0.0f);
+            const auto column = specdec::verify(z, draft, q, {}, rng, ws, opts);
+            CHECK(column.accepted == 0);
+            CHECK(p[column.next_token] > 0.0f);
+        }
+    }
+}
+
 TEST_CASE("The token after a rejection comes from the residual max(0, p - q), never from where q >= p",
           "[verify]") {
     // p = (0.5, 0.5, 0), q = (1, 0, 0): x = 0 is accepted with probability 0.5; after a

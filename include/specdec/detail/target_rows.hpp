@@ -171,7 +171,10 @@ inline double prob_of(const target_row& r, const Eigen::Ref<const Eigen::MatrixX
     if (r.kind == target_row::form::stored) return static_cast<double>(ws.rows(x, col));
     if (ws.block_mass[at] == 0.0) return 0.0;  // every logit of the block is -Inf
     const float e = r.exps ? ws.rows(x, col) : pass_exp(logits(x, col), ws.block_max[at], r.inv_t);
-    return static_cast<double>(e) * ws.scale[at];
+    // The product in float, as fill_block makes the draws' weights: p(x) is 0 exactly where a
+    // draw's weight is (a token whose probability underflows float is never accepted, as
+    // sampling from standardize() never emits it).
+    return static_cast<double>(e * ws.scale[at]);
 }
 
 /// Writes p of elements off..off+len−1 of block b of a prepared (non-greedy) row to out. Plain
