@@ -8,6 +8,8 @@
 //
 //   specdec_quickstart [--gamma N] [--tokens N] [--temperature T] [--seed S]
 
+#include "command_line.hpp"
+
 #include <specdec/specdec.hpp>
 
 #include <cmath>
@@ -84,26 +86,22 @@ private:
     std::map<std::string, std::vector<float>> counts_;  // next-character counts by byte
 };
 
-[[noreturn]] void usage() {
-    std::fputs("usage: specdec_quickstart [--gamma N] [--tokens N] [--temperature T] [--seed S]\n", stderr);
-    std::exit(2);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     specdec::decode_options opts{.gamma = 4, .max_new_tokens = 200, .sampling = {.temperature = 0.8f}};
     std::uint64_t seed = 1;
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view a = argv[i];
-        if (i + 1 >= argc) usage();
-        const char* v = argv[++i];
-        if (a == "--gamma") opts.gamma = std::strtoul(v, nullptr, 10);
-        else if (a == "--tokens") opts.max_new_tokens = std::strtoul(v, nullptr, 10);
-        else if (a == "--temperature") opts.sampling.temperature = std::strtof(v, nullptr);
-        else if (a == "--seed") seed = std::strtoull(v, nullptr, 10);
-        else usage();
-    }
+    CLI::App app("Speculative decoding between two character n-gram models fit on a built-in text "
+                 "(a 4-gram target, a bigram draft), beside the autoregressive baseline.",
+                 "specdec_quickstart");
+    specdec_examples::command_line_defaults(app);
+    app.add_option("--gamma", opts.gamma, "draft length")->capture_default_str();
+    app.add_option("--tokens", opts.max_new_tokens, "tokens to generate")->capture_default_str();
+    app.add_option("--temperature", opts.sampling.temperature, "sampling temperature (0: greedy)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--seed", seed, "random seed")->capture_default_str();
+    if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
     const char_ngram_model target(corpus, 4), draft(corpus, 1);
     const auto prompt = target.encode("once upon a time");
     try {

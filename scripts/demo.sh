@@ -16,7 +16,17 @@ cmake --build --preset release --target specdec-generate specdec_quickstart
 if [ -n "${SPECDEC_MODELS_DIR:-}" ] && [ -f "${SPECDEC_MODELS_DIR}/stories260K.bin" ]; then
   ./build/release/examples/llama2/specdec-generate --models "${SPECDEC_MODELS_DIR}" --compare --gamma auto "$@"
 else
-  echo "No model files found: run scripts/download_models.sh DIR and set SPECDEC_MODELS_DIR=DIR."
-  echo "Running the quickstart with its built-in character models instead."
+  if [ -n "${SPECDEC_MODELS_DIR:-}" ]; then
+    echo "No stories260K.bin in SPECDEC_MODELS_DIR=${SPECDEC_MODELS_DIR}."
+  else
+    echo "No model files: SPECDEC_MODELS_DIR is not set (and there is no ../shared/models beside the checkout)."
+  fi
+  echo "This demo is meant for the real llama2.c pair (stories260K target, llama2xs 279K draft, about 2 MB"
+  echo "in all). To get it, on a machine with network access:"
+  echo "    bash scripts/download_models.sh DIR     # downloads the three files, checks their SHA-256 sums"
+  echo "    export SPECDEC_MODELS_DIR=DIR"
+  echo "    bash scripts/demo.sh"
+  echo "Meanwhile, the quickstart with its two built-in character models (a 4-gram target, a bigram draft):"
+  echo
   ./build/release/examples/specdec_quickstart
 fi

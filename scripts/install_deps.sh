@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what specdec needs to build, test and benchmark on Debian/Ubuntu, using only
-# Debian packages: compiler, CMake, Ninja, Eigen 3.4, Catch2, Google Benchmark.
+# Debian packages: compiler, CMake, Ninja, Eigen 3.4, Catch2, Google Benchmark; for the tests
+# and example programs only (the library needs Eigen alone): nlohmann-json (the golden data),
+# CLI11 (the examples' options), pkg-config (the packaging test), python3 and curl (the
+# download script's test runs a local file server and fetches from it).
 # Installs nothing that is already present. Run as root (or with sudo available).
 #
 # Opt-in: `--fuzz` (or SPECDEC_FUZZ_DEPS=1) also installs clang-14 and its sanitizer and
 # libFuzzer runtime (libclang-rt-14-dev), which scripts/fuzz.sh needs.
 set -euo pipefail
 
-packages=(g++ cmake ninja-build libeigen3-dev catch2 libbenchmark-dev)
+packages=(g++ cmake ninja-build libeigen3-dev catch2 libbenchmark-dev
+          nlohmann-json3-dev libcli11-dev pkg-config python3 curl)
 fuzz=${SPECDEC_FUZZ_DEPS:-0}
 for arg in "$@"; do
   case "$arg" in

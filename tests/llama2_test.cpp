@@ -19,13 +19,15 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "support/catch.hpp"
 #include "support/skip.hpp"
 #include "llama2/context_limit.hpp"
-#include "support/json_lite.hpp"
 
 #include "llama2/checkpoint.hpp"
 #include "llama2/tokenizer.hpp"
@@ -64,6 +66,18 @@ std::optional<fs::path> models_dir(std::initializer_list<const char*> needed) {
             return std::nullopt;
         }
     return dir;
+}
+
+/// The golden data, golden/reference.json in the models folder.
+nlohmann::json read_reference(const fs::path& dir) {
+    const fs::path file = dir / "golden/reference.json";
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error("cannot open " + file.string());
+    try {
+        return nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+        throw std::runtime_error(file.string() + ": " + e.what());
+    }
 }
 
 /// Checkpoints are loaded once per test run.
@@ -318,8 +332,8 @@ TEST_CASE("llama2: logits match the float64 reference (token by token and one sc
           "[llama2][golden]") {
     const auto dir = models_dir({target_file, draft_file, "golden/reference.json"});
     if (!dir) return;
-    const json_lite::value ref = json_lite::parse_file(*dir / "golden/reference.json");
-    const tokens seq = ref["logits_sequence"].as_int32_vector();
+    const nlohmann::json ref = read_reference(*dir);
+    const tokens seq = ref.at("logits_sequence").get<tokens>();
     REQUIRE(seq.size() == 64);
     for (const char* model_file : {target_file, draft_file}) {
         const std::string stem = fs::path(model_file).stem().string();
@@ -353,18 +367,18 @@ TEST_CASE("llama2: logits match the float64 reference (token by token and one sc
 TEST_CASE("llama2: greedy decoding reproduces the reference stories", "[llama2][golden]") {
     const auto dir = models_dir({target_file, draft_file, tokenizer_file, "golden/reference.json"});
     if (!dir) return;
-    const json_lite::value ref = json_lite::parse_file(*dir / "golden/reference.json");
+    const nlohmann::json ref = read_reference(*dir);
     const llama2::tokenizer tok(*dir / tokenizer_file, 512);
     for (const char* model_file : {target_file, draft_file}) {
         const std::string stem = fs::path(model_file).stem().string();
         llama2::transformer model(load(*dir / model_file));
         for (const char* prompt : {"Once upon a time", "<empty>"}) {
             INFO(model_file << ", prompt \"" << prompt << "\"");
-            const json_lite::value& entry = ref[stem][prompt];
+            const nlohmann::json& entry = ref.at(stem).at(prompt);
             const std::string text = std::string(prompt) == "<empty>" ? std::string() : std::string(prompt);
             tokens seq = tok.encode(text, true, false);
-            REQUIRE(seq == entry["prompt_tokens"].as_int32_vector());
-            const tokens expected = entry["greedy_tokens"].as_int32_vector();
+            REQUIRE(seq == entry.at("prompt_tokens").get<tokens>());
+            const tokens expected = entry.at("greedy_tokens").get<tokens>();
             while (seq.size() < 200) {
                 const std::int32_t next = argmax(model.next_logits(seq));
                 seq.push_back(next);
@@ -373,8 +387,8 @@ TEST_CASE("llama2: greedy decoding reproduces the reference stories", "[llama2][
             const std::size_t n = std::min(seq.size(), expected.size());
             CHECK(tokens(seq.begin(), seq.begin() + std::ptrdiff_t(n)) ==
                   tokens(expected.begin(), expected.begin() + std::ptrdiff_t(n)));
-            CHECK(tok.decode(expected) == entry["text"].as_string());
-            CHECK(tok.decode(seq) == entry["text"].as_string());
+            CHECK(tok.decode(expected) == entry.at("text").get<std::string>());
+            CHECK(tok.decode(seq) == entry.at("text").get<std::string>());
         }
     }
 }
@@ -544,7 +558,7 @@ TEST_CASE("llama2: early-exit variants share the weights", "[llama2][early_exit]
 TEST_CASE("llama2: early exit on the real target (k = n_layers equals the full model)", "[llama2][early_exit]") {
     const auto dir = models_dir({target_file, "golden/reference.json"});
     if (!dir) return;
-    const tokens seq = json_lite::parse_file(*dir / "golden/reference.json")["logits_sequence"].as_int32_vector();
+    const tokens seq = read_reference(*dir).at("logits_sequence").get<tokens>();
     llama2::transformer full(load(*dir / target_file));
     llama2::transformer all = full.early_exit(full.n_layers());
     CHECK(max_abs_diff(all.next_logits(seq), full.next_logits(seq)) == 0.0f);
@@ -582,11 +596,11 @@ TEST_CASE("llama2: tokenizer encodes and decodes like llama2.c", "[llama2][token
     for (const char* s : {"Lily and Ben went to the park.", "  two spaces", "a", "\"Hi!\" she said."})
         CHECK(tok.decode(tok.encode(s, true, false)) == s);
 
-    const json_lite::value ref = json_lite::parse_file(*dir / "golden/reference.json");
+    const nlohmann::json ref = read_reference(*dir);
     for (const char* model : {"stories260K", "llama2xs_tok512_279K"})
         for (const char* prompt : {"Once upon a time", "<empty>"}) {
-            const json_lite::value& e = ref[model][prompt];
-            CHECK(tok.decode(e["greedy_tokens"].as_int32_vector()) == e["text"].as_string());
+            const nlohmann::json& e = ref.at(model).at(prompt);
+            CHECK(tok.decode(e.at("greedy_tokens").get<tokens>()) == e.at("text").get<std::string>());
         }
 
     CHECK_THROWS_AS(tok.decode(1, 512), std::out_of_range);
@@ -621,15 +635,6 @@ TEST_CASE("llama2: a tokenizer with more pieces than the model's vocabulary is a
     { std::ofstream(f.path, std::ios::binary | std::ios::app).write("xyz", 3); }
     CHECK_THROWS_WITH(llama2::tokenizer(f.path, 512), specdec_test::contains("3 bytes follow piece 511"));
     CHECK(llama2::tokenizer(*dir / tokenizer_file, 512).vocab_size() == 512);
-}
-
-TEST_CASE("llama2: json_lite reads what the tests need", "[llama2][json]") {
-    const auto v = json_lite::parse(R"({"a": [1, -2, 3], "s": "x\"y\\z\n\u00e9\ud83d\ude42", "o": {"t": true, "n": null}})");
-    CHECK(v["a"].as_int32_vector() == tokens{1, -2, 3});
-    CHECK(v["s"].as_string() == "x\"y\\z\n\xC3\xA9\xF0\x9F\x99\x82");
-    CHECK(v["o"]["t"].boolean);
-    CHECK(v["o"].contains("n"));
-    CHECK_THROWS(json_lite::parse("{\"a\": [1, 2}"));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,35 +7,47 @@
 // 1..runs, the same for both schemes); tokens per target pass = generated / steps, over all
 // runs. Standard errors are across runs.
 
+#include "command_line.hpp"
 #include "context_limit.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <random>
-#include <string_view>
 #include <vector>
 
 int main(int argc, char** argv) {
     std::filesystem::path models;
     if (const char* env = std::getenv("SPECDEC_MODELS_DIR"); env && *env) models = env;
     std::size_t runs = 40, tokens = 200;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string_view f = argv[i];
-        if (f == "--models") models = argv[i + 1];
-        else if (f == "--runs") runs = std::strtoul(argv[i + 1], nullptr, 10);
-        else if (f == "--tokens") tokens = std::strtoul(argv[i + 1], nullptr, 10);
-        else {
-            std::fprintf(stderr, "usage: compare-schemes --models DIR [--runs N] [--tokens N]\n");
-            return 2;
-        }
-    }
-    if (models.empty() || runs < 2) {
-        std::fprintf(stderr, "compare-schemes: pass --models DIR (or set SPECDEC_MODELS_DIR) and --runs >= 2\n");
+    CLI::App app("Mean tokens per target pass under token and under block verification, on the real "
+                 "draft/target pair, with the same seeds.",
+                 "compare-schemes");
+    specdec_examples::command_line_defaults(app);
+    app.add_option("--models", models,
+                   "folder with stories260K.bin and llama2xs_tok512_279K.bin (default: the SPECDEC_MODELS_DIR "
+                   "environment variable)");
+    app.add_option("--runs", runs, "generations per setting and scheme")
+        ->capture_default_str()
+        ->check(CLI::Validator(
+            [](const std::string& v) {
+                std::size_t n = 0;
+                const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+                if (ec != std::errc() || end != v.data() + v.size()) return "'" + v + "' is not a number";
+                return n >= 2 ? std::string() : std::string("needs at least 2 runs (standard errors are across runs)");
+            },
+            "N >= 2"));
+    app.add_option("--tokens", tokens, "tokens per generation")->capture_default_str();
+    if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
+    if (models.empty()) {
+        std::fprintf(stderr, "compare-schemes: pass --models DIR (or set SPECDEC_MODELS_DIR); "
+                             "scripts/download_models.sh DIR fetches the files\n");
         return 2;
     }
     try {

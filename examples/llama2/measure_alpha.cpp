@@ -9,6 +9,7 @@
 // standardized distribution p and each drafter's q at the same context. Point-mass drafters
 // (prompt lookup) have β = p(proposed token), and 0 where they propose nothing.
 
+#include "command_line.hpp"
 #include "tokenizer.hpp"
 #include "transformer.hpp"
 
@@ -55,19 +56,20 @@ int main(int argc, char** argv) {
     if (const char* env = std::getenv("SPECDEC_MODELS_DIR"); env && *env) models = env;
     std::size_t samples = 8, tokens = 200;
     std::uint64_t seed = 1;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        const std::string_view f = argv[i];
-        if (f == "--models") models = argv[i + 1];
-        else if (f == "--samples") samples = std::strtoul(argv[i + 1], nullptr, 10);
-        else if (f == "--tokens") tokens = std::strtoul(argv[i + 1], nullptr, 10);
-        else if (f == "--seed") seed = std::strtoull(argv[i + 1], nullptr, 10);
-        else {
-            std::fprintf(stderr, "usage: measure-alpha --models DIR [--samples N] [--tokens N] [--seed S]\n");
-            return 2;
-        }
-    }
+    CLI::App app("The acceptance rate alpha of each drafter against the target, measured on positions of "
+                 "the target's own samples.",
+                 "measure-alpha");
+    specdec_examples::command_line_defaults(app);
+    app.add_option("--models", models,
+                   "folder with stories260K.bin, llama2xs_tok512_279K.bin and tok512.bin (default: the "
+                   "SPECDEC_MODELS_DIR environment variable)");
+    app.add_option("--samples", samples, "continuations sampled per temperature")->capture_default_str();
+    app.add_option("--tokens", tokens, "tokens per continuation")->capture_default_str();
+    app.add_option("--seed", seed, "random seed")->capture_default_str();
+    if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
     if (models.empty()) {
-        std::fprintf(stderr, "measure-alpha: pass --models DIR or set SPECDEC_MODELS_DIR\n");
+        std::fprintf(stderr, "measure-alpha: pass --models DIR or set SPECDEC_MODELS_DIR; "
+                             "scripts/download_models.sh DIR fetches the files\n");
         return 2;
     }
     try {
