@@ -111,10 +111,11 @@ public:
     void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config&,
                specdec::uniform_source&, specdec::draft_block& out) {
         context_.assign(context.begin(), context.end());
+        out.model_calls = 0;  // reported: one per forward pass of the draft model
         for (std::size_t i = 0; i < gamma; ++i) {
             const Eigen::VectorXf z = m_->draft.next_logits(context_);
             benchmark::DoNotOptimize(z.data());
-            ++out.model_calls;
+            ++*out.model_calls;
             const std::size_t k = context_.size() - m_->prompt.size();
             if (k >= m_->greedy.size()) break;
             const token_id right = m_->greedy[k];

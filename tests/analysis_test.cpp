@@ -1,6 +1,7 @@
 #include "support/catch.hpp"
 
 #include <specdec/analysis.hpp>
+#include <specdec/sampling.hpp>
 
 #include <cmath>
 #include <limits>
@@ -170,4 +171,35 @@ TEST_CASE("The analysis functions reject out-of-range arguments", "[analysis][er
     Eigen::VectorXd p = Eigen::VectorXd::Constant(4, 0.25), q = p;
     q[0] += 2e-3;  // sums to 1.002
     CHECK_THROWS_WITH(specdec::d_lk(p, q), contains("q sums to"));
+}
+
+TEST_CASE("D_LK and beta take float vectors, expressions and rows as well as Eigen::VectorXd", "[analysis]") {
+    Eigen::VectorXd pd(4), qd(4);
+    pd << 0.1, 0.2, 0.3, 0.4;
+    qd << 0.25, 0.25, 0.25, 0.25;
+    const Eigen::VectorXf pf = pd.cast<float>(), qf = qd.cast<float>();
+    const double expected = specdec::d_lk(pd, qd);
+    CHECK(expected == Approx(0.2));
+    CHECK(specdec::d_lk(pf, qf) == Approx(expected).epsilon(1e-6));
+    CHECK(specdec::d_lk(pf, qd) == Approx(expected).epsilon(1e-6));  // mixed scalar types
+    CHECK(specdec::acceptance_probability(pf, qf) == Approx(1.0 - expected).epsilon(1e-6));
+    // An expression, a matrix column and a row vector.
+    const Eigen::VectorXf twice = 2.0f * pf;
+    CHECK(specdec::d_lk(0.5f * twice, qf) == Approx(expected).epsilon(1e-6));
+    Eigen::MatrixXf m(4, 2);
+    m.col(0) = pf;
+    m.col(1) = qf;
+    CHECK(specdec::acceptance_probability(m.col(0), m.col(1)) == Approx(1.0 - expected).epsilon(1e-6));
+    CHECK(specdec::d_lk(pf.transpose(), qf.transpose()) == Approx(expected).epsilon(1e-6));
+    // standardize()'s output can be passed as it is.
+    Eigen::VectorXf z(4), p(4), q(4);
+    z << 1.0f, 2.0f, 0.5f, -1.0f;
+    specdec::sampling_workspace ws;
+    specdec::standardize(z, {}, p, ws);
+    specdec::standardize(z, {.temperature = 2.0f}, q, ws);
+    CHECK(specdec::acceptance_probability(p, q) == Approx(p.cwiseMin(q).cast<double>().sum()).epsilon(1e-6));
+    // A matrix is not a distribution.
+    CHECK_THROWS_WITH(specdec::d_lk(m, m), contains("specdec::d_lk: p is a 4 x 2 matrix; a vector is needed"));
+    const Eigen::VectorXf bad = Eigen::VectorXf::Constant(4, 0.5f);
+    CHECK_THROWS_WITH(specdec::acceptance_probability(pf, bad), contains("q sums to 2"));
 }

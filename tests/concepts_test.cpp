@@ -91,4 +91,14 @@ static_assert(same_verdict<std::mt19937> && same_verdict<std::mt19937_64> && sam
 static_assert(specdec::uniform_bit_generator<std::minstd_rand>);
 static_assert(same_verdict<signed_result> && same_verdict<no_range> && same_verdict<empty_range> && same_verdict<int>);
 static_assert(!specdec::uniform_bit_generator<signed_result> && !specdec::uniform_bit_generator<empty_range>);
+
+// A fallback chain refers to lvalue members and owns rvalue ones; either way it is a BlockDrafter.
+static_assert(specdec::BlockDrafter<specdec::fallback_drafter<specdec::prompt_lookup_drafter, plain_model&>>);
+static_assert(specdec::BlockDrafter<specdec::fallback_drafter<block_drafter&, plain_model>>);
+
+// The entry points' diagnosis finds nothing wrong with valid arguments (the messages for
+// invalid ones are tested by the compile-fail tests in compile_fail/).
+static_assert(!specdec::detail::diagnose_speculative_call<plain_model, expression_model, std::mt19937_64&>());
+static_assert(!specdec::detail::diagnose_speculative_call<block_drafter, batched_only, std::mt19937>());
+static_assert(!specdec::detail::diagnose_autoregressive_call<const batched_only, std::mt19937&>());
 }  // namespace

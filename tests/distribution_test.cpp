@@ -8,8 +8,8 @@
 // the exact target distribution of the 4-token sequences (cells with expected count < 5
 // pooled). A case fails when p < 1e-4. The chi-square distribution only approximates the
 // statistic's: simulated from each case's exact distribution (10^6 samples of the test), a
-// correct implementation fails a given case 1-2 times in 10^4 runs, so about 0.7% of runs
-// would fail one of the suite's fifty-odd chi-square tests of correct code (the seeds are fixed, so
+// correct implementation fails a given case 1-2 times in 10^4 runs, so about 0.9% of runs
+// would fail one of the suite's sixty-odd chi-square tests of correct code (the seeds are fixed, so
 // a run is reproducible). The negative controls run the same test on deliberately wrong
 // algorithms and require p < 1e-4.
 // Every case runs under token verification and under block verification.
@@ -199,6 +199,97 @@ TEST_CASE("Prompt-lookup, n-gram and fallback drafters keep the target distribut
     check_equivalence(bigram, target, target, c, 3);
     specdec::fallback_drafter chain(lookup, bigram);
     check_equivalence(chain, target, target, c, 3);
+}
+
+namespace {
+
+/// The draft with sampling settings of its own (decode_options::draft_sampling): the output
+/// must still have the target's distribution under the target's settings.
+void check_draft_settings(const equivalence_case& c, const specdec::sampling_config& draft_sampling,
+                          std::size_t rejection_positions = 3) {
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    std::size_t steps = 0;
+    check_equivalence(draft, target, target, c, rejection_positions, {0}, [](token_id t) { return t; },
+                      1000 + c.target_seed, kSamples, [&](specdec::decode_options& o) {
+                          o.draft_sampling = draft_sampling;
+                          auto count = o.on_step;
+                          o.on_step = [&steps, count](const specdec::step_event& e) {
+                              ++steps;
+                              count(e);
+                          };
+                      });
+    CHECK(steps > 0);
+}
+
+/// Wrong on purpose: samples its tokens with `actual` settings, but reports as q the draft
+/// model's distributions under the settings it was given (the target's): q is then not the
+/// distribution the tokens were drawn from.
+struct misreported_q_drafter {
+    markov_model* model;
+    specdec::sampling_config actual;
+    specdec::model_drafter<markov_model> inner{*model};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        inner.draft(context, gamma, actual, u, out);
+        std::vector<token_id> prefix(context.begin(), context.end());
+        out.scales.clear();
+        out.standardized = false;
+        for (std::size_t i = 0; i < out.tokens.size(); ++i) {
+            const auto q = ref_standardize(model->next_logits(prefix), s);
+            for (std::size_t x = 0; x < q.size(); ++x)
+                out.probs(static_cast<Eigen::Index>(x), static_cast<Eigen::Index>(i)) = static_cast<float>(q[x]);
+            prefix.push_back(out.tokens[i]);
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("A draft at another temperature than the target keeps the target distribution",
+          "[statistical][distribution][draft-sampling]") {
+    SECTION("draft at temperature 0.5, target at 1") {
+        check_draft_settings({.target_seed = 151, .draft_seed = 152}, {.temperature = 0.5f});
+    }
+    SECTION("draft at temperature 1.5 with top-p 0.9, target at 0.8 with top-k 3") {
+        check_draft_settings({.vocab = 5, .sampling = {.temperature = 0.8f, .top_k = 3}, .target_seed = 153,
+                              .draft_seed = 154},
+                             {.temperature = 1.5f, .top_p = 0.9f});
+    }
+    SECTION("greedy draft (temperature 0), target at 1") {
+        check_draft_settings({.target_seed = 155, .draft_seed = 156}, {.temperature = 0.0f});
+    }
+}
+
+TEST_CASE("A draft with another top-k than the target keeps the target distribution",
+          "[statistical][distribution][draft-sampling]") {
+    SECTION("draft top-k 2, target unfiltered at 0.8") {
+        check_draft_settings({.vocab = 5, .sampling = {.temperature = 0.8f}, .target_seed = 161, .draft_seed = 162},
+                             {.temperature = 0.8f, .top_k = 2});
+    }
+    SECTION("draft unfiltered, target top-k 2 with min-p 0.1") {
+        check_draft_settings({.vocab = 5, .sampling = {.top_k = 2, .min_p = 0.1f}, .target_seed = 163,
+                              .draft_seed = 164},
+                             {});
+    }
+}
+
+TEST_CASE("Negative control: reporting the target's settings as q while sampling the draft with others is detected",
+          "[statistical][negative-control][draft-sampling]") {
+    auto target = markov_model::random(4, 2, 151);
+    auto draft = markov_model::random(4, 2, 152);
+    misreported_q_drafter d{&draft, {.temperature = 0.4f}};
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
+    for (const auto scheme : kSchemes) {
+        const specdec::decode_options opts{.gamma = 3, .max_new_tokens = kLength, .scheme = scheme};
+        const auto r = sequence_test(
+            [&](std::mt19937_64& rng) { return specdec::speculative_decode(d, target, prompt, opts, rng).tokens; },
+            exact, 4, 5151);
+        INFO(name(scheme) << ": " << describe(r));
+        CHECK(r.p_value < kFalseAlarm);
+    }
 }
 
 namespace {

@@ -3,9 +3,11 @@
 
 #include <specdec/specdec.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <type_traits>
 #include <vector>
 
 using namespace specdec_test;
@@ -127,4 +129,65 @@ TEST_CASE("Speculative decoding with an empty draft block still produces one tok
     const auto g = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 30, .sampling = {.temperature = 0.0f}}, b);
     CHECK(r.tokens == g.tokens);
     CHECK(r.stats.steps <= 30);
+}
+
+namespace {
+/// A BlockDrafter that proposes `tokens` (point masses) and reports no model calls.
+struct fixed_drafter {
+    int vocab;
+    std::vector<token_id> tokens;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    void draft(std::span<const token_id>, std::size_t gamma, const specdec::sampling_config&, specdec::uniform_source&,
+               specdec::draft_block& out) {
+        out.tokens.assign(tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(std::min(gamma, tokens.size())));
+    }
+};
+}  // namespace
+
+TEST_CASE("A fallback chain refers to lvalue drafters and owns temporaries", "[drafters]") {
+    auto model = markov_model::random(10, 2, 4);
+    specdec::fallback_drafter chain(specdec::prompt_lookup_drafter(10, 2, 2), model);
+    static_assert(std::is_same_v<decltype(chain), specdec::fallback_drafter<specdec::prompt_lookup_drafter, markov_model&>>);
+    specdec::draft_block block;
+    // The owned lookup drafter works after its temporary is gone.
+    CHECK(draft_once(chain, {1, 2, 7, 1, 2}, 2, block) == std::vector<token_id>{7, 1});
+    CHECK(chain.last_used() == 0);
+    // The model is the caller's object, not a copy: its call counter moves.
+    const std::size_t before = model.calls;
+    CHECK(draft_once(chain, {1, 2, 3}, 2, block).size() == 2);
+    CHECK(chain.last_used() == 1);
+    CHECK(model.calls == before + 2);
+    // A temporary model is moved in and owned; the chain is used as a drafter like any other.
+    specdec::prompt_lookup_drafter lookup(10, 2, 2);
+    specdec::fallback_drafter owning(lookup, markov_model::random(10, 2, 4));
+    static_assert(std::is_same_v<decltype(owning), specdec::fallback_drafter<specdec::prompt_lookup_drafter&, markov_model>>);
+    CHECK(draft_once(owning, {1, 2, 3}, 3, block).size() == 3);
+    CHECK(owning.vocab_size() == 10);
+    auto target = markov_model::random(10, 2, 5);
+    std::mt19937_64 rng(3);
+    const auto r = specdec::speculative_decode(owning, target, {1, 2, 3}, {.max_new_tokens = 20}, rng);
+    CHECK(r.tokens.size() == 20);
+    CHECK_THROWS_WITH((specdec::fallback_drafter(lookup, markov_model::random(11, 2, 4))),
+                      contains("different vocab_size"));
+}
+
+TEST_CASE("A fallback chain reports the model calls of the drafters it asked", "[drafters][stats]") {
+    auto model = markov_model::random(10, 2, 4);
+    specdec::draft_block block;
+    // A drafter that reports nothing counts one call when it proposed tokens, none otherwise.
+    fixed_drafter silent{10, {}}, proposing{10, {4, 5}};
+    specdec::fallback_drafter a(silent, model);
+    CHECK(draft_once(a, {1, 2}, 3, block).size() == 3);
+    CHECK(block.model_calls == 3);  // silent proposed nothing (0) + the model's 3 passes
+    specdec::fallback_drafter b(proposing, model);
+    CHECK(draft_once(b, {1, 2}, 3, block) == std::vector<token_id>{4, 5});
+    CHECK(block.model_calls == 1);
+    // prompt lookup reports 0 model calls of its own.
+    specdec::prompt_lookup_drafter lookup(10, 2, 2);
+    block.clear();
+    CHECK(draft_once(lookup, {1, 2, 7, 1, 2}, 2, block).size() == 2);
+    CHECK(block.model_calls == 0);
+    // clear() leaves the count unreported.
+    block.clear();
+    CHECK_FALSE(block.model_calls.has_value());
 }

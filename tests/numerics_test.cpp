@@ -77,8 +77,8 @@ void check_row(const Eigen::VectorXf& z, const sampling_config& s) {
         REQUIRE(ref[static_cast<std::size_t>(a)] > 0.0);
         const Eigen::Index b = specdec::standardize_and_sample(z, s, w, u, ws);
         REQUIRE(ref[static_cast<std::size_t>(b)] > 0.0);
-        const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, u, ws);
-        REQUIRE(ref[static_cast<std::size_t>(d.index)] > 0.0);
+        const specdec::token_draw d = specdec::standardize_weights_and_sample(z, s, w, u, ws);
+        REQUIRE(ref[static_cast<std::size_t>(d.token)] > 0.0);
         REQUIRE(std::isfinite(d.scale));
         REQUIRE(d.scale > 0.0f);
         for (Eigen::Index k = 0; k < z.size(); ++k)

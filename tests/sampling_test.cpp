@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 using specdec::sampling_config;
@@ -374,10 +375,10 @@ TEST_CASE("standardize_weights_and_sample writes weights whose scaled values are
             const std::vector<double> cum = running_sums(expected);
             for (int trial = 0; trial < 400; ++trial) {
                 const double u = trial == 0 ? 0.0 : trial == 1 ? std::nextafter(1.0, 0.0) : specdec::uniform01(g);
-                const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, u, ws);
-                REQUIRE(d.index >= 0);
-                REQUIRE(d.index < size);
-                REQUIRE(w[d.index] > 0.0f);
+                const specdec::token_draw d = specdec::standardize_weights_and_sample(z, s, w, u, ws);
+                REQUIRE(d.token >= 0);
+                REQUIRE(d.token < size);
+                REQUIRE(w[d.token] > 0.0f);
                 if (trial == 0) {
                     // Truncation and temperature 0 write the distribution itself; plain sampling
                     // writes exp((z − max) / T), whose largest weight is 1 (up to the vectorized
@@ -394,14 +395,14 @@ TEST_CASE("standardize_weights_and_sample writes weights whose scaled values are
                     std::size_t same = 0;
                     for (int t = 0; t < 200; ++t) {
                         const double v = (t + 0.5) / 200.0;
-                        same += specdec::standardize_weights_and_sample(z, s, w, v, ws).index ==
+                        same += specdec::standardize_weights_and_sample(z, s, w, v, ws).token ==
                                 specdec::standardize_and_sample(z, s, plain, v, ws);
                     }
                     CHECK(same >= 198);
                 }
-                const double before = d.index > 0 ? cum[static_cast<std::size_t>(d.index - 1)] : 0.0;
+                const double before = d.token > 0 ? cum[static_cast<std::size_t>(d.token - 1)] : 0.0;
                 CHECK(before <= u + 1e-5);
-                CHECK(cum[static_cast<std::size_t>(d.index)] >= u - 1e-5);
+                CHECK(cum[static_cast<std::size_t>(d.token)] >= u - 1e-5);
             }
         }
     }
@@ -434,7 +435,7 @@ TEST_CASE("Logits of opposite signs near the float limit are normalized exactly 
     for (Eigen::Index k = 0; k < 3; ++k) CHECK(out[k] == Approx(ref[static_cast<std::size_t>(k)]).epsilon(1e-5));
     (void)specdec::standardize_and_sample(z, s, out, 0.5, ws);
     for (Eigen::Index k = 0; k < 3; ++k) CHECK(out[k] == Approx(ref[static_cast<std::size_t>(k)]).epsilon(1e-5));
-    const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, 0.5, ws);
+    const specdec::token_draw d = specdec::standardize_weights_and_sample(z, s, w, 0.5, ws);
     for (Eigen::Index k = 0; k < 3; ++k)
         CHECK(d.scale * w[k] == Approx(ref[static_cast<std::size_t>(k)]).epsilon(1e-5));
 }
@@ -462,7 +463,7 @@ TEST_CASE("Rows of logits of any finite magnitude are normalized exactly", "[sam
                 // The weights variant takes the row's maximum as its one reference: the same
                 // distribution once scaled.
                 Eigen::VectorXf w(size);
-                const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, s, w, 0.5, ws);
+                const specdec::token_draw d = specdec::standardize_weights_and_sample(z, s, w, 0.5, ws);
                 for (Eigen::Index k = 0; k < size; ++k)
                     REQUIRE(d.scale * w[k] == Approx(got[k]).epsilon(1e-5).margin(1e-30));
                 INFO("logit " << hi << ", temperature " << temperature << ": p(hi) " << got[2048] << ", p(lo) "
@@ -478,4 +479,34 @@ TEST_CASE("Rows of logits of any finite magnitude are normalized exactly", "[sam
                 }
                 CHECK(std::abs(got.cast<double>().sum() - 1.0) < 1e-5);
             }
+}
+
+TEST_CASE("The sampling functions return tokens as token_id", "[sampling]") {
+    Eigen::VectorXf z(5), out(5);
+    z << 0.1f, 2.0f, -1.0f, 0.5f, 0.0f;
+    specdec::sampling_workspace ws;
+    static_assert(std::is_same_v<decltype(specdec::sample_from_weights(z, 0.5, ws)), specdec::token_id>);
+    static_assert(std::is_same_v<decltype(specdec::standardize_and_sample(z, {}, out, 0.5, ws)), specdec::token_id>);
+    static_assert(std::is_same_v<decltype(specdec::standardize_weights_and_sample(z, {}, out, 0.5, ws).token),
+                                 specdec::token_id>);
+    const specdec::token_id a = specdec::standardize_and_sample(z, {.temperature = 0.0f}, out, 0.5, ws);
+    CHECK(a == 1);
+    const specdec::token_draw d = specdec::standardize_weights_and_sample(z, {.temperature = 0.0f}, out, 0.5, ws);
+    CHECK(d.token == 1);
+    CHECK(specdec::sample_from_weights(out, 0.5, ws) == 1);
+}
+
+TEST_CASE("A row longer than a token_id can index is rejected before it is read", "[sampling][errors]") {
+    // A view that claims 2^31 + 1 entries over one float: the size check comes first, so
+    // nothing past the float is read.
+    const float one = 1.0f;
+    const Eigen::Map<const Eigen::VectorXf> huge(&one, (Eigen::Index{1} << 31) + 1);
+    Eigen::VectorXf out(1);
+    specdec::sampling_workspace ws;
+    CHECK_THROWS_WITH((void)specdec::sample_from_weights(huge, 0.5, ws),
+                      specdec_test::contains("specdec::sample_from_weights: w has 2147483649 entries, more than a token_id"));
+    CHECK_THROWS_WITH((void)specdec::standardize_and_sample(huge, {}, out, 0.5, ws),
+                      specdec_test::contains("logits has 2147483649 entries, more than a token_id can index"));
+    CHECK_THROWS_WITH((void)specdec::standardize_weights_and_sample(huge, {}, out, 0.5, ws),
+                      specdec_test::contains("logits has 2147483649 entries"));
 }

@@ -4,6 +4,7 @@
 #include <specdec/speculative_decode.hpp>
 
 #include <cmath>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -256,4 +257,169 @@ TEST_CASE("A huge token budget ended by a stop token does not allocate the budge
     const auto base = specdec::autoregressive_decode(target, prompt, opts, b);
     CHECK(base.stop == specdec::stop_reason::stop_token);
     CHECK(base.tokens.size() == 1);
+}
+
+namespace {
+
+/// A point-mass BlockDrafter that records the sampling settings it is given and proposes γ
+/// copies of token 1; it reports its model calls when `report` is set.
+struct recording_drafter {
+    int vocab;
+    std::optional<std::size_t> report;
+    std::vector<specdec::sampling_config> seen;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    void draft(std::span<const token_id>, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source&, specdec::draft_block& out) {
+        seen.push_back(s);
+        out.tokens.assign(gamma, 1);
+        if (report) out.model_calls = *report;
+    }
+};
+
+bool same_settings(const specdec::sampling_config& a, const specdec::sampling_config& b) {
+    return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p;
+}
+
+}  // namespace
+
+TEST_CASE("A braced prompt works as a prompt span", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 4);
+    const std::vector<token_id> prompt{0, 3, 5};
+    std::mt19937_64 a(7), b(7);
+    const auto braced = specdec::speculative_decode(draft, target, {0, 3, 5}, {.max_new_tokens = 12}, a);
+    const auto spanned = specdec::speculative_decode(draft, target, prompt, {.max_new_tokens = 12}, b);
+    CHECK(braced.tokens == spanned.tokens);
+    const auto base_braced = specdec::autoregressive_decode(target, {0, 3, 5}, {.max_new_tokens = 5}, a);
+    const auto base_spanned = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 5}, b);
+    CHECK(base_braced.tokens == base_spanned.tokens);
+}
+
+TEST_CASE("An empty prompt is rejected before any model call", "[decode][errors]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 4);
+    std::mt19937_64 rng(1);
+    const std::vector<token_id> empty;
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, empty, {}, rng),
+                      contains("specdec::speculative_decode: the prompt is empty"));
+    CHECK_THROWS_AS(specdec::speculative_decode(draft, target, {}, {}, rng), std::invalid_argument);
+    CHECK_THROWS_WITH(specdec::autoregressive_decode(target, empty, {}, rng),
+                      contains("specdec::autoregressive_decode: the prompt is empty"));
+    std::vector<token_id> sequence;
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    CHECK_THROWS_WITH(specdec::speculative_step(draft, target, sequence, stats, {}, rng, ws),
+                      contains("specdec::speculative_step: sequence is empty"));
+    CHECK(target.calls == 0);
+    CHECK(draft.calls == 0);
+}
+
+TEST_CASE("The draft samples with draft_sampling when it is set, with the target's settings otherwise", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    const std::vector<token_id> prompt{0};
+    const specdec::sampling_config target_settings{.temperature = 0.7f, .top_k = 5};
+    const specdec::sampling_config draft_settings{.temperature = 1.3f, .top_p = 0.8f};
+    std::mt19937_64 rng(3);
+    recording_drafter d{8, {}, {}};
+    (void)specdec::speculative_decode(d, target, prompt, {.max_new_tokens = 10, .sampling = target_settings}, rng);
+    REQUIRE(!d.seen.empty());
+    for (const auto& s : d.seen) CHECK(same_settings(s, target_settings));
+    d.seen.clear();
+    (void)specdec::speculative_decode(
+        d, target, prompt, {.max_new_tokens = 10, .sampling = target_settings, .draft_sampling = draft_settings}, rng);
+    REQUIRE(!d.seen.empty());
+    for (const auto& s : d.seen) CHECK(same_settings(s, draft_settings));
+    // speculative_step passes step_options::draft_sampling the same way.
+    d.seen.clear();
+    std::vector<token_id> sequence{0};
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    (void)specdec::speculative_step(d, target, sequence, stats,
+                                    {.sampling = target_settings, .draft_sampling = draft_settings}, rng, ws);
+    REQUIRE(d.seen.size() == 1);
+    CHECK(same_settings(d.seen[0], draft_settings));
+}
+
+TEST_CASE("A plain draft model proposes from its distribution under draft_sampling", "[decode]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 4);
+    const std::vector<token_id> prompt{0};
+    // A greedy draft under a sampling target: each step's first draft token is the draft's
+    // argmax after the context (later ones too, but the first is easy to check).
+    std::vector<token_id> sequence = prompt;
+    std::size_t checked = 0;
+    specdec::decode_options opts{.gamma = 3, .max_new_tokens = 40, .draft_sampling = specdec::sampling_config{.temperature = 0.0f}};
+    opts.on_step = [&](const specdec::step_event& e) {
+        if (!e.draft.empty()) {
+            auto copy = draft;
+            const Eigen::VectorXf z = copy.next_logits(sequence);
+            Eigen::Index best;
+            z.maxCoeff(&best);
+            CHECK(e.draft[0] == static_cast<token_id>(best));
+            ++checked;
+        }
+        sequence.insert(sequence.end(), e.emitted.begin(), e.emitted.end());
+    };
+    std::mt19937_64 rng(11);
+    const auto r = specdec::speculative_decode(draft, target, prompt, opts, rng);
+    CHECK(checked > 5);
+    CHECK(r.stats.rejected_tokens > 0);  // the target still samples: some greedy drafts fail
+    // Setting draft_sampling to the target's own settings changes nothing.
+    std::mt19937_64 a(12), b(12);
+    const auto unset = specdec::speculative_decode(draft, target, prompt, {.max_new_tokens = 30}, a);
+    const auto same = specdec::speculative_decode(
+        draft, target, prompt, {.max_new_tokens = 30, .draft_sampling = specdec::sampling_config{}}, b);
+    CHECK(unset.tokens == same.tokens);
+}
+
+TEST_CASE("Invalid draft_sampling is rejected, naming the field", "[decode][errors]") {
+    auto target = markov_model::random(8, 2, 3);
+    auto draft = markov_model::random(8, 2, 4);
+    const std::vector<token_id> prompt{0};
+    std::mt19937_64 rng(1);
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt,
+                                                  {.draft_sampling = specdec::sampling_config{.temperature = -1.0f}},
+                                                  rng),
+                      contains("specdec::speculative_decode: draft_sampling.temperature = -1"));
+    std::vector<token_id> sequence{0};
+    specdec::decode_stats stats;
+    specdec::step_workspace ws;
+    CHECK_THROWS_WITH(specdec::speculative_step(draft, target, sequence, stats,
+                                                {.draft_sampling = specdec::sampling_config{.top_k = -3}}, rng, ws),
+                      contains("specdec::speculative_step: draft_sampling.top_k = -3"));
+    CHECK(target.calls == 0);
+    CHECK(draft.calls == 0);
+}
+
+TEST_CASE("draft_calls counts reported model calls, else one per draft() that proposed tokens", "[decode][stats]") {
+    auto target = markov_model::random(8, 2, 3);
+    const std::vector<token_id> prompt{0};
+    std::size_t proposing_steps = 0;
+    specdec::decode_options opts{.gamma = 3, .max_new_tokens = 25};
+    opts.on_step = [&](const specdec::step_event& e) { proposing_steps += !e.draft.empty(); };
+    std::mt19937_64 rng(2);
+    SECTION("a BlockDrafter that does not report: one call per block it proposed") {
+        recording_drafter d{8, {}, {}};
+        const auto r = specdec::speculative_decode(d, target, prompt, opts, rng);
+        CHECK(proposing_steps > 0);
+        CHECK(r.stats.draft_calls == proposing_steps);
+        CHECK(r.stats.drafted_tokens > r.stats.draft_calls);
+    }
+    SECTION("a BlockDrafter that reports: what it reports") {
+        recording_drafter d{8, std::size_t{5}, {}};
+        const auto r = specdec::speculative_decode(d, target, prompt, opts, rng);
+        CHECK(r.stats.draft_calls == 5 * proposing_steps);
+    }
+    SECTION("a BlockDrafter that reports 0 (no model): 0") {
+        recording_drafter d{8, std::size_t{0}, {}};
+        CHECK(specdec::speculative_decode(d, target, prompt, opts, rng).stats.draft_calls == 0);
+        specdec::prompt_lookup_drafter lookup(8);
+        CHECK(specdec::speculative_decode(lookup, target, {0, 1, 0, 1, 0}, opts, rng).stats.draft_calls == 0);
+    }
+    SECTION("a plain draft model: one call per draft token") {
+        auto draft = markov_model::random(8, 2, 4);
+        const auto r = specdec::speculative_decode(draft, target, prompt, opts, rng);
+        CHECK(r.stats.draft_calls == r.stats.drafted_tokens);
+        CHECK(r.stats.draft_calls == draft.calls);
+    }
 }

@@ -41,6 +41,7 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
     constexpr const char* where = "specdec::model_drafter::draft";
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.clear();  // (standardized stays false until every column is written)
+    out.model_calls = 0;  // reported: one per next_logits call
     if (gamma > static_cast<std::size_t>(std::numeric_limits<Eigen::Index>::max() / std::max<Eigen::Index>(vocab, 1)))
         fail_invalid(where, ": gamma = ", gamma, " draft columns of vocab_size = ", vocab,
                      " entries are more than an Eigen::Index can count");
@@ -48,17 +49,17 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
     scratch.assign(context.begin(), context.end());
     for (std::size_t i = 0; i < gamma; ++i) {
         checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
-        ++out.model_calls;
+        ++*out.model_calls;
         // Weights and their scale, q_i = scale · column i: no pass normalizes the column.
         auto q = out.probs.col(static_cast<Eigen::Index>(i));
-        const scaled_draw d = standardize_weights_and_sample(logits, sampling, q, uniforms(), sws, where);
-        const auto x = static_cast<token_id>(d.index);
+        const token_draw d = standardize_weights_and_sample(logits, sampling, q, uniforms(), sws, where);
+        const token_id x = d.token;
         out.scales.push_back(d.scale);
         out.tokens.push_back(x);
         scratch.push_back(x);
         // The draft-side stop (draft_block::stop_below): it reads q_i(x_i) only, a draft value.
         // The columns after it stay unused (see draft_block::stop_below).
-        if (static_cast<double>(d.scale) * static_cast<double>(q[d.index]) < static_cast<double>(out.stop_below)) break;
+        if (static_cast<double>(d.scale) * static_cast<double>(q[x]) < static_cast<double>(out.stop_below)) break;
     }
     out.standardized = true;
 }

@@ -15,6 +15,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "error.hpp"
 
@@ -37,8 +38,7 @@ inline void check_cost(double c, const char* name, const char* where) {
 /// float, whose sums over 100k+ tokens miss 1 by a few 1e-6, are accepted.
 inline constexpr double analysis_sum_tolerance = 1e-3;
 
-inline void check_distributions(const Eigen::Ref<const Eigen::VectorXd>& p, const Eigen::Ref<const Eigen::VectorXd>& q,
-                                const char* where) {
+inline void check_distributions(const Eigen::VectorXd& p, const Eigen::VectorXd& q, const char* where) {
     if (p.size() != q.size())
         fail_invalid(where, ": p has ", p.size(), " entries and q has ", q.size(), "; they must match");
     for (const auto* v : {&p, &q}) {
@@ -48,6 +48,17 @@ inline void check_distributions(const Eigen::Ref<const Eigen::VectorXd>& p, cons
         if (!(std::abs(v->sum() - 1.0) <= analysis_sum_tolerance))
             fail_invalid(where, ": ", name, " sums to ", v->sum(), ", not 1 (within ", analysis_sum_tolerance, ")");
     }
+}
+
+/// A probability vector of any real scalar type (a float row of standardize() as well as an
+/// Eigen::VectorXd, an expression, a row or a column) as a column of doubles.
+template <class Derived>
+Eigen::VectorXd as_double_vector(const Eigen::MatrixBase<Derived>& v, const char* name, const char* where) {
+    static_assert(std::is_floating_point_v<typename Derived::Scalar>,
+                  "specdec: the analysis functions take vectors of float or double probabilities");
+    if (v.rows() != 1 && v.cols() != 1)
+        fail_invalid(where, ": ", name, " is a ", v.rows(), " x ", v.cols(), " matrix; a vector is needed");
+    return v.template cast<double>().reshaped();
 }
 
 /// Eq. 1 without checks: (1 − α^{γ+1}) / (1 − α), as −expm1((γ+1) log α) / (1 − α), which
@@ -65,10 +76,15 @@ inline double tokens_per_step(double alpha, std::size_t gamma) {
 /// drawn from q when the target is p (Leviathan et al. Def. 3.1, Thm. 3.5).
 /// \throws std::invalid_argument if p, q differ in size or are not probability vectors
 ///         (entries finite and >= 0, summing to 1 within detail::analysis_sum_tolerance = 1e-3).
-[[nodiscard]] inline double acceptance_probability(const Eigen::Ref<const Eigen::VectorXd>& p,
-                                                   const Eigen::Ref<const Eigen::VectorXd>& q) {
-    detail::check_distributions(p, q, "specdec::acceptance_probability");
-    return p.cwiseMin(q).sum();
+///
+/// p and q are Eigen vectors of float or double (Eigen::VectorXf, Eigen::VectorXd, a row, a
+/// column of a matrix or an expression), computed in double; they may differ in scalar type.
+template <class P, class Q>
+[[nodiscard]] double acceptance_probability(const Eigen::MatrixBase<P>& p, const Eigen::MatrixBase<Q>& q) {
+    constexpr const char* where = "specdec::acceptance_probability";
+    const Eigen::VectorXd pd = detail::as_double_vector(p, "p", where), qd = detail::as_double_vector(q, "q", where);
+    detail::check_distributions(pd, qd, where);
+    return pd.cwiseMin(qd).sum();
 }
 
 /// D_LK(p, q) = Σ_x |p(x) − M(x)| with M = (p + q)/2, which equals 1 − Σ min(p, q)
@@ -76,9 +92,14 @@ inline double tokens_per_step(double alpha, std::size_t gamma) {
 /// are disjoint.
 /// \throws std::invalid_argument if p, q differ in size or are not probability vectors
 ///         (entries finite and >= 0, summing to 1 within detail::analysis_sum_tolerance = 1e-3).
-[[nodiscard]] inline double d_lk(const Eigen::Ref<const Eigen::VectorXd>& p, const Eigen::Ref<const Eigen::VectorXd>& q) {
-    detail::check_distributions(p, q, "specdec::d_lk");
-    return 0.5 * (p - q).cwiseAbs().sum();
+///
+/// p and q are Eigen vectors of float or double, as for acceptance_probability().
+template <class P, class Q>
+[[nodiscard]] double d_lk(const Eigen::MatrixBase<P>& p, const Eigen::MatrixBase<Q>& q) {
+    constexpr const char* where = "specdec::d_lk";
+    const Eigen::VectorXd pd = detail::as_double_vector(p, "p", where), qd = detail::as_double_vector(q, "q", where);
+    detail::check_distributions(pd, qd, where);
+    return 0.5 * (pd - qd).cwiseAbs().sum();
 }
 
 /// Expected tokens per step (per target call), Eq. 1: (1 − α^{γ+1}) / (1 − α), assuming

@@ -14,12 +14,20 @@
 ///
 /// A plain LanguageModel therefore works as draft and as target without further code;
 /// `model_drafter` and `model_verifier` (in adapters.hpp) are the adapters that make it so.
+/// Models that serve many sequences in one pass (MultiSequenceVerifier, MultiSequenceDrafter)
+/// are in multi_sequence.hpp.
+///
+/// When an argument misses a requirement, the entry points (speculative_decode,
+/// autoregressive_decode, speculative_step, speculative_step_batch) report which one and the
+/// fix in a static_assert message (see diagnostics.hpp), e.g. "next_logits must return an
+/// Eigen vector of float ...; got std::vector" or "the model is const: ...".
 
 #include <Eigen/Core>
 
 #include <concepts>
 #include <cstddef>
 #include <limits>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -57,9 +65,14 @@ struct draft_block {
     /// that are not distributions then make the output inexact without an error.
     /// speculative_step() resets it to false before each draft() call.
     bool standardized = false;
-    /// How many forward passes of a draft model this block cost (for statistics);
-    /// a drafter without a model may leave it 0.
-    std::size_t model_calls = 0;
+    /// How many forward passes of a draft model this block cost, for
+    /// decode_stats::draft_calls: assign it (`out.model_calls = n`; 0 for a drafter without a
+    /// model, such as a table lookup) to report the drafter's real cost. Left unset
+    /// (std::nullopt, as clear() leaves it), the step counts one draft call when the block
+    /// proposed tokens and none when it is empty: right for a drafter that makes one (batched)
+    /// model call per block, an undercount for one that calls its model once per token
+    /// (model_drafter reports one call per token it drafted).
+    std::optional<std::size_t> model_calls;
     /// An input, not an output: set by speculative_step() before draft() (from
     /// decode_options::draft_stop_below; 0 turns it off). A drafter may end the block after
     /// the first token x_i whose draft probability q_i(x_i) is below it, sparing the draft
@@ -86,14 +99,14 @@ struct draft_block {
     }
 
     /// An empty block: no tokens, probs with 0 columns (point masses), no scales, not
-    /// standardized, no model calls. The storage of probs is kept for resize_probs().
+    /// standardized, model calls not reported. The storage of probs is kept for resize_probs().
     void clear() {
         tokens.clear();
         if (probs.size() != 0) probs.swap(kept_);
         probs.resize(0, 0);
         scales.clear();
         standardized = false;
-        model_calls = 0;
+        model_calls.reset();
     }
 
 private:
@@ -174,7 +187,11 @@ concept InPlaceBatchVerifier =
 ///  `out.resize_probs(rows, cols)`, which reuses the last step's storage (a plain
 ///  `out.probs.resize` allocates on every call).
 ///  4. To make q as close to p as possible, apply `sampling` as the target does
-///     (see standardize()); a drafter may ignore it, at the cost of acceptance.
+///     (see standardize()); a drafter may ignore it, at the cost of acceptance. (The step
+///     passes decode_options::draft_sampling when it is set, the target's settings otherwise.)
+///  5. For statistics, `out.model_calls` may report the draft model's forward passes; left
+///     unset, each draft() that proposed tokens counts as one draft call
+///     (decode_stats::draft_calls).
 template <class D>
 concept BlockDrafter = requires(D& d, std::span<const token_id> context, std::size_t gamma,
                                 const sampling_config& sampling, uniform_source& uniforms, draft_block& out) {

@@ -10,12 +10,15 @@
 #include <cstddef>
 #include <optional>
 #include <functional>
+#include <initializer_list>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "adapters.hpp"
 #include "adaptive_gamma.hpp"
 #include "concepts.hpp"
+#include "diagnostics.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
@@ -81,8 +84,18 @@ struct decode_options {
     std::size_t max_new_tokens = 128;
     /// Generating any of these ends the run; the stop token is included in the output.
     std::vector<token_id> stop_tokens{};
-    /// Standardized sampling, applied identically to target and draft.
+    /// Standardized sampling of the target (the output's distribution); also the draft's unless
+    /// draft_sampling is set.
     sampling_config sampling{};
+    /// The draft's own sampling settings: when set, the drafter samples its proposals with
+    /// these (a plain LanguageModel drafter standardizes its logits with them; a BlockDrafter
+    /// receives them as its `sampling` argument), e.g. a draft at another temperature or top-k
+    /// than the target. Unset (the default): the target's `sampling`, which usually gives the
+    /// most accepted tokens. Exact either way: verification takes q from the distributions the
+    /// draft tokens were actually sampled from, and the output keeps the distribution of the
+    /// target under `sampling` (Leviathan et al. 2023, App. A.1 holds for any q). Ignored by
+    /// autoregressive_decode. \pre valid settings, as validate() checks.
+    std::optional<sampling_config> draft_sampling{};
     /// Lenience l in (0, 1]. **l < 1 changes the output distribution** (Leviathan et al.
     /// App. A.5; see verify_options::lenience); 1, the default, is exact. Needs
     /// scheme = verification_scheme::token.
@@ -117,9 +130,13 @@ inline bool cut_at_stop(std::vector<token_id>& sequence, std::size_t fresh, std:
     return false;
 }
 
-/// The prompt and the stop tokens must be tokens of the models' vocabulary.
+/// The prompt must not be empty, and it and the stop tokens must be tokens of the models'
+/// vocabulary.
 inline void check_prompt_and_stop_tokens(std::span<const token_id> prompt, std::span<const token_id> stop_tokens,
                                          std::ptrdiff_t vocab, const char* where) {
+    if (prompt.empty())
+        fail_invalid(where, ": the prompt is empty; the models need at least one context token to condition on"
+                            " (start the prompt with the model's BOS token)");
     check_token_range(prompt, vocab, where, "prompt");
     check_token_range(stop_tokens, vocab, where, "stop_tokens");
 }
@@ -140,12 +157,16 @@ inline constexpr std::size_t initial_reserve = 4096;
 ///
 /// \param drafter   draft model: a BlockDrafter, or a plain LanguageModel
 /// \param verifier  target model: a BatchVerifier, or a plain LanguageModel
-/// \param prompt    the context to continue (not included in the result)
-/// \param options   γ and its policy, token budget, stop tokens, sampling, lenience, callback
+/// \param prompt    the context to continue (not included in the result): at least one token
+///                  (usually the model's BOS first); any contiguous range of token_id, or a
+///                  braced list `{1, 2, 3}`
+/// \param options   γ and its policy, token budget, stop tokens, sampling (the target's, and
+///                  optionally the draft's), lenience, callback
 /// \param rng       the caller's generator: the same seed gives the same tokens
 /// \returns the generated tokens, statistics and stop reason.
 /// \throws std::invalid_argument for invalid options, a vocabulary mismatch between the
-///         models, a prompt or stop token out of range, or malformed model output; and
+///         models, an empty prompt, a prompt or stop token out of range, or malformed model
+///         output; and
 ///         whatever an adapter or the callback throws, unchanged. Basic guarantee: the
 ///         tokens generated so far are lost, and the drafter, verifier and generator stay
 ///         usable (the generator may have advanced); given a generator with the same seed, the
@@ -162,8 +183,10 @@ inline constexpr std::size_t initial_reserve = 4096;
 template <Drafter D, Verifier V, random_generator G>
 decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_id> prompt,
                                  const decode_options& options, G&& rng) {
+    [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_speculative_call<D, V, G>();  // logits of float
     constexpr const char* where = "specdec::speculative_decode";
     detail::check_step_options(options.gamma, options.sampling, options.lenience, options.scheme, where);
+    detail::check_draft_sampling(options.draft_sampling, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
     detail::check_prompt_and_stop_tokens(prompt, options.stop_tokens, vocab, where);
 
@@ -184,7 +207,8 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
     }
     detail::step_extras extras{.estimate_acceptance = adaptive || options.estimate_acceptance,
                                .draft_stop_below = options.draft_stop_below,
-                               .time = adaptive && controller->measures_time()};
+                               .time = adaptive && controller->measures_time(),
+                               .draft_sampling = options.draft_sampling ? &*options.draft_sampling : nullptr};
 
     decode_result result;
     std::vector<token_id> sequence(prompt.begin(), prompt.end());
@@ -226,17 +250,35 @@ decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_
     return result;
 }
 
+/// Chosen only when the drafter, verifier or generator misses a requirement: reports which
+/// one, and the fix, in a static_assert (see diagnostics.hpp).
+template <class D, class V, class G>
+decode_result speculative_decode(D&, V&, std::span<const token_id>, const decode_options&, G&&) {
+    detail::reject_speculative_call<D, V, G>();
+    return {};
+}
+
+/// speculative_decode with a braced prompt: `speculative_decode(draft, target, {1, 2, 3}, options, rng)`.
+template <class D, class V, class G>
+decode_result speculative_decode(D& drafter, V& verifier, std::initializer_list<token_id> prompt,
+                                 const decode_options& options, G&& rng) {
+    return speculative_decode(drafter, verifier, std::span<const token_id>(prompt.begin(), prompt.size()), options,
+                              std::forward<G>(rng));
+}
+
 /// The baseline: plain autoregressive sampling from the target, one model call per token,
 /// with the same standardized sampling and the same uniform conversion (one uniform per
 /// token). options.gamma and options.lenience are ignored.
 ///
 /// \param model  a Verifier; a plain LanguageModel is called through next_logits, a
 ///               BatchVerifier without it through score(context, {}).
-/// \throws std::invalid_argument for invalid options, a prompt or stop token out of range, or
-///         malformed model output.
+/// \param prompt as for speculative_decode (not empty; a braced list works too)
+/// \throws std::invalid_argument for invalid options, an empty prompt, a prompt or stop token
+///         out of range, or malformed model output.
 template <Verifier M, random_generator G>
 decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, const decode_options& options,
                                     G&& rng) {
+    [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_autoregressive_call<M, G>();  // logits of float
     constexpr const char* where = "specdec::autoregressive_decode";
     validate(options.sampling, where);
     const auto vocab = static_cast<Eigen::Index>(model.vocab_size());
@@ -261,8 +303,8 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
             logits = scores.col(0);
         }
         // Only the draw is needed: the weights are never normalized.
-        const auto t = static_cast<token_id>(
-            standardize_weights_and_sample(logits, options.sampling, p, uniform01(rng), sws, where).index);
+        const token_id t =
+            standardize_weights_and_sample(logits, options.sampling, p, uniform01(rng), sws, where).token;
         sequence.push_back(t);
         result.tokens.push_back(t);
         result.stats.steps += 1;
@@ -277,6 +319,22 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
         }
     }
     return result;
+}
+
+/// Chosen only when the model or generator misses a requirement: reports which one, and the
+/// fix, in a static_assert (see diagnostics.hpp).
+template <class M, class G>
+decode_result autoregressive_decode(M&, std::span<const token_id>, const decode_options&, G&&) {
+    detail::reject_autoregressive_call<M, G>();
+    return {};
+}
+
+/// autoregressive_decode with a braced prompt: `autoregressive_decode(target, {1, 2, 3}, options, rng)`.
+template <class M, class G>
+decode_result autoregressive_decode(M& model, std::initializer_list<token_id> prompt, const decode_options& options,
+                                    G&& rng) {
+    return autoregressive_decode(model, std::span<const token_id>(prompt.begin(), prompt.size()), options,
+                                 std::forward<G>(rng));
 }
 
 }  // namespace specdec

@@ -45,7 +45,11 @@ struct decode_stats {
     /// Forward passes of the target model: 1 per step with a batched score() (or what the
     /// verifier's calls_per_score says, see BatchVerifier), γ+1 with a plain model.
     std::size_t target_calls = 0;
-    std::size_t draft_calls = 0;      ///< calls into the draft model (forward passes, as the drafter reports them)
+    /// Calls into the draft model: the forward passes a drafter reports in
+    /// draft_block::model_calls (model_drafter and a plain LanguageModel drafter: one per
+    /// draft token; prompt_lookup_drafter: 0); for a drafter that reports nothing, one per
+    /// draft() that proposed tokens.
+    std::size_t draft_calls = 0;
     std::size_t drafted_tokens = 0;   ///< draft tokens proposed
     std::size_t accepted_tokens = 0;  ///< draft tokens accepted
     std::size_t rejected_tokens = 0;  ///< draft tokens tested and rejected (at most one per step)

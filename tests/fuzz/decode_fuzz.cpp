@@ -165,8 +165,8 @@ struct fuzz_block_drafter {
             auto q = out.probs.col(static_cast<Eigen::Index>(i));
             logits_column(*s, z);  // a bad row makes the sampling call below throw (a fault)
             if (scaled) {
-                const specdec::scaled_draw d = specdec::standardize_weights_and_sample(z, sampling, q, uniforms(), sws);
-                out.tokens.push_back(static_cast<token_id>(d.index));
+                const specdec::token_draw d = specdec::standardize_weights_and_sample(z, sampling, q, uniforms(), sws);
+                out.tokens.push_back(d.token);
                 out.scales.push_back(d.scale);
             } else {
                 out.tokens.push_back(
@@ -448,8 +448,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     const bool lenience_ok = o.lenience > 0.0f && o.lenience <= 1.0f &&
                              !(o.lenience != 1.0f && o.scheme == specdec::verification_scheme::block);
+    // An empty prompt (or sequence, in step mode) is rejected before any model call.
     rs.upfront_invalid = o.gamma == 0 || !fuzz::valid_sampling(o.sampling) || !lenience_ok || vocab_lie ||
-                         prompt_out_of_range;
+                         prompt_out_of_range || rs.prompt.empty();
     if (!rs.step_mode) {
         rs.upfront_invalid = rs.upfront_invalid || stop_out_of_range ||
                              !(o.draft_stop_below >= 0.0f && o.draft_stop_below <= 1.0f) ||

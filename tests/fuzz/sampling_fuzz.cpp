@@ -135,12 +135,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     // standardize_weights_and_sample: weights and a scale, q = scale · w.
     Eigen::VectorXf w(n);
-    specdec::scaled_draw d;
+    specdec::token_draw d;
     FUZZ_CHECK(throws_invalid([&] { d = specdec::standardize_weights_and_sample(logits, s, w, u, ws); }) ==
                expect_throw);
     if (!expect_throw) {
         FUZZ_CHECK(std::isfinite(d.scale) && d.scale > 0.0f);
-        FUZZ_CHECK(d.index >= 0 && d.index < n && w[d.index] > 0.0f);
+        FUZZ_CHECK(d.token >= 0 && d.token < n && w[d.token] > 0.0f);
         Eigen::VectorXf scaled(n);
         for (Eigen::Index i = 0; i < n; ++i) {
             const float wi = w.data()[i];

@@ -136,8 +136,8 @@ void sampling_items(std::vector<item>& items, const Eigen::VectorXf& row, const 
 
         item d{"standardize_weights_and_sample/" + suffix, {}};
         for (const double u : uniforms) {
-            const specdec::scaled_draw draw = specdec::standardize_weights_and_sample(row, c.s, out, u, ws);
-            d.words.push_back(word(draw.index));
+            const specdec::token_draw draw = specdec::standardize_weights_and_sample(row, c.s, out, u, ws);
+            d.words.push_back(word(draw.token));
             d.words.push_back(bits(draw.scale));
         }
         append(d.words, out);

@@ -16,17 +16,16 @@
 #include "../types.hpp"
 #include "config.hpp"
 
-namespace specdec {
+namespace specdec::detail {
 
 /// A token drawn from weights w, with the factor that turns them into the distribution:
-/// q = scale · w.
+/// q = scale · w (the public form is specdec::token_draw).
 struct scaled_draw {
     Eigen::Index index = 0;  ///< the token drawn
     float scale = 1.0f;      ///< q = scale · w; 1 when w is already the distribution
 };
 
-
-}  // namespace specdec
+}  // namespace specdec::detail
 
 namespace specdec::detail {
 

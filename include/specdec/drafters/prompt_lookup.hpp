@@ -36,6 +36,7 @@ public:
     void draft(std::span<const token_id> context, std::size_t gamma, const sampling_config&, uniform_source&,
                draft_block& out) const {
         out.clear();  // point masses, or nothing
+        out.model_calls = 0;  // a lookup, no model: it adds no draft calls to the statistics
         const std::size_t len = context.size();
         for (std::size_t n = std::min(max_ngram_, len > 0 ? len - 1 : 0); n >= min_ngram_ && n > 0; --n) {
             const auto key = context.subspan(len - n);

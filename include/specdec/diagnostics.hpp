@@ -1,0 +1,310 @@
+#pragma once
+/// \file
+/// Compile-time diagnosis of the entry points' requirements: which part of a concept a type
+/// misses, in a static_assert message that names the requirement and the fix.
+///
+/// The entry points (speculative_decode, autoregressive_decode, speculative_step,
+/// speculative_step_batch) are constrained on the concepts of concepts.hpp; each also has an
+/// unconstrained overload, chosen only when a constraint fails, whose body runs these checks
+/// in order and stops at the first that fails. So a call with, say, a `next_logits` that
+/// returns std::vector<float> reports
+/// "next_logits must return an Eigen vector of float ... got std::vector<float>" instead of
+/// "no operand of the disjunction is satisfied". (The fallback overloads make such calls
+/// well-formed in unevaluated contexts such as requires-expressions; test the concepts
+/// themselves, not the callability of an entry point.)
+
+#include <Eigen/Core>
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "concepts.hpp"
+#include "random.hpp"
+#include "types.hpp"
+
+namespace specdec::detail {
+
+/// A false that depends on T, for static_assert in a discarded branch.
+template <class...>
+inline constexpr bool dependent_false = false;
+
+template <class T>
+inline constexpr bool is_std_vector = false;
+template <class T, class A>
+inline constexpr bool is_std_vector<std::vector<T, A>> = true;
+
+/// An Eigen object (a matrix, array, expression or map): derived from Eigen::EigenBase.
+template <class T>
+concept eigen_object = std::is_base_of_v<Eigen::EigenBase<std::remove_cvref_t<T>>, std::remove_cvref_t<T>>;
+
+template <class M>
+concept has_vocab_size = requires(M& m) { m.vocab_size(); };
+template <class M>
+concept has_integer_vocab_size = requires(M& m) { { m.vocab_size() } -> std::convertible_to<std::ptrdiff_t>; };
+// A member of that name, found when it is neither overloaded nor a template (&M::f is then valid).
+template <class M>
+concept names_next_logits = requires { &M::next_logits; };
+template <class M>
+concept names_score = requires { &M::score; };
+template <class M>
+concept names_draft = requires { &M::draft; };
+template <class M>
+concept next_logits_callable = requires(M& m, std::span<const token_id> c) { m.next_logits(c); };
+template <class M>
+concept score_callable = requires(M& m, std::span<const token_id> c) { m.score(c, c); };
+template <class M>
+concept draft_callable = requires(M& m, std::span<const token_id> c, std::size_t g, const sampling_config& s,
+                                  uniform_source& u, draft_block& b) { m.draft(c, g, s, u, b); };
+
+// Each diagnose_* function returns true when it reported a failed requirement (its
+// static_assert then fails), false when it found nothing wrong.
+
+/// A model's vocab_size(): present on a non-const object, and an integer.
+template <class M>
+constexpr bool diagnose_vocab_size() {
+    if constexpr (!has_vocab_size<M>) {
+        static_assert(dependent_false<M>,
+                      "specdec: the model has no vocab_size() member function callable on it; add "
+                      "`std::ptrdiff_t vocab_size() const` returning the size of the shared vocabulary");
+        return true;
+    } else if constexpr (!has_integer_vocab_size<M>) {
+        static_assert(dependent_false<M>,
+                      "specdec: vocab_size() must return an integer (convertible to std::ptrdiff_t)");
+        return true;
+    } else {
+        return false;
+    }
+}
+
+/// The result of next_logits: an Eigen vector of float.
+template <class R>
+constexpr bool diagnose_logits_vector() {
+    using T = std::remove_cvref_t<R>;
+    if constexpr (is_std_vector<T>) {
+        static_assert(dependent_false<R>,
+                      "specdec: next_logits must return an Eigen vector of float (Eigen::VectorXf or an "
+                      "expression of it); got std::vector: return an Eigen::VectorXf, or an "
+                      "Eigen::Map<const Eigen::VectorXf>(v.data(), v.size()) over a float buffer that outlives "
+                      "the call");
+        return true;
+    } else if constexpr (eigen_object<T>) {
+        if constexpr (!std::is_same_v<typename T::Scalar, float>) {
+            static_assert(dependent_false<R>,
+                          "specdec: next_logits must return an Eigen vector of float; got an Eigen object of "
+                          "another scalar type (e.g. Eigen::VectorXd): return logits.cast<float>()");
+            return true;
+        } else {
+            return false;
+        }
+    } else if constexpr (!std::convertible_to<R, Eigen::VectorXf>) {
+        static_assert(dependent_false<R>,
+                      "specdec: next_logits must return an Eigen vector of float (Eigen::VectorXf, an "
+                      "expression of it, or an Eigen::Map over float logits); its result does not convert to "
+                      "Eigen::VectorXf");
+        return true;
+    } else {
+        return false;
+    }
+}
+
+/// The result of score: an Eigen matrix of float.
+template <class R>
+constexpr bool diagnose_logits_matrix() {
+    using T = std::remove_cvref_t<R>;
+    if constexpr (eigen_object<T>) {
+        if constexpr (!std::is_same_v<typename T::Scalar, float>) {
+            static_assert(dependent_false<R>,
+                          "specdec: score must return an Eigen matrix of float; got an Eigen object of another "
+                          "scalar type (e.g. Eigen::MatrixXd): return scores.cast<float>()");
+            return true;
+        } else {
+            return false;
+        }
+    } else if constexpr (!std::convertible_to<R, Eigen::MatrixXf>) {
+        static_assert(dependent_false<R>,
+                      "specdec: score(context, draft) must return an Eigen matrix of float (Eigen::MatrixXf, "
+                      "vocab_size() rows and draft.size() + 1 columns); its result does not convert to "
+                      "Eigen::MatrixXf");
+        return true;
+    } else {
+        return false;
+    }
+}
+
+template <class M>
+using next_logits_result = decltype(std::declval<M&>().next_logits(std::declval<std::span<const token_id>>()));
+template <class V>
+using score_result = decltype(std::declval<V&>().score(std::declval<std::span<const token_id>>(),
+                                                       std::declval<std::span<const token_id>>()));
+
+/// LanguageModel, requirement by requirement.
+template <class M>
+constexpr bool diagnose_language_model() {
+    if constexpr (diagnose_vocab_size<M>()) {
+        return true;
+    } else if constexpr (!next_logits_callable<M>) {
+        if constexpr (names_next_logits<std::remove_const_t<M>>)
+            static_assert(dependent_false<M>,
+                          "specdec: next_logits cannot be called with the context as a "
+                          "std::span<const specdec::token_id>; declare it as "
+                          "`Eigen::VectorXf next_logits(std::span<const specdec::token_id> context)`");
+        else
+            static_assert(dependent_false<M>,
+                          "specdec: the model has no next_logits(context) member function callable with a "
+                          "std::span<const specdec::token_id>; declare "
+                          "`Eigen::VectorXf next_logits(std::span<const specdec::token_id> context)`");
+        return true;
+    } else {
+        return diagnose_logits_vector<next_logits_result<M>>();
+    }
+}
+
+/// BatchVerifier, requirement by requirement.
+template <class V>
+constexpr bool diagnose_batch_verifier() {
+    if constexpr (diagnose_vocab_size<V>()) {
+        return true;
+    } else if constexpr (!score_callable<V>) {
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier's score has the wrong signature; a BatchVerifier needs "
+                      "`Eigen::MatrixXf score(std::span<const specdec::token_id> context, "
+                      "std::span<const specdec::token_id> draft)` (the logits after context + draft[0..j) in "
+                      "column j), or remove it and give the verifier next_logits(context)");
+        return true;
+    } else {
+        return diagnose_logits_matrix<score_result<V>>();
+    }
+}
+
+/// BlockDrafter, requirement by requirement.
+template <class D>
+constexpr bool diagnose_block_drafter() {
+    if constexpr (diagnose_vocab_size<D>()) {
+        return true;
+    } else if constexpr (!draft_callable<D>) {
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter's draft has the wrong signature; a BlockDrafter needs `void "
+                      "draft(std::span<const specdec::token_id> context, std::size_t gamma, const "
+                      "specdec::sampling_config& sampling, specdec::uniform_source& uniforms, specdec::draft_block& "
+                      "out)`");
+        return true;
+    } else {
+        return false;
+    }
+}
+
+/// Why D is not a Drafter; for a Drafter, only the scalar type of its logits is checked.
+template <class D>
+constexpr bool diagnose_drafter() {
+    using U = std::remove_const_t<D>;
+    if constexpr (Drafter<D>) {
+        if constexpr (BlockDrafter<D>) return false;
+        else return diagnose_logits_vector<next_logits_result<D>>();
+    } else if constexpr (std::is_const_v<D> && Drafter<U>) {
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter is const: its draft() (or next_logits()) and vocab_size() must be "
+                      "const member functions, or pass a non-const drafter (models keep state such as a KV "
+                      "cache, so they are taken by non-const reference)");
+        return true;
+    } else if constexpr (names_draft<U> || draft_callable<U>) {
+        return diagnose_block_drafter<D>();
+    } else if constexpr (names_next_logits<U> || next_logits_callable<U>) {
+        return diagnose_language_model<D>();
+    } else if constexpr (names_score<U> || score_callable<U>) {
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter has score() but neither draft() nor next_logits(): it looks like a "
+                      "verifier; the drafter comes first: speculative_decode(drafter, verifier, prompt, options, "
+                      "rng)");
+        return true;
+    } else {
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter has neither `draft(context, gamma, sampling, uniforms, out)` (a "
+                      "BlockDrafter) nor `next_logits(context)` (a LanguageModel); see specdec/concepts.hpp");
+        return true;
+    }
+}
+
+/// Why V is not a Verifier; for a Verifier, only the scalar type of its logits is checked.
+template <class V>
+constexpr bool diagnose_verifier() {
+    using U = std::remove_const_t<V>;
+    if constexpr (Verifier<V>) {
+        if constexpr (BatchVerifier<V>) return diagnose_logits_matrix<score_result<V>>();
+        else return diagnose_logits_vector<next_logits_result<V>>();
+    } else if constexpr (std::is_const_v<V> && Verifier<U>) {
+        static_assert(dependent_false<V>,
+                      "specdec: the model is const: next_logits (or score) and vocab_size must be const member "
+                      "functions, or pass a non-const model (models keep state such as a KV cache, so they are "
+                      "taken by non-const reference)");
+        return true;
+    } else if constexpr (names_score<U> || score_callable<U>) {
+        return diagnose_batch_verifier<V>();
+    } else if constexpr (names_next_logits<U> || next_logits_callable<U>) {
+        return diagnose_language_model<V>();
+    } else if constexpr (names_draft<U> || draft_callable<U>) {
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier has draft() but neither score() nor next_logits(): it looks like a "
+                      "drafter; the target comes second: speculative_decode(drafter, verifier, prompt, options, "
+                      "rng)");
+        return true;
+    } else {
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier (target) has neither `score(context, draft)` (a BatchVerifier) nor "
+                      "`next_logits(context)` (a LanguageModel); see specdec/concepts.hpp");
+        return true;
+    }
+}
+
+/// Why G is not a random_generator.
+template <class G>
+constexpr bool diagnose_generator() {
+    using U = std::remove_cvref_t<G>;
+    if constexpr (random_generator<G>) {
+        return false;
+    } else if constexpr (std::is_arithmetic_v<U>) {
+        static_assert(dependent_false<G>,
+                      "specdec: rng must be a random generator object, not a number: pass e.g. "
+                      "`std::mt19937_64 rng(seed);` (a std::uniform_random_bit_generator)");
+        return true;
+    } else {
+        static_assert(dependent_false<G>,
+                      "specdec: rng must satisfy std::uniform_random_bit_generator (e.g. std::mt19937_64): "
+                      "result_type an unsigned integer, static min() and max(), and operator()");
+        return true;
+    }
+}
+
+/// The arguments of a speculative entry point, in order (the drafter, the verifier, the
+/// generator), up to the first requirement that fails; true when one was reported.
+template <class D, class V, class G>
+constexpr bool diagnose_speculative_call() {
+    if constexpr (diagnose_drafter<D>()) return true;
+    else if constexpr (diagnose_verifier<V>()) return true;
+    else return diagnose_generator<G>();
+}
+
+/// The arguments of autoregressive_decode (the model, the generator), as above.
+template <class M, class G>
+constexpr bool diagnose_autoregressive_call() {
+    if constexpr (diagnose_verifier<M>()) return true;
+    else return diagnose_generator<G>();
+}
+
+/// The body of an entry point's unconstrained fallback overload: reports the first failed
+/// requirement, or (should a failing concept escape the checks) the concepts themselves.
+template <class D, class V, class G>
+constexpr void reject_speculative_call() {
+    static_assert(diagnose_speculative_call<D, V, G>() || (Drafter<D> && Verifier<V> && random_generator<G>),
+                  "specdec: the drafter must be a Drafter, the verifier a Verifier and rng a random generator "
+                  "(see specdec/concepts.hpp)");
+}
+template <class M, class G>
+constexpr void reject_autoregressive_call() {
+    static_assert(diagnose_autoregressive_call<M, G>() || (Verifier<M> && random_generator<G>),
+                  "specdec: the model must be a Verifier and rng a random generator (see specdec/concepts.hpp)");
+}
+
+}  // namespace specdec::detail
