@@ -1,5 +1,6 @@
 #include "support/catch.hpp"
 #include "support/markov.hpp"
+#include "support/multi_markov.hpp"
 
 #include <specdec/batch.hpp>
 
@@ -105,4 +106,56 @@ TEST_CASE("A failing sequence in a batch is reported and left unchanged, the oth
     CHECK(with_bad[1].tokens == std::vector<token_id>{0, 8});
     CHECK(pair[0].calls + pair[1].calls > 0);
     CHECK_THROWS_AS(specdec::batch_workspace(0), std::invalid_argument);
+}
+
+TEST_CASE("A batch step honours draft_sampling and rejects an empty sequence", "[batch]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    const specdec::step_options opts{.gamma = 3,
+                                     .sampling = {.temperature = 0.9f},
+                                     .draft_sampling = specdec::sampling_config{.temperature = 0.5f, .top_k = 3}};
+    // What separate steps with the same settings and seeds give.
+    std::vector<std::vector<token_id>> expected(2);
+    for (std::size_t b = 0; b < 2; ++b) {
+        handle d{&draft}, t{&target};
+        std::mt19937_64 rng(30 + b);
+        specdec::step_workspace ws;
+        specdec::decode_stats stats;
+        expected[b] = {static_cast<token_id>(b)};
+        for (int s = 0; s < 10; ++s) specdec::speculative_step(d, t, expected[b], stats, opts, rng, ws);
+    }
+    std::vector<handle> drafters(2, handle{&draft}), verifiers(2, handle{&target});
+    std::vector<specdec::batch_sequence<std::mt19937_64>> seqs;
+    for (std::size_t b = 0; b < 2; ++b) seqs.push_back({{static_cast<token_id>(b)}, {}, std::mt19937_64(30 + b)});
+    specdec::batch_workspace ws(2);
+    for (int s = 0; s < 10; ++s) specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
+    CHECK(seqs[0].tokens == expected[0]);
+    CHECK(seqs[1].tokens == expected[1]);
+    // Without draft_sampling the output differs (the draft's proposals change).
+    std::vector<specdec::batch_sequence<std::mt19937_64>> plain;
+    for (std::size_t b = 0; b < 2; ++b) plain.push_back({{static_cast<token_id>(b)}, {}, std::mt19937_64(30 + b)});
+    specdec::step_options same_as_target = opts;
+    same_as_target.draft_sampling.reset();
+    for (int s = 0; s < 10; ++s) specdec::speculative_step_batch(drafters, verifiers, plain, same_as_target, ws);
+    CHECK((plain[0].tokens != expected[0] || plain[1].tokens != expected[1]));
+    // An empty sequence fails alone, before its models see it.
+    std::vector<specdec::batch_sequence<std::mt19937_64>> with_empty(2, {{0}, {}, std::mt19937_64(1)});
+    with_empty[1].tokens.clear();
+    CHECK_THROWS_WITH(specdec::speculative_step_batch(drafters, verifiers, with_empty, opts, ws),
+                      contains("sequence 1 has no tokens"));
+    CHECK(with_empty[0].tokens.size() > 1);
+    CHECK(with_empty[1].tokens.empty());
+}
+
+TEST_CASE("The multi-sequence batch step refuses draft_sampling, which it does not support yet", "[batch][errors]") {
+    auto target = markov_model::random(8, 2, 1);
+    auto draft = markov_model::random(8, 2, 2);
+    multi_markov_verifier verifier{&target};
+    std::vector<specdec::batch_sequence<std::mt19937_64>> seqs(2, {{0}, {}, std::mt19937_64(1)});
+    specdec::batch_workspace ws;
+    const specdec::step_options opts{.gamma = 2, .draft_sampling = specdec::sampling_config{.temperature = 0.5f}};
+    CHECK_THROWS_WITH(specdec::speculative_step_batch(draft, verifier, std::span(seqs), opts, ws),
+                      contains("draft_sampling is not supported by the multi-sequence step yet"));
+    CHECK(seqs[0].tokens.size() == 1);
+    CHECK(verifier.passes == 0);
 }

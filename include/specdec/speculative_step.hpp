@@ -9,12 +9,16 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <optional>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "adapters.hpp"
 #include "concepts.hpp"
 #include "detail/reshape.hpp"
+#include "diagnostics.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
@@ -27,7 +31,7 @@ namespace specdec {
 struct step_options {
     /// γ: how many draft tokens to propose. \pre gamma >= 1.
     std::size_t gamma = 4;
-    /// Standardized sampling, applied identically to target and draft logits.
+    /// Standardized sampling of the target; the draft's too unless draft_sampling is set.
     sampling_config sampling{};
     /// Lenience l in (0, 1]; see verify_options::lenience. **l < 1 changes the output
     /// distribution** (Leviathan et al. App. A.5); 1, the default, is exact. Needs
@@ -35,6 +39,9 @@ struct step_options {
     float lenience = 1.0f;
     /// Token or block verification; block (Sun et al. 2024) is the default. Both are exact.
     verification_scheme scheme = verification_scheme::block;
+    /// The draft's own sampling settings (see decode_options::draft_sampling); unset (the
+    /// default), the drafter samples with `sampling`, as the target.
+    std::optional<sampling_config> draft_sampling{};
 };
 
 /// What one step did. `draft` views the workspace and is valid until it is reused.
@@ -95,11 +102,15 @@ struct step_extras {
     bool time = false;                 ///< measure the two fields below (steady clock)
     double draft_seconds = 0.0;        ///< the drafter's call
     double pass_seconds = 0.0;         ///< the verifier's call
+    /// The sampling settings the drafter is given (decode_options::draft_sampling); null: the
+    /// target's. Verification standardizes the target's rows with the target's settings
+    /// whatever this is, and takes q from the draft block: exact for any draft settings.
+    const sampling_config* draft_sampling = nullptr;
 };
 
 /// β_i = Σ_x min(p_i(x), q_i(x)) for the first `tested` draft positions (Leviathan et al.
 /// Def. 3.1; p_i(x_i) for point masses), p_i the standardized target row i.
-inline void estimate_acceptance(const Eigen::MatrixXf& target_logits, const draft_block& block,
+inline void estimate_acceptance(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, const draft_block& block,
                                 const Eigen::Ref<const Eigen::MatrixXf>& probs, const sampling_config& sampling,
                                 std::size_t tested, step_workspace& ws) {
     ws.acceptance.resize(tested);
@@ -134,6 +145,19 @@ inline void check_step_options(std::size_t gamma, const sampling_config& samplin
                      " is defined for token verification only; set scheme = verification_scheme::token");
 }
 
+/// Checks decode_options::draft_sampling / step_options::draft_sampling as validate() does,
+/// naming the field draft_sampling in the message.
+inline void check_draft_sampling(const std::optional<sampling_config>& draft, const char* where) {
+    if (!draft) return;
+    try {
+        validate(*draft, where);
+    } catch (const std::invalid_argument& e) {
+        std::string message = e.what();
+        if (const auto at = message.find("sampling."); at != std::string::npos) message.insert(at, "draft_");
+        throw std::invalid_argument(message);
+    }
+}
+
 template <Drafter D, Verifier V>
 std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
     const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
@@ -159,41 +183,31 @@ std::size_t score_calls(V& verifier, std::size_t n) {
     }
 }
 
-/// The body of a step, for gamma >= 0 (0: no draft, one token sampled from the target).
-/// Options must have been checked. Strong guarantee: if anything throws, `sequence` and
-/// `stats` are as they were.
-template <Drafter D, Verifier V, class G>
-step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
-                      std::size_t gamma, const sampling_config& sampling, float lenience,
-                      verification_scheme scheme, G& rng,
-                      step_workspace& ws, std::ptrdiff_t vocab, const char* where, step_extras* extras = nullptr) {
-    static_assert(BatchVerifier<V> || !requires(V& v, std::span<const token_id> c, Eigen::MatrixXf& out) {
-        v.score_into(c, c, out);
-    }, "specdec: the verifier has score_into() but no score(); a batched verifier needs score() too (it may call "
-       "score_into), else it is used as a plain LanguageModel, one next_logits call per position");
-    const std::span<const token_id> context(sequence);
-    draft_block& block = ws.draft;
-
-    // Alg. 1, first loop: sample γ guesses from M_q.
-    uniform_source uniforms(rng);
-    // Nothing of the last step's block (made by this drafter or another) reaches this one: a
-    // drafter that writes only tokens makes point-mass drafts, one that sets no scales has
-    // none, and standardized stays false unless the drafter sets it.
+/// Step phase 1, before drafting: empties the block and sets its draft-side stop. Nothing of
+/// the last step's block (made by this drafter or another) reaches this one: a drafter that
+/// writes only tokens makes point-mass drafts, one that sets no scales has none, and
+/// standardized stays false unless the drafter sets it.
+inline void begin_draft(draft_block& block, const step_extras* extras) {
     block.clear();
     block.stop_below = extras ? extras->draft_stop_below : 0.0f;
-    const bool timed = extras && extras->time;
-    auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-    if (gamma == 0) {
-        // no draft: one token sampled from the target
-    } else if constexpr (BlockDrafter<D>) {
-        drafter.draft(context, gamma, sampling, uniforms, block);
+}
+
+/// Step phase 1 with a per-sequence Drafter (Alg. 1, first loop: sample γ guesses from M_q)
+/// into ws.draft; γ = 0 drafts nothing (one token is then sampled from the target).
+template <Drafter D>
+void run_drafter(D& drafter, std::span<const token_id> context, std::size_t gamma, const sampling_config& sampling,
+                 uniform_source& uniforms, step_workspace& ws) {
+    if (gamma == 0) return;
+    if constexpr (BlockDrafter<D>) {
+        drafter.draft(context, gamma, sampling, uniforms, ws.draft);
     } else {
-        draft_from_model(drafter, context, gamma, sampling, uniforms, block, ws.context, ws.logits, ws.sampling);
+        draft_from_model(drafter, context, gamma, sampling, uniforms, ws.draft, ws.context, ws.logits, ws.sampling);
     }
-    if (timed) {
-        extras->draft_seconds = seconds_since(t0);
-        t0 = std::chrono::steady_clock::now();
-    }
+}
+
+/// Step phase 1, after drafting: checks the block the drafter wrote (before the target sees
+/// it) and ends it at the draft-side stop. Returns its length n.
+inline std::size_t check_draft(draft_block& block, std::size_t gamma, std::ptrdiff_t vocab, const char* where) {
     std::size_t n = block.tokens.size();
     if (n > gamma) fail_invalid(where, ": the drafter proposed ", n, " tokens; at most gamma = ", gamma, " were asked for");
     // Before the target sees them: a token out of range would index its embedding table.
@@ -225,23 +239,40 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
             }
         }
     }
+    return n;
+}
 
-    // Alg. 1: run M_p on all γ+1 prefixes in one pass.
-    const std::span<const token_id> draft_tokens(block.tokens);
-    const std::size_t target_calls = score_calls(verifier, n);
+/// Step phase 2 with a per-sequence Verifier (Alg. 1: run M_p on all γ+1 prefixes in one
+/// pass) into ws.target_logits.
+template <Verifier V>
+void run_verifier(V& verifier, std::span<const token_id> context, std::span<const token_id> draft_tokens,
+                  step_workspace& ws, std::ptrdiff_t vocab) {
     if constexpr (InPlaceBatchVerifier<V>) {
-        ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
+        ws.shape_target_logits(vocab, static_cast<Eigen::Index>(draft_tokens.size() + 1));
         verifier.score_into(context, draft_tokens, ws.target_logits);
     } else if constexpr (BatchVerifier<V>) {
         ws.target_logits = verifier.score(context, draft_tokens);
     } else {
-        ws.shape_target_logits(vocab, static_cast<Eigen::Index>(n + 1));
+        ws.shape_target_logits(vocab, static_cast<Eigen::Index>(draft_tokens.size() + 1));
         score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);
     }
-    const double pass_seconds = timed ? seconds_since(t0) : 0.0;
-    if (ws.target_logits.rows() != vocab || ws.target_logits.cols() != static_cast<Eigen::Index>(n + 1))
-        fail_invalid(where, ": the target's score() returned ", ws.target_logits.rows(), " x ",
-                     ws.target_logits.cols(), "; expected vocab_size x (draft length + 1) = ", vocab, " x ", n + 1);
+}
+
+/// Step phase 3: checks the target's scores of the block in ws.draft (its n tokens), verifies
+/// them with `rng`, and appends the result to `sequence`. Strong guarantee: if anything throws,
+/// `sequence` and `stats` are as they were.
+template <class G>
+step_result finish_step(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std::vector<token_id>& sequence,
+                        decode_stats& stats, std::size_t target_calls, const sampling_config& sampling,
+                        float lenience, verification_scheme scheme, G& rng, step_workspace& ws, std::ptrdiff_t vocab,
+                        const char* where, step_extras* extras) {
+    draft_block& block = ws.draft;
+    const std::size_t n = block.tokens.size();
+    const std::span<const token_id> draft_tokens(block.tokens);
+    if (target_logits.rows() != vocab || target_logits.cols() != static_cast<Eigen::Index>(n + 1))
+        fail_invalid(where, ": the target's score() returned ", target_logits.rows(), " x ", target_logits.cols(),
+                     "; expected vocab_size x (draft length + 1) = ", vocab, " x ", n + 1);
+    const bool scaled = !block.scales.empty();
 
     // Modified rejection sampling and residual resampling.
     verify_options vopts;
@@ -251,15 +282,14 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     // model_drafter or a plain LanguageModel drafter) are distributions by construction.
     vopts.check_draft_distributions = !block.standardized;
     const Eigen::Index q_rows = vocab, q_cols = static_cast<Eigen::Index>(n);
-    check_verify_inputs(ws.target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
+    check_verify_inputs(target_logits, draft_tokens, block.has_distributions() ? &q_rows : nullptr, &q_cols,
                         sampling, vopts, where);
     const Eigen::Ref<const Eigen::MatrixXf> probs(block.probs.leftCols(block.has_distributions() ? q_cols : 0));
-    const verify_result r = run_verify({ws.target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
+    const verify_result r = run_verify({target_logits, draft_tokens, block.has_distributions() ? &probs : nullptr,
                                         scaled ? block.scales.data() : nullptr, sampling, vopts, where},
                                        rng, ws.verify);
-    if (timed) extras->pass_seconds = pass_seconds;
     const std::size_t tested = std::min(n, r.accepted + 1);
-    if (extras && extras->estimate_acceptance) estimate_acceptance(ws.target_logits, block, probs, sampling, tested, ws);
+    if (extras && extras->estimate_acceptance) estimate_acceptance(target_logits, block, probs, sampling, tested, ws);
     else ws.acceptance.clear();
 
     // Commit. Everything that can throw (allocation) happens before the first change. The
@@ -279,7 +309,8 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     sequence.push_back(r.next_token);
     stats.steps += 1;
     stats.target_calls += target_calls;
-    stats.draft_calls += block.model_calls;
+    // A drafter that does not report its model calls costs one call per block it proposed.
+    stats.draft_calls += block.model_calls.value_or(n > 0 ? 1 : 0);
     stats.drafted_tokens += n;
     stats.accepted_tokens += r.accepted;
     stats.rejected_tokens += (r.accepted < n) ? 1 : 0;
@@ -288,6 +319,38 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     if (estimated)
         for (std::size_t i = 0; i < tested; ++i) stats.expected_accepted_at_position[i] += ws.acceptance[i];
     return {draft_tokens, r.accepted, r.next_token, std::span<const float>(ws.acceptance)};
+}
+
+/// The body of a step, for gamma >= 0 (0: no draft, one token sampled from the target):
+/// phases 1 to 3 above with per-sequence models. Options must have been checked. Strong
+/// guarantee: if anything throws, `sequence` and `stats` are as they were.
+template <Drafter D, Verifier V, class G>
+step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
+                      std::size_t gamma, const sampling_config& sampling, float lenience,
+                      verification_scheme scheme, G& rng,
+                      step_workspace& ws, std::ptrdiff_t vocab, const char* where, step_extras* extras = nullptr) {
+    static_assert(BatchVerifier<V> || !requires(V& v, std::span<const token_id> c, Eigen::MatrixXf& out) {
+        v.score_into(c, c, out);
+    }, "specdec: the verifier has score_into() but no score(); a batched verifier needs score() too (it may call "
+       "score_into), else it is used as a plain LanguageModel, one next_logits call per position");
+    const std::span<const token_id> context(sequence);
+
+    uniform_source uniforms(rng);
+    begin_draft(ws.draft, extras);
+    const bool timed = extras && extras->time;
+    auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+    run_drafter(drafter, context, gamma, extras && extras->draft_sampling ? *extras->draft_sampling : sampling,
+                uniforms, ws);
+    if (timed) {
+        extras->draft_seconds = seconds_since(t0);
+        t0 = std::chrono::steady_clock::now();
+    }
+    const std::size_t n = check_draft(ws.draft, gamma, vocab, where);
+
+    run_verifier(verifier, context, std::span<const token_id>(ws.draft.tokens), ws, vocab);
+    if (timed) extras->pass_seconds = seconds_since(t0);
+    return finish_step(ws.target_logits, sequence, stats, score_calls(verifier, n), sampling, lenience, scheme, rng, ws,
+                       vocab, where, extras);
 }
 
 }  // namespace detail
@@ -302,14 +365,15 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 ///
 /// \param drafter   a Drafter (a BlockDrafter, or a plain LanguageModel)
 /// \param verifier  a Verifier (a BatchVerifier, or a plain LanguageModel)
-/// \param sequence  the context (prompt and tokens so far); the step appends to it
+/// \param sequence  the context (prompt and tokens so far, at least one token); the step
+///                  appends to it
 /// \param stats     counters the step adds to
-/// \param opts      γ, sampling, lenience
+/// \param opts      γ, sampling (and the draft's, draft_sampling), lenience, scheme
 /// \param rng       the caller's generator; all randomness comes from it
 /// \param ws        reusable buffers
 /// \returns what was drafted, accepted and emitted.
-/// \throws std::invalid_argument for γ = 0, invalid sampling settings or lenience, a
-///         vocabulary mismatch, a token of `sequence` out of range, a malformed draft block
+/// \throws std::invalid_argument for γ = 0, invalid sampling settings (or draft_sampling) or
+///         lenience, a vocabulary mismatch, an empty `sequence` or a token of it out of range, a malformed draft block
 ///         (checked before the target sees it) or score() result, or invalid logits; and
 ///         whatever an adapter throws. In every case `sequence` and `stats` are left exactly
 ///         as they were (strong guarantee). `rng` is not rewound (the uniforms drawn before
@@ -319,12 +383,27 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
 template <Drafter D, Verifier V, random_generator G>
 step_result speculative_step(D& drafter, V& verifier, std::vector<token_id>& sequence, decode_stats& stats,
                              const step_options& opts, G&& rng, step_workspace& ws) {
+    [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_speculative_call<D, V, G>();  // logits of float
     constexpr const char* where = "specdec::speculative_step";
     detail::check_step_options(opts.gamma, opts.sampling, opts.lenience, opts.scheme, where);
+    detail::check_draft_sampling(opts.draft_sampling, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
+    if (sequence.empty())
+        detail::fail_invalid(where, ": sequence is empty; the models need at least one context token to condition on"
+                                    " (start it with the model's BOS token)");
     detail::check_token_range(sequence, vocab, where, "sequence");
+    detail::step_extras extras{.draft_sampling = opts.draft_sampling ? &*opts.draft_sampling : nullptr};
     return detail::step_impl(drafter, verifier, sequence, stats, opts.gamma, opts.sampling, opts.lenience,
-                             opts.scheme, rng, ws, vocab, where);
+                             opts.scheme, rng, ws, vocab, where, &extras);
+}
+
+/// Chosen only when the drafter, verifier or generator misses a requirement: reports which
+/// one, and the fix, in a static_assert (see diagnostics.hpp).
+template <class D, class V, class G>
+step_result speculative_step(D&, V&, std::vector<token_id>&, decode_stats&, const step_options&, G&&,
+                             step_workspace&) {
+    detail::reject_speculative_call<D, V, G>();
+    return {};
 }
 
 }  // namespace specdec

@@ -1,0 +1,252 @@
+// Many sequences, one target pass: tokens/s of batched decoding against the batch size B, for
+// batched autoregressive decoding (the baseline), speculative decoding at fixed γ = 1..6 and the
+// adaptive γ policy, all through the same batch loop (specdec::batch_decoder) over the llama2
+// multi-sequence engine (llama2::batch_transformer: one forward over all B·(γ+1) new positions,
+// each weight matrix streamed once per pass, per-sequence KV caches). And the cost of one
+// batched target pass against the positions it holds, B·(γ+1).
+//
+// Models: random weights at the shapes of llama2.c's stories110M (target) and stories15M
+// (draft), vocabulary 32000. Random weights agree with nothing, so the acceptance is set by hand
+// (as in adaptive_gamma_bench.cpp): at temperature 0 each sequence's output is the target's
+// greedy continuation of its prompt, computed once; the drafter runs the 15M-shape model for
+// every draft position of every sequence in one multi-sequence pass per position (so drafting
+// costs what a real 15M draft costs) and then, at each output position, proposes the target's
+// greedy token with probability α (a coin that is a fixed function of the sequence and the
+// position, so every case sees the same positions drafted right and wrong), another token
+// otherwise, as point masses. Acceptance is then α per position, i.i.d. (Leviathan et al.'s
+// model); α = 0.8 unless ALPHA says otherwise. Each sequence has a 4-token prompt, prefilled
+// before the timed region; each iteration generates new_tokens tokens for each of the B
+// sequences, all cases the same tokens.
+//
+//   multi/B:<b>/gamma:<g>     fixed γ = g (g = 0: batched autoregressive decoding, no drafts)
+//   multi/B:<b>/gamma:-1      the adaptive policy, γ in [0, 6], measured costs, fresh per iteration
+//   pass/B:<b>/gamma:<g>      one target score_batch over B sequences with γ draft tokens each
+//   matmul/streamed_once:<0|1>/k:<k>  one 2048 x 768 weight matrix against k packed columns: the
+//                             9-column-group kernel (0, baseline) and the panelled product (1)
+//
+// Counters: tokens_per_s (all sequences, per second of CPU time: the engine is single-threaded,
+// and CPU time is the steadier measure on a shared machine), tokens_per_step (per sequence),
+// mean_gamma (the γ asked for per step, mean over steps), accepted_share (accepted / drafted
+// tokens: below α for long drafts, whose tokens after a rejection are never tested), positions
+// (B·(γ+1), pass cases), columns_per_s (matmul cases).
+//
+// Run: build/bench/benchmarks/multi_sequence_bench   (cmake --preset bench; single-threaded engine)
+
+#include <benchmark/benchmark.h>
+
+#include <specdec/batch_decode.hpp>
+
+#include "llama2/batch_transformer.hpp"
+#include "llama2/checkpoint.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace {
+
+using specdec::token_id;
+
+constexpr std::size_t new_tokens = 48;
+constexpr std::size_t prompt_length = 4;
+
+std::shared_ptr<const llama2::checkpoint> random_model(const char* preset, std::uint64_t seed) {
+    auto ck = std::make_shared<llama2::checkpoint>();
+    ck->name = std::string("random-") + preset;
+    ck->cfg = *llama2::preset_config(preset);
+    ck->w = llama2::random_weights(ck->cfg, seed);
+    return ck;
+}
+
+const std::shared_ptr<const llama2::checkpoint>& target_weights() {
+    static const auto w = random_model("stories110M", 1234);
+    return w;
+}
+const std::shared_ptr<const llama2::checkpoint>& draft_weights() {
+    static const auto w = random_model("stories15M", 4321);
+    return w;
+}
+
+std::vector<std::vector<token_id>> prompts(std::size_t batch) {
+    std::mt19937 rng(7);
+    std::vector<std::vector<token_id>> p(batch);
+    for (auto& x : p) {
+        x.push_back(1);
+        for (std::size_t i = 1; i < prompt_length; ++i) x.push_back(static_cast<token_id>(3 + rng() % 30000));
+    }
+    return p;
+}
+
+/// Runs every prompt's context but its last token through `m`'s slots (the prefill a serving
+/// engine does when a request arrives), so the timed steps measure decoding.
+void prefill(llama2::batch_transformer& m, const std::vector<std::vector<token_id>>& ps) {
+    std::vector<specdec::score_request> requests;
+    for (std::size_t i = 0; i < ps.size(); ++i)
+        requests.push_back({i, std::span<const token_id>(ps[i]).first(ps[i].size() - 1), {}});
+    specdec::packed_logits out;
+    out.shape(m.vocab_size(), requests);
+    m.score_batch(requests, out);
+}
+
+double alpha() {
+    const char* env = std::getenv("ALPHA");
+    return env != nullptr && *env != '\0' ? std::atof(env) : 0.8;
+}
+
+constexpr std::size_t max_batch = 16;
+
+/// The target's greedy continuation of each prompt (new_tokens tokens), computed once through
+/// the multi-sequence engine (batched autoregressive decoding at temperature 0).
+const std::vector<std::vector<token_id>>& greedy() {
+    static const auto g = [] {
+        llama2::batch_transformer target(target_weights());
+        const auto ps = prompts(max_batch);
+        std::vector<std::mt19937_64> rngs(max_batch);
+        const auto out = specdec::speculative_decode_batch(
+            target, target, std::span<const std::vector<token_id>>(ps),
+            {.gamma = 0, .sampling = {.temperature = 0.0f}, .max_new_tokens = new_tokens}, std::span(rngs));
+        std::vector<std::vector<token_id>> r;
+        for (const auto& o : out) r.push_back(o.tokens);
+        return r;
+    }();
+    return g;
+}
+
+/// See the file comment: the 15M-shape model's multi-sequence draft for its cost, then the
+/// target's greedy token with probability α at each output position, as point masses.
+class controlled_drafter {
+public:
+    controlled_drafter(llama2::batch_transformer& model, double alpha) : model_(&model), alpha_(alpha) {}
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return model_->vocab_size(); }
+    void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
+        model_->draft_batch(requests, sampling);
+        const auto& g = greedy();
+        for (auto& r : requests) {
+            const std::size_t n = r.out->tokens.size(), first = r.context.size() - prompt_length;
+            r.out->clear();  // point masses
+            r.out->model_calls = n;
+            for (std::size_t i = 0; i < n; ++i) {
+                const std::size_t k = first + i;
+                const token_id right = k < g[r.slot].size() ? g[r.slot][k] : 0;
+                r.out->tokens.push_back(coin(r.slot, k) < alpha_ ? right : (right + 1) % static_cast<token_id>(vocab_size()));
+            }
+        }
+    }
+
+private:
+    static double coin(std::size_t sequence, std::size_t position) {  // splitmix64 of (sequence, position)
+        std::uint64_t z = sequence * 0x9E3779B97F4A7C15ull + position * 0xBF58476D1CE4E5B9ull + 0x94D049BB133111EBull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        return static_cast<double>(z >> 11) * 0x1.0p-53;
+    }
+    llama2::batch_transformer* model_;
+    double alpha_;
+};
+
+void bm_multi(benchmark::State& state) {
+    const auto batch = static_cast<std::size_t>(state.range(0));
+    const bool adaptive = state.range(1) < 0;
+    const std::size_t gamma = adaptive ? 6 : static_cast<std::size_t>(state.range(1));
+    const auto ps = prompts(batch);
+    std::size_t generated = 0, steps = 0, gamma_sum = 0;
+    std::size_t accepted = 0, drafted = 0;
+    std::uint64_t seed = 1;
+    for (auto _ : state) {
+        state.PauseTiming();
+        (void)greedy();
+        llama2::batch_transformer target(target_weights()), draft_model(draft_weights());
+        prefill(target, ps);
+        prefill(draft_model, ps);
+        controlled_drafter draft(draft_model, alpha());
+        specdec::batch_decode_options o{.gamma = gamma,
+                                        .policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
+                                        .sampling = {.temperature = 0.0f},
+                                        .max_new_tokens = new_tokens};
+        specdec::batch_decoder<controlled_drafter, llama2::batch_transformer, std::mt19937_64> dec(draft, target, o);
+        std::vector<std::size_t> ids;
+        for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
+        state.ResumeTiming();
+        dec.run();
+        state.PauseTiming();
+        for (const auto id : ids) {
+            const auto& s = dec.stats(id);
+            generated += dec.generated(id).size();
+            steps += s.steps;
+            for (std::size_t g = 0; g < s.steps_at_gamma.size(); ++g) gamma_sum += g * s.steps_at_gamma[g];
+            accepted += s.accepted_tokens;
+            drafted += s.drafted_tokens;
+        }
+        state.ResumeTiming();
+    }
+    state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
+    state.counters["tokens_per_step"] = steps == 0 ? 0.0 : static_cast<double>(generated) / static_cast<double>(steps);
+    state.counters["mean_gamma"] = steps == 0 ? 0.0 : static_cast<double>(gamma_sum) / static_cast<double>(steps);
+    state.counters["accepted_share"] = drafted == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(drafted);
+}
+
+void bm_pass(benchmark::State& state) {
+    const auto batch = static_cast<std::size_t>(state.range(0));
+    const auto gamma = static_cast<std::size_t>(state.range(1));
+    const auto ps = prompts(batch);
+    llama2::batch_transformer target(target_weights());
+    prefill(target, ps);
+    std::vector<std::vector<token_id>> drafts(batch);
+    std::mt19937 rng(3);
+    for (auto& d : drafts)
+        for (std::size_t i = 0; i < gamma; ++i) d.push_back(static_cast<token_id>(3 + rng() % 30000));
+    std::vector<specdec::score_request> requests;
+    for (std::size_t i = 0; i < batch; ++i) requests.push_back({i, ps[i], drafts[i]});
+    specdec::packed_logits out;
+    out.shape(target.vocab_size(), requests);
+    for (auto _ : state) {
+        target.score_batch(requests, out);  // the same positions each time: the cache rolls back to the prompt
+        benchmark::DoNotOptimize(out.data());
+    }
+    state.counters["positions"] = static_cast<double>(batch * (gamma + 1));
+}
+
+/// One 110M-shape FFN matrix (w1, 2048 x 768) against k packed columns: the kernel that sweeps
+/// the matrix once per group of 9 columns (the baseline) and the panelled product that streams
+/// it once.
+void bm_matmul(benchmark::State& state) {
+    const bool once = state.range(0) != 0;
+    const auto k = static_cast<std::ptrdiff_t>(state.range(1));
+    const auto& c = target_weights()->cfg;
+    const float* w = target_weights()->w.w1.data();
+    Eigen::MatrixXf x = Eigen::MatrixXf::Random(c.dim, k), y(c.hidden_dim, k);
+    for (auto _ : state) {
+        if (once) llama2::matmul_streamed_once(w, c.hidden_dim, c.dim, x.data(), c.dim, k, y.data(), c.hidden_dim);
+        else llama2::detail::matmul(w, c.hidden_dim, c.dim, x.data(), c.dim, k, y.data(), c.hidden_dim);
+        benchmark::DoNotOptimize(y.data());
+    }
+    state.counters["columns_per_s"] = benchmark::Counter(static_cast<double>(k), benchmark::Counter::kIsIterationInvariantRate);
+}
+
+}  // namespace
+
+BENCHMARK(bm_matmul)
+    ->Name("matmul")
+    ->ArgsProduct({{0, 1}, {9, 32, 112}})
+    ->ArgNames({"streamed_once", "k"})
+    ->Unit(benchmark::kMicrosecond);
+
+BENCHMARK(bm_multi)
+    ->Name("multi")
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2, 3, 4, 5, 6, -1}})
+    ->ArgNames({"B", "gamma"})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(bm_pass)
+    ->Name("pass")
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 3, 6}})
+    ->ArgNames({"B", "gamma"})
+    ->MinTime(0.5)
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
