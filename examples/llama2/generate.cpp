@@ -11,11 +11,13 @@
 // first K layers), unigram, bigram (fit on the running context), lookup (prompt lookup),
 // lookup+model (prompt lookup, falling back to the draft model).
 
+#include "command_line.hpp"
 #include "context_limit.hpp"
 #include "tokenizer.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
+#include <specdec/tree_decode.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +32,7 @@
 #include <string>
 #include <string_view>
 #include <unistd.h>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -41,90 +44,101 @@ struct arguments {
     specdec::decode_options decode{.gamma = 4, .max_new_tokens = 256, .stop_tokens = {1, 2}};
     std::uint64_t seed = 42;
     std::size_t max_gamma = 8;
+    std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
     bool compare = false;
     bool color = isatty(STDOUT_FILENO) != 0;
 };
 
-[[noreturn]] void usage(const char* problem = nullptr) {
-    if (problem) std::fprintf(stderr, "specdec-generate: %s\n\n", problem);
-    std::fputs(
-        "usage: specdec-generate [--models DIR | --target T.bin --draft D.bin --tokenizer TOK.bin]\n"
-        "         [--prompt TEXT] [--gamma N|auto] [--max-gamma N] [--draft-stop P] [--temperature T]\n"
-        "         [--top-k K] [--top-p P] [--seed S] [--max-tokens N] [--scheme token|block]\n"
-        "         [--compare] [--no-color] [--drafter model|early-exit:K|unigram|bigram|lookup|lookup+model]\n"
-        "  --gamma auto   choose each step's draft length from measured acceptance and timings,\n"
-        "                 from 0 (a plain target step) to --max-gamma (default 8)\n"
-        "  --draft-stop P end a draft after a token the draft gives probability below P\n"
-        "  --models DIR   folder with stories260K.bin, llama2xs_tok512_279K.bin and tok512.bin\n"
-        "                 (default: the SPECDEC_MODELS_DIR environment variable)\n",
-        stderr);
-    std::exit(2);
+/// The drafters --drafter accepts: a fixed name, or early-exit:K with K a positive integer.
+std::string check_drafter(const std::string& name) {
+    for (const char* known : {"model", "unigram", "bigram", "lookup", "lookup+model"})
+        if (name == known) return {};
+    if (name.rfind("early-exit:", 0) == 0) {
+        const std::string k = name.substr(11);
+        if (!k.empty() && k.size() < 9 && k.find_first_not_of("0123456789") == std::string::npos && std::stoi(k) > 0)
+            return {};
+    }
+    return "'" + name + "' is not a drafter: model, early-exit:K (K >= 1), unigram, bigram, lookup, lookup+model";
 }
 
-arguments parse(int argc, char** argv) {
+/// Parses the command line; returns the arguments, or the exit status to end with.
+std::variant<arguments, int> parse(int argc, char** argv) {
     arguments a;
     std::filesystem::path models;
     if (const char* env = std::getenv("SPECDEC_MODELS_DIR"); env && *env) models = env;
-    auto value = [&](int& i) -> std::string {
-        if (i + 1 >= argc) usage((std::string("missing value for ") + argv[i]).c_str());
-        return argv[++i];
-    };
-    auto number = [&](int& i, auto parse_fn) {
-        const std::string flag = argv[i], v = value(i);
-        try {
-            std::size_t used = 0;
-            auto x = parse_fn(v, &used);
-            if (used != v.size()) throw std::invalid_argument(v);
-            return x;
-        } catch (const std::exception&) {
-            usage((flag + ": not a number: " + v).c_str());
-        }
-    };
-    auto to_ull = [](const std::string& s, std::size_t* used) { return std::stoull(s, used); };
-    auto to_f = [](const std::string& s, std::size_t* used) { return std::stof(s, used); };
-    for (int i = 1; i < argc; ++i) {
-        const std::string_view f = argv[i];
-        if (f == "--models") models = value(i);
-        else if (f == "--target") a.target = value(i);
-        else if (f == "--draft") a.draft = value(i);
-        else if (f == "--tokenizer") a.tokenizer = value(i);
-        else if (f == "--prompt") a.prompt = value(i);
-        else if (f == "--drafter") a.drafter = value(i);
-        else if (f == "--gamma") {
-            // "auto": the adaptive policy, choosing each step's γ in [0, --max-gamma].
-            if (i + 1 < argc && std::string_view(argv[i + 1]) == "auto") {
-                ++i;
-                a.decode.policy = specdec::gamma_policy::adaptive;
-                a.decode.gamma = a.max_gamma;
-            } else {
-                a.decode.policy = specdec::gamma_policy::fixed;
-                a.decode.gamma = number(i, to_ull);
-            }
-        } else if (f == "--max-gamma") a.max_gamma = number(i, to_ull);
-        else if (f == "--draft-stop") a.decode.draft_stop_below = number(i, to_f);
-        else if (f == "--temperature") a.decode.sampling.temperature = number(i, to_f);
-        else if (f == "--top-k") a.decode.sampling.top_k = static_cast<int>(number(i, to_ull));
-        else if (f == "--top-p") a.decode.sampling.top_p = number(i, to_f);
-        else if (f == "--seed") a.seed = number(i, to_ull);
-        else if (f == "--max-tokens") a.decode.max_new_tokens = number(i, to_ull);
-        else if (f == "--scheme") {
-            const std::string s = value(i);
-            if (s == "token") a.decode.scheme = specdec::verification_scheme::token;
-            else if (s == "block") a.decode.scheme = specdec::verification_scheme::block;
-            else usage("--scheme must be token or block");
-        } else if (f == "--compare") a.compare = true;
-        else if (f == "--no-color") a.color = false;
-        else if (f == "--help" || f == "-h") usage();
-        else usage((std::string("unknown option ") + argv[i]).c_str());
+    std::string gamma = "4", scheme = "block";
+    std::size_t max_tokens = a.decode.max_new_tokens;
+    bool no_color = false;
+
+    CLI::App app("Speculative decoding with llama2.c checkpoints, streamed to the terminal: accepted draft "
+                 "tokens green, the rejected draft token red, the target's own token blue.",
+                 "specdec-generate");
+    specdec_examples::command_line_defaults(app);
+    app.add_option("--models", models,
+                   "folder with stories260K.bin, llama2xs_tok512_279K.bin and tok512.bin "
+                   "(default: the SPECDEC_MODELS_DIR environment variable)");
+    app.add_option("--target", a.target, "target checkpoint (overrides --models)");
+    app.add_option("--draft", a.draft, "draft checkpoint (overrides --models)");
+    app.add_option("--tokenizer", a.tokenizer, "tokenizer file (overrides --models)");
+    app.add_option("--prompt", a.prompt, "text to continue")->capture_default_str();
+    app.add_option("--drafter", a.drafter, "model|early-exit:K|unigram|bigram|lookup|lookup+model")
+        ->capture_default_str()
+        ->check(CLI::Validator(check_drafter, "DRAFTER"));
+    app.add_option("--gamma", gamma,
+                   "draft length N, or auto: choose each step's draft length from measured acceptance and "
+                   "timings, from 0 (a plain target step) to --max-gamma")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto"}) | CLI::TypeValidator<std::size_t>("N"));
+    app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")->capture_default_str();
+    app.add_option("--draft-stop", a.decode.draft_stop_below,
+                   "end a draft after a token the draft gives probability below P")
+        ->check(CLI::Range(0.0f, 1.0f));
+    app.add_option("--temperature", a.decode.sampling.temperature, "sampling temperature (0: greedy)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--top-k", a.decode.sampling.top_k, "keep the K most probable tokens (0: all)")
+        ->capture_default_str()
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--top-p", a.decode.sampling.top_p, "nucleus sampling mass")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0f, 1.0f));
+    app.add_option("--seed", a.seed, "random seed")->capture_default_str();
+    app.add_option("--max-tokens", max_tokens, "tokens to generate")->capture_default_str();
+    app.add_option("--scheme", scheme, "verification scheme")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"token", "block"}));
+    app.add_option("--tree", a.tree,
+                   "draft a tree instead of a chain: branching per depth, e.g. 3,2,1,1 (model drafters; "
+                   "traversal verification, exact)")
+        ->delimiter(',')
+        ->check(CLI::PositiveNumber);
+    app.add_flag("--compare", a.compare, "also run the autoregressive baseline and time both");
+    app.add_flag("--no-color", no_color, "plain text output");
+    if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
+
+    if (gamma == "auto") {
+        // The adaptive policy chooses each step's γ in [0, --max-gamma].
+        a.decode.policy = specdec::gamma_policy::adaptive;
+        a.decode.gamma = a.max_gamma;
+    } else {
+        a.decode.policy = specdec::gamma_policy::fixed;
+        a.decode.gamma = std::stoull(gamma);
     }
-    if (a.decode.policy == specdec::gamma_policy::adaptive) a.decode.gamma = a.max_gamma;
+    a.decode.max_new_tokens = max_tokens;
+    a.decode.scheme = scheme == "block" ? specdec::verification_scheme::block : specdec::verification_scheme::token;
+    if (no_color) a.color = false;
     if (!models.empty()) {
         if (a.target.empty()) a.target = models / "stories260K.bin";
         if (a.draft.empty()) a.draft = models / "llama2xs_tok512_279K.bin";
         if (a.tokenizer.empty()) a.tokenizer = models / "tok512.bin";
     }
-    if (a.target.empty() || a.tokenizer.empty())
-        usage("no model: pass --models DIR (or set SPECDEC_MODELS_DIR), or --target and --tokenizer");
+    if (a.target.empty() || a.tokenizer.empty()) {
+        std::fputs("specdec-generate: no model: pass --models DIR (or set SPECDEC_MODELS_DIR), or --target and "
+                   "--tokenizer; scripts/download_models.sh DIR fetches the files\n"
+                   "Run with --help for more information.\n",
+                   stderr);
+        return 2;
+    }
     return a;
 }
 
@@ -215,10 +229,78 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
     return o;
 }
 
+/// --tree's drafter: the draft model's trees, only as deep as its context window allows (as
+/// context_limit.hpp does for chains; the output distribution is unaffected).
+struct limited_tree_drafter {
+    llama2::transformer* model;
+    specdec::tree_shape shape{};
+    std::vector<specdec::token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    Eigen::MatrixXf level_scores{};
+    specdec::sampling_workspace sws{};
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return model->vocab_size(); }
+    void propose_tree(std::span<const specdec::token_id> context, const specdec::tree_shape& asked,
+                      const specdec::sampling_config& sampling, specdec::uniform_source& uniforms,
+                      specdec::draft_tree& out) {
+        // A node at depth d is drawn from the model on context + d - 1 tokens.
+        const auto limit = static_cast<std::size_t>(model->max_context());
+        const std::size_t room = context.size() <= limit ? limit - context.size() + 1 : 0;
+        shape = asked;
+        shape.branching.resize(std::min(asked.depth(), room));
+        if (shape.branching.empty()) {
+            out.clear();
+            return;
+        }
+        specdec::draft_tree_from_model(*model, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
+                                       &level_scores);
+    }
+};
+
+/// run() for --tree: tree drafting with the draft model, one score_tree pass per step.
+run_outcome run_tree(llama2::transformer& draft_model, llama2::transformer& target,
+                     const std::vector<specdec::token_id>& prompt, const arguments& a, streamer& out) {
+    constexpr int compare_runs = 5;
+    run_outcome o;
+    // (Assigned field by field: GCC 12 warns falsely that a vector in a designated initializer
+    // may be used uninitialized.)
+    specdec::tree_decode_options opts;
+    opts.shape.branching = a.tree;
+    opts.max_new_tokens = a.decode.max_new_tokens;
+    opts.stop_tokens = a.decode.stop_tokens;
+    opts.sampling = a.decode.sampling;
+    opts.on_step = [&](const specdec::tree_step_event& e) {
+        for (std::size_t i = 0; i < e.emitted.size(); ++i) out.text(e.emitted[i], i < e.accepted ? green : blue);
+        std::cout.flush();
+    };
+    limited_tree_drafter draft{&draft_model};
+    std::mt19937_64 rng(a.seed);
+    const auto t0 = std::chrono::steady_clock::now();
+    o.result = specdec::speculative_decode_tree(draft, target, prompt, opts, rng);
+    o.streamed_seconds = seconds_since(t0);
+    if (!a.compare) return o;
+    opts.on_step = nullptr;
+    for (int r = 0; r < compare_runs; ++r) {
+        target.clear_cache();
+        draft_model.clear_cache();
+        std::mt19937_64 spec_rng(a.seed);
+        const auto t1 = std::chrono::steady_clock::now();
+        const auto spec = specdec::speculative_decode_tree(draft, target, prompt, opts, spec_rng);
+        o.spec_rates.push_back(static_cast<double>(spec.tokens.size()) / seconds_since(t1));
+        target.clear_cache();
+        std::mt19937_64 base_rng(a.seed);
+        const auto t2 = std::chrono::steady_clock::now();
+        o.baseline = specdec::autoregressive_decode(target, prompt, a.decode, base_rng);
+        o.base_rates.push_back(static_cast<double>(o.baseline.tokens.size()) / seconds_since(t2));
+    }
+    return o;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    const arguments a = parse(argc, argv);
+    const auto parsed = parse(argc, argv);
+    if (const int* rc = std::get_if<int>(&parsed)) return *rc;
+    const arguments& a = std::get<arguments>(parsed);
     try {
         llama2::transformer target(a.target);
         const llama2::tokenizer tok(a.tokenizer, static_cast<std::int32_t>(target.vocab_size()));
@@ -240,7 +322,11 @@ int main(int argc, char** argv) {
         streamer out(tok, a.color, prompt.back());
         run_outcome outcome;
         const auto vocab = target.vocab_size();
-        if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
+        if (!a.tree.empty()) {
+            if (!draft_model || a.drafter == "lookup+model")
+                throw std::invalid_argument("--tree needs a model drafter: --drafter model or early-exit:K");
+            outcome = run_tree(*draft_model, target, prompt, a, out);
+        } else if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
             llama2::context_limited_drafter<llama2::transformer> d(*draft_model);
             outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
         } else if (a.drafter == "unigram" || a.drafter == "bigram") {
@@ -255,12 +341,19 @@ int main(int argc, char** argv) {
             specdec::fallback_drafter d(lookup, model);
             outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
         } else {
-            usage(("unknown drafter " + a.drafter).c_str());
+            throw std::invalid_argument("unknown drafter " + a.drafter);
         }
         const auto& result = outcome.result;
         const auto& st = result.stats;
         std::cout << "\n\n";
         const bool adaptive = a.decode.policy == specdec::gamma_policy::adaptive;
+        if (!a.tree.empty()) {
+            const specdec::tree_shape shape{.branching = a.tree};
+            std::printf("drafter %s, tree", a.drafter.c_str());
+            for (std::size_t i = 0; i < a.tree.size(); ++i) std::printf("%s%zu", i ? "," : " ", a.tree[i]);
+            std::printf(" (%zu nodes), traversal verification, temperature %g\n", shape.nodes(),
+                        static_cast<double>(a.decode.sampling.temperature));
+        } else
         std::printf("drafter %s, gamma %s%zu, %s verification, temperature %g\n", a.drafter.c_str(),
                     adaptive ? "auto, at most " : "", a.decode.gamma,
                     a.decode.scheme == specdec::verification_scheme::block ? "block" : "token",

@@ -240,6 +240,10 @@ inline void rmsnorm(float* out, const float* x, const float* gain, std::ptrdiff_
 ///
 /// Not thread-safe (the cache is mutable state); copies share the weights and copy the cache.
 class transformer {
+    // The multi-sequence engine (batch_transformer.hpp) runs the layers of many instances in
+    // one pass over their caches.
+    friend class batch_transformer;
+
 public:
     /// A model over `model`'s weights (shared, never copied). `use_layers` = k in
     /// [1, n_layers] runs only the first k blocks before the final norm and classifier (an
@@ -373,6 +377,67 @@ public:
         out.swap(fresh);
     }
 
+    /// Scores a draft tree in one pass (specdec's TreeVerifier): `out` becomes vocab_size() x
+    /// (nodes + 1); column 0 holds the logits after `context`, column i + 1 the logits after
+    /// context + the path from the root to node i. Tree attention: node i sits at position
+    /// context.size() - 1 + depth(i) (RoPE) in cache slot context.size() + i, and attends to the
+    /// context and to its ancestors only, in the order a linear pass would, so its logits equal
+    /// next_logits(context + path) bit for bit. One forward over the un-cached suffix of the
+    /// context plus every node, streaming each weight matrix once per group of positions.
+    /// Afterwards the cache holds `context`, and the nodes' keys and values wait beyond it: the
+    /// next call whose context extends `context` along a path of the tree moves that path's rows
+    /// into place (positions already right) instead of recomputing them, so the cache keeps the
+    /// accepted path only.
+    /// `Tree`: anything with `tokens`, `parents` (-1 for the root, otherwise an earlier node) and
+    /// `depths` (specdec::draft_tree).
+    /// \throws std::invalid_argument for an empty context or a malformed tree; otherwise as
+    ///         score_into(), with the limit applying to context.size() + nodes (strong guarantee).
+    template <class Tree>
+    void score_tree(std::span<const std::int32_t> context, const Tree& tree, Eigen::MatrixXf& out) {
+        const auto n = std::ptrdiff_t(tree.tokens.size());
+        check("score_tree", context, std::span<const std::int32_t>(tree.tokens.data(), tree.tokens.size()));
+        if (std::ptrdiff_t(tree.parents.size()) != n || std::ptrdiff_t(tree.depths.size()) != n)
+            throw std::invalid_argument("llama2::transformer '" + name_ + "'::score_tree: " + std::to_string(n) +
+                                        " tokens but " + std::to_string(tree.parents.size()) + " parents and " +
+                                        std::to_string(tree.depths.size()) + " depths");
+        for (std::ptrdiff_t i = 0; i < n; ++i) {
+            const std::int32_t par = tree.parents[std::size_t(i)];
+            const std::int32_t want = par < 0 ? 1 : tree.depths[std::size_t(par)] + 1;
+            if (par < -1 || par >= i || tree.depths[std::size_t(i)] != want)
+                throw std::invalid_argument("llama2::transformer '" + name_ + "'::score_tree: node " +
+                                            std::to_string(i) + " has parent " + std::to_string(par) + " and depth " +
+                                            std::to_string(tree.depths[std::size_t(i)]) +
+                                            "; parents come first and depth is the parent's + 1");
+        }
+        settle_tree(context);
+        const auto nc = std::ptrdiff_t(context.size());
+        std::ptrdiff_t p = 0;
+        const auto cached = std::ptrdiff_t(cached_.size());
+        while (p < cached && p < nc && cached_[std::size_t(p)] == context[std::size_t(p)]) ++p;
+        p = std::min(p, nc - 1);
+        const std::ptrdiff_t T = nc - p + n, cols = n + 1;
+        // Everything that can throw first (as forward()).
+        tree_tokens_.reserve(std::size_t(n));
+        tree_parents_.reserve(std::size_t(n));
+        tree_slots_.reserve(std::size_t(nc + n));
+        shape_activations(T);
+        if (nc + n > capacity_)
+            grow_cache(nc + n, p, std::max(nc + n, std::min<std::ptrdiff_t>(2 * capacity_, max_context())));
+        Eigen::MatrixXf fresh;
+        if (out.rows() != vocab_size() || out.cols() != cols) fresh.resize(vocab_size(), cols);
+        float* dst = fresh.size() != 0 ? fresh.data() : out.data();
+        cached_.resize(std::size_t(p));
+        run_tree_positions(context, tree, p, dst);
+        for (std::ptrdiff_t i = p; i < nc; ++i) cached_.push_back(context[std::size_t(i)]);
+        tree_base_ = nc;
+        tree_capacity_ = capacity_;
+        tree_tokens_.assign(tree.tokens.begin(), tree.tokens.end());
+        tree_parents_.assign(tree.parents.begin(), tree.parents.end());
+        if (fresh.size() != 0) out.swap(fresh);
+        ++passes_;
+        positions_computed_ += std::uint64_t(T);
+    }
+
 private:
     void check(const char* fn, std::span<const std::int32_t> context, std::span<const std::int32_t> draft) const {
         if (context.empty())
@@ -401,6 +466,7 @@ private:
     /// changes, and `out` is written last.
     void forward(std::span<const std::int32_t> context, std::span<const std::int32_t> draft, std::ptrdiff_t n_out,
                  float* out) {
+        settle_tree(context);  // a scored tree's accepted path joins the cache (see score_tree)
         const auto nc = std::ptrdiff_t(context.size());
         const std::ptrdiff_t n = nc + std::ptrdiff_t(draft.size());
         auto token = [&](std::ptrdiff_t i) { return i < nc ? context[std::size_t(i)] : draft[std::size_t(i - nc)]; };
@@ -543,6 +609,129 @@ private:
         detail::matmul(w.classifier(), V, D, xb_.data(), D, n_out, out, V);
     }
 
+    /// After score_tree: when `context` extends the scored context along a path of the tree,
+    /// moves that path's keys and values from the nodes' slots to the positions that follow the
+    /// context (their RoPE positions already are those) and appends its tokens to the cache;
+    /// forgets the tree in any case. Rows move to lower slots in increasing order, and a path's
+    /// node indices increase with depth, so no row is overwritten before it is read.
+    void settle_tree(std::span<const std::int32_t> context) {
+        if (tree_base_ < 0) return;
+        const std::ptrdiff_t base = tree_base_;
+        tree_base_ = -1;
+        if (std::ptrdiff_t(cached_.size()) != base || capacity_ != tree_capacity_) return;
+        const auto nc = std::ptrdiff_t(context.size());
+        if (nc <= base || !std::equal(cached_.begin(), cached_.end(), context.begin())) return;
+        const std::ptrdiff_t KV = model_->cfg.kv_dim(), S = capacity_, nodes = std::ptrdiff_t(tree_tokens_.size());
+        std::int32_t parent = -1;
+        for (std::ptrdiff_t k = base; k < nc; ++k) {
+            std::ptrdiff_t child = -1;
+            for (std::ptrdiff_t c = 0; c < nodes && child < 0; ++c)
+                if (tree_parents_[std::size_t(c)] == parent && tree_tokens_[std::size_t(c)] == context[std::size_t(k)]) child = c;
+            if (child < 0) break;
+            if (base + child != k)
+                for (std::ptrdiff_t l = 0; l < layers_; ++l) {
+                    std::copy_n(key_cache_.data() + (l * S + base + child) * KV, KV, key_cache_.data() + (l * S + k) * KV);
+                    std::copy_n(value_cache_.data() + (l * S + base + child) * KV, KV, value_cache_.data() + (l * S + k) * KV);
+                }
+            cached_.push_back(context[std::size_t(k)]);
+            parent = std::int32_t(child);
+        }
+    }
+
+    /// run_positions for score_tree: positions p .. nc-1 of the context, then the tree's nodes
+    /// (slot nc + i, RoPE position nc - 1 + depth(i), attending to the context and its
+    /// ancestors). Writes the logits of position nc - 1 and of every node to out. Cannot throw.
+    template <class Tree>
+    void run_tree_positions(std::span<const std::int32_t> context, const Tree& tree, std::ptrdiff_t p, float* out) {
+        const config& c = model_->cfg;
+        const weights& w = model_->w;
+        const auto nc = std::ptrdiff_t(context.size()), n = std::ptrdiff_t(tree.tokens.size());
+        const std::ptrdiff_t D = c.dim, H = c.hidden_dim, KV = c.kv_dim(), hs = c.head_size(), S = capacity_,
+                             V = c.vocab_size, T = nc - p + n, group = c.n_heads / c.n_kv_heads, half = hs / 2,
+                             n_out = n + 1;
+        auto token = [&](std::ptrdiff_t t) {
+            return p + t < nc ? context[std::size_t(p + t)] : tree.tokens[std::size_t(p + t - nc)];
+        };
+        auto rope_position = [&](std::ptrdiff_t t) {
+            return p + t < nc ? p + t : nc - 1 + std::ptrdiff_t(tree.depths[std::size_t(p + t - nc)]);
+        };
+        for (std::ptrdiff_t t = 0; t < T; ++t)
+            std::copy_n(w.token_embedding.data() + std::ptrdiff_t(token(t)) * D, D, x_.col(t).data());
+
+        const float sqrt_hs = std::sqrt(float(hs));
+        for (std::ptrdiff_t l = 0; l < layers_; ++l) {
+            float* kc = key_cache_.data() + l * S * KV;
+            float* vc = value_cache_.data() + l * S * KV;
+            for (std::ptrdiff_t t = 0; t < T; ++t)
+                detail::rmsnorm(xb_.col(t).data(), x_.col(t).data(), w.rms_att.data() + l * D, D);
+            detail::matmul(w.wq.data() + l * D * D, D, D, xb_.data(), D, T, q_.data(), D);
+            detail::matmul(w.wk.data() + l * KV * D, KV, D, xb_.data(), D, T, kc + p * KV, KV);
+            detail::matmul(w.wv.data() + l * KV * D, KV, D, xb_.data(), D, T, vc + p * KV, KV);
+            for (std::ptrdiff_t t = 0; t < T; ++t) {
+                const float* cs = rope_cos_.data() + rope_position(t) * half;
+                const float* sn = rope_sin_.data() + rope_position(t) * half;
+                auto rotate = [&](float* v, std::ptrdiff_t len) {
+                    for (std::ptrdiff_t i = 0; i < len; i += 2) {
+                        const std::ptrdiff_t f = (i % hs) / 2;
+                        const float v0 = v[i], v1 = v[i + 1];
+                        v[i] = v0 * cs[f] - v1 * sn[f];
+                        v[i + 1] = v0 * sn[f] + v1 * cs[f];
+                    }
+                };
+                rotate(q_.col(t).data(), D);
+                rotate(kc + (p + t) * KV, KV);
+            }
+            for (std::ptrdiff_t t = 0; t < T; ++t) {
+                // The slots this position attends to, in the order of a linear pass: the context
+                // up to itself; for a node, the whole context, then its ancestors, then itself.
+                tree_slots_.clear();
+                const std::ptrdiff_t slot = p + t;
+                if (slot < nc) {
+                    for (std::ptrdiff_t s = 0; s <= slot; ++s) tree_slots_.push_back(s);
+                } else {
+                    for (std::ptrdiff_t s = 0; s < nc; ++s) tree_slots_.push_back(s);
+                    const std::size_t mark = tree_slots_.size();
+                    for (std::ptrdiff_t v = slot - nc; v >= 0; v = tree.parents[std::size_t(v)]) tree_slots_.push_back(nc + v);
+                    std::reverse(tree_slots_.begin() + std::ptrdiff_t(mark), tree_slots_.end());
+                }
+                const auto m = std::ptrdiff_t(tree_slots_.size());
+                for (std::ptrdiff_t h = 0; h < c.n_heads; ++h) {
+                    const float* qh = q_.col(t).data() + h * hs;
+                    const std::ptrdiff_t off = (h / group) * hs;
+                    float* att = att_.data();
+                    float mx = -std::numeric_limits<float>::infinity();
+                    for (std::ptrdiff_t j = 0; j < m; ++j) {
+                        att[j] = detail::dot(qh, kc + tree_slots_[std::size_t(j)] * KV + off, hs) / sqrt_hs;
+                        mx = std::max(mx, att[j]);
+                    }
+                    float sum = 0.0f;
+                    for (std::ptrdiff_t j = 0; j < m; ++j) {
+                        att[j] = std::exp(att[j] - mx);
+                        sum += att[j];
+                    }
+                    float* o = xb_.col(t).data() + h * hs;
+                    std::fill_n(o, hs, 0.0f);
+                    for (std::ptrdiff_t j = 0; j < m; ++j)
+                        detail::axpy(att[j] / sum, vc + tree_slots_[std::size_t(j)] * KV + off, o, hs);
+                }
+            }
+            detail::matmul(w.wo.data() + l * D * D, D, D, xb_.data(), D, T, y_.data(), D);
+            x_ += y_;
+            for (std::ptrdiff_t t = 0; t < T; ++t)
+                detail::rmsnorm(xb_.col(t).data(), x_.col(t).data(), w.rms_ffn.data() + l * D, D);
+            detail::matmul(w.w1.data() + l * H * D, H, D, xb_.data(), D, T, h1_.data(), H);
+            detail::matmul(w.w3.data() + l * H * D, H, D, xb_.data(), D, T, h3_.data(), H);
+            float* a = h1_.data();
+            const float* b = h3_.data();
+            for (std::ptrdiff_t i = 0; i < H * T; ++i) a[i] = a[i] / (1.0f + std::exp(-a[i])) * b[i];
+            detail::matmul(w.w2.data() + l * D * H, D, H, h1_.data(), H, T, y_.data(), D);
+            x_ += y_;
+        }
+        for (std::ptrdiff_t j = 0; j < n_out; ++j)
+            detail::rmsnorm(xb_.col(j).data(), x_.col(T - n_out + j).data(), w.rms_final.data(), D);
+        detail::matmul(w.classifier(), V, D, xb_.data(), D, n_out, out, V);
+    }
+
     std::shared_ptr<const checkpoint> model_;
     int layers_ = 0;
     std::string name_;
@@ -553,6 +742,11 @@ private:
     std::vector<float> att_;            // attention scores of one head [capacity]
     Eigen::MatrixXf x_, xb_, q_, y_, h1_, h3_;  // activations, one column per position
     std::uint64_t positions_computed_ = 0, passes_ = 0;
+    // score_tree: the scored context's length (-1: no tree waiting), the capacity then, the
+    // tree's tokens and parents, and the slots one position attends to.
+    std::ptrdiff_t tree_base_ = -1, tree_capacity_ = 0;
+    std::vector<std::int32_t> tree_tokens_, tree_parents_;
+    std::vector<std::ptrdiff_t> tree_slots_;
 };
 
 }  // namespace llama2

@@ -1,0 +1,198 @@
+// compare-trees: tokens per target pass of tree speculative decoding against chains, on the
+// real draft/target pair, and the cost of one score_tree pass against its node count.
+//
+//   compare-trees --models DIR [--runs 40] [--tokens 200] [--scheme traversal|recursive]
+//   compare-trees --cost [--preset stories110M] [--context 128] [--reps 5]
+//
+// Tokens per pass: for each temperature, `runs` generations of `tokens` tokens from BOS (seeds
+// 1..runs, the same for every shape), drafted by the draft model, verified exactly: trees by
+// traversal verification (speculative_decode_tree, siblings without replacement), chains by
+// block verification (speculative_decode). Tokens per target pass = generated / steps (one
+// score or score_tree call per step). Standard errors are across runs.
+// Cost: the wall time of score_tree on random weights of a preset's shape after `context`
+// cached tokens, for 0 .. 32 nodes (median of `reps`), relative to a one-column pass.
+
+#include "checkpoint.hpp"
+#include "command_line.hpp"
+#include "transformer.hpp"
+
+#include <specdec/specdec.hpp>
+#include <specdec/tree_decode.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct measured {
+    double mean = 0.0, se = 0.0;
+};
+
+template <class Run>
+measured tokens_per_pass(std::size_t runs, Run&& run) {
+    std::vector<double> per_run;
+    std::size_t generated = 0, steps = 0;
+    for (std::size_t r = 1; r <= runs; ++r) {
+        const specdec::decode_result out = run(r);
+        generated += out.tokens.size();
+        steps += out.stats.steps;
+        per_run.push_back(static_cast<double>(out.tokens.size()) / static_cast<double>(out.stats.steps));
+    }
+    double m = 0.0, v = 0.0;
+    for (double x : per_run) m += x;
+    m /= static_cast<double>(runs);
+    for (double x : per_run) v += (x - m) * (x - m);
+    return {static_cast<double>(generated) / static_cast<double>(steps),
+            std::sqrt(v / static_cast<double>(runs - 1) / static_cast<double>(runs))};
+}
+
+std::string shape_name(const std::vector<std::size_t>& b) {
+    std::string s;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+        if (i > 0) s.push_back(',');
+        s.append(std::to_string(b[i]));
+    }
+    return s;
+}
+
+int measure_passes(const std::filesystem::path& models, std::size_t runs, std::size_t tokens,
+                   specdec::tree_verification_scheme scheme) {
+    llama2::transformer target(models / "stories260K.bin");
+    llama2::transformer draft(models / "llama2xs_tok512_279K.bin");
+    const std::vector<specdec::token_id> prompt{1};
+    const std::vector<std::vector<std::size_t>> trees{{4},          {2, 1},          {2, 1, 1},    {2, 2},
+                                                      {4, 1},       {2, 1, 1, 1},    {2, 2, 1, 1}, {3, 1, 1, 1},
+                                                      {3, 2, 1, 1}, {4, 2, 1, 1},    {2, 2, 2, 1, 1}};
+    for (const float temperature : {0.7f, 1.0f}) {
+        const specdec::sampling_config s{.temperature = temperature};
+        std::vector<measured> chain(33);
+        auto chain_of = [&](std::size_t gamma) {
+            if (chain[gamma].mean == 0.0)
+                chain[gamma] = tokens_per_pass(runs, [&](std::size_t seed) {
+                    std::mt19937_64 rng(seed);
+                    return specdec::speculative_decode(draft, target, prompt,
+                                                       {.gamma = gamma, .max_new_tokens = tokens, .sampling = s}, rng);
+                });
+            return chain[gamma];
+        };
+        std::printf("\nT = %.1f\n\n", static_cast<double>(temperature));
+        std::printf("| tree | nodes | depth | tree: tokens/pass | chain of same depth | gain | chain of same nodes | gain |\n");
+        std::printf("|---|---|---|---|---|---|---|---|\n");
+        for (const auto& b : trees) {
+            const specdec::tree_shape shape{.branching = b};
+            const measured t = tokens_per_pass(runs, [&](std::size_t seed) {
+                std::mt19937_64 rng(seed);
+                return specdec::speculative_decode_tree(
+                    draft, target, prompt, {.shape = shape, .scheme = scheme, .max_new_tokens = tokens, .sampling = s}, rng);
+            });
+            const measured d = chain_of(shape.depth()), n = chain_of(shape.nodes());
+            std::printf("| %s | %zu | %zu | %.3f ± %.3f | %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",
+                        shape_name(b).c_str(), shape.nodes(), shape.depth(), t.mean, t.se, d.mean, d.se,
+                        100.0 * (t.mean / d.mean - 1.0), n.mean, n.se, 100.0 * (t.mean / n.mean - 1.0));
+            std::fflush(stdout);
+        }
+    }
+    return 0;
+}
+
+int measure_cost(const std::string& preset, std::ptrdiff_t context, int reps) {
+    const auto cfg = llama2::preset_config(preset);
+    if (!cfg) {
+        std::fprintf(stderr, "compare-trees: unknown preset '%s'\n", preset.c_str());
+        return 2;
+    }
+    auto ck = std::make_shared<llama2::checkpoint>();
+    ck->name = preset + " (random weights)";
+    ck->cfg = *cfg;
+    ck->w = llama2::random_weights(ck->cfg, 1);
+    llama2::transformer m(ck);
+    std::mt19937_64 rng(3);
+    std::vector<specdec::token_id> ctx(static_cast<std::size_t>(context));
+    for (auto& t : ctx) t = static_cast<specdec::token_id>(3 + rng() % static_cast<std::uint64_t>(cfg->vocab_size - 3));
+    (void)m.next_logits(ctx);  // cache the context
+    Eigen::MatrixXf out;
+    std::printf("| nodes | score_tree ms (median of %d) | relative to 1 column | score_into, a chain of as many, ms |\n"
+                "|---|---|---|---|\n",
+                reps);
+    double base = 0.0;
+    for (const std::size_t nodes : {0u, 1u, 2u, 4u, 8u, 14u, 16u, 21u, 32u}) {
+        // A tree of `nodes` nodes: two children per node, breadth first.
+        specdec::draft_tree tree;
+        for (std::size_t i = 0; i < nodes; ++i)
+            tree.add(i < 2 ? -1 : static_cast<std::int32_t>(i / 2 - 1),
+                     static_cast<specdec::token_id>(3 + rng() % static_cast<std::uint64_t>(cfg->vocab_size - 3)));
+        std::vector<double> ms;
+        for (int r = 0; r < reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            m.score_tree(ctx, tree, out);
+            ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(ms.begin(), ms.end());
+        const double med = ms[ms.size() / 2];
+        if (nodes == 0) base = med;
+        // The same number of positions as a chain (score_into), for the attention's share.
+        std::vector<double> chain_ms;
+        for (int r = 0; r < reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            m.score_into(ctx, std::span<const specdec::token_id>(tree.tokens), out);
+            chain_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        std::sort(chain_ms.begin(), chain_ms.end());
+        std::printf("| %zu | %.1f | %.2f | %.1f |\n", nodes, med, med / base, chain_ms[chain_ms.size() / 2]);
+        std::fflush(stdout);
+    }
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::filesystem::path models;
+    if (const char* env = std::getenv("SPECDEC_MODELS_DIR"); env && *env) models = env;
+    std::size_t runs = 40, tokens = 200;
+    bool cost = false;
+    std::string preset = "stories110M";
+    std::ptrdiff_t context = 128;
+    int reps = 5;
+    std::string scheme = "traversal";
+    CLI::App app("Tokens per target pass of tree speculative decoding against chains on the real pair; with "
+                 "--cost, the time of a score_tree pass against its node count.",
+                 "compare-trees");
+    specdec_examples::command_line_defaults(app);
+    app.add_option("--models", models, "folder with stories260K.bin and llama2xs_tok512_279K.bin (default: the "
+                                        "SPECDEC_MODELS_DIR environment variable)");
+    app.add_option("--runs", runs, "generations per setting (at least 2)")->capture_default_str();
+    app.add_option("--tokens", tokens, "tokens per generation")->capture_default_str();
+    app.add_option("--scheme", scheme, "tree verification: traversal or recursive (rejection sampling)")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"traversal", "recursive"}));
+    app.add_flag("--cost", cost, "time score_tree on random weights instead");
+    app.add_option("--preset", preset, "model shape for --cost")->capture_default_str();
+    app.add_option("--context", context, "cached context tokens for --cost")->capture_default_str();
+    app.add_option("--reps", reps, "repetitions per node count for --cost")->capture_default_str();
+    if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
+    try {
+        if (cost) return measure_cost(preset, context, std::max(reps, 1));
+        if (models.empty()) {
+            std::fprintf(stderr, "compare-trees: pass --models DIR (or set SPECDEC_MODELS_DIR)\n");
+            return 2;
+        }
+        if (runs < 2) {
+            std::fprintf(stderr, "compare-trees: --runs needs at least 2 (standard errors are across runs)\n");
+            return 2;
+        }
+        return measure_passes(models, runs, tokens,
+                              scheme == "traversal" ? specdec::tree_verification_scheme::traversal
+                                                    : specdec::tree_verification_scheme::recursive_rejection);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "compare-trees: %s\n", e.what());
+        return 1;
+    }
+}

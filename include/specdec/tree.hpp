@@ -1,0 +1,435 @@
+#pragma once
+/// \file
+/// Draft trees: many candidate continuations of one context, scored by the target in one pass
+/// and verified exactly (see tree_verify.hpp). The data (`draft_tree`), the shape a drafter is
+/// asked for (`tree_shape`), the two concepts (`TreeDrafter`, `TreeVerifier`), and the
+/// adapters that make a plain model, a BlockDrafter and a chain verifier work with trees.
+///
+/// | concept      | member function it needs                                    |
+/// |--------------|-------------------------------------------------------------|
+/// | TreeDrafter  | `vocab_size()`, `propose_tree(context, shape, sampling, uniforms, out)` |
+/// | TreeVerifier | `vocab_size()`, `score_tree(context, tree, out)`            |
+///
+/// A node's index is its position in the arrays; the root (the context itself) is not a node
+/// and is written as parent −1. Nodes are stored parents first (parent[i] < i), and the
+/// children of one node, in index order, are its sibling group in the order they were drawn.
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <vector>
+
+#include "adapters.hpp"
+#include "concepts.hpp"
+#include "detail/reshape.hpp"
+#include "error.hpp"
+#include "random.hpp"
+#include "sampling.hpp"
+#include "types.hpp"
+
+namespace specdec {
+
+/// How a node was drawn relative to its earlier siblings (the children of the same parent
+/// with smaller indices).
+enum class sibling_draws : std::uint8_t {
+    /// Independently from its column q: siblings are i.i.d. draws when their columns agree
+    /// (SpecInfer, Miao et al. 2024, Sec. 4.2).
+    iid,
+    /// From its column q with the tokens of all earlier siblings removed and the rest
+    /// renormalized: siblings are draws without replacement (Jeon et al. 2024, "Recursive
+    /// Speculative Decoding", Sec. 3), so they are distinct tokens.
+    without_replacement,
+};
+
+/// A tree of draft tokens after a context (the root).
+///
+/// Node i holds `tokens[i]`, its parent `parents[i]` (−1: a child of the root; otherwise a
+/// node with a smaller index) and `depths[i]` (1 for children of the root, parent's depth + 1
+/// otherwise). Either `probs` has 0 columns (point masses: every node is a deterministic
+/// function of the context, as an n-gram drafter proposes them), or vocab_size() rows and one
+/// column per node: column i is the distribution q node i was drawn from, the draft
+/// distribution at its parent's path, before the removal of earlier siblings when
+/// `draws[i]` is without_replacement. `draws` has one entry per node, or is empty (all i.i.d.).
+///
+/// Build one with add() (which keeps depths and draws consistent) after clear(); clear() keeps
+/// the storage, so a drafter that refills the same tree allocates nothing once shapes repeat.
+struct draft_tree {
+    std::vector<token_id> tokens;       ///< token of each node
+    std::vector<std::int32_t> parents;  ///< parent of each node, −1 for the root
+    std::vector<std::int32_t> depths;   ///< 1 + the parent's depth (the root's is 0)
+    std::vector<sibling_draws> draws;   ///< per node, or empty: all i.i.d.
+    /// V x nodes draft distributions (see above), or 0 columns for point masses. Size it with
+    /// resize_probs() so that storage is reused.
+    Eigen::MatrixXf probs;
+    /// True when every column was written by standardize() or a sampling variant: then
+    /// verification does not check that the columns are distributions.
+    bool standardized = false;
+    /// Forward passes of the draft model this tree cost (for statistics).
+    std::size_t model_calls = 0;
+
+    /// Number of draft nodes (the root not counted).
+    [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
+    /// True when the tree carries draft distributions.
+    [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }
+    /// The largest depth (0 for an empty tree).
+    [[nodiscard]] std::int32_t max_depth() const noexcept {
+        std::int32_t d = 0;
+        for (auto x : depths) d = std::max(d, x);
+        return d;
+    }
+    /// How node i was drawn (iid when `draws` is empty).
+    [[nodiscard]] sibling_draws draws_of(std::size_t i) const noexcept {
+        return draws.empty() ? sibling_draws::iid : draws[i];
+    }
+
+    /// Appends a node below `parent` (−1 for the root) and returns its index.
+    /// \throws std::invalid_argument when parent is not −1 or an existing node.
+    std::int32_t add(std::int32_t parent, token_id token, sibling_draws how = sibling_draws::iid) {
+        if (parent < -1 || parent >= static_cast<std::int32_t>(tokens.size()))
+            detail::fail_invalid("specdec::draft_tree::add: parent = ", parent, " is neither -1 (the root) nor one of the ",
+                                 tokens.size(), " nodes");
+        if (draws.size() < tokens.size()) draws.resize(tokens.size(), sibling_draws::iid);
+        tokens.push_back(token);
+        parents.push_back(parent);
+        depths.push_back(parent < 0 ? 1 : depths[static_cast<std::size_t>(parent)] + 1);
+        draws.push_back(how);
+        return static_cast<std::int32_t>(tokens.size() - 1);
+    }
+
+    /// Sizes probs to rows x cols (contents unspecified), reusing the storage clear() kept.
+    Eigen::MatrixXf& resize_probs(Eigen::Index rows, Eigen::Index cols) {
+        if (rows < 0 || cols < 0 || (cols > 0 && rows > std::numeric_limits<Eigen::Index>::max() / cols))
+            detail::fail_invalid("specdec::draft_tree::resize_probs: ", rows, " x ", cols, " is not a valid size");
+        if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
+        detail::reshape(probs, rows, cols);
+        return probs;
+    }
+
+    /// An empty tree; the storage of every array is kept.
+    void clear() {
+        tokens.clear();
+        parents.clear();
+        depths.clear();
+        draws.clear();
+        if (probs.size() != 0) probs.swap(kept_);
+        probs.resize(0, 0);
+        standardized = false;
+        model_calls = 0;
+    }
+
+private:
+    Eigen::MatrixXf kept_;
+};
+
+/// Writes the tokens on the path from the root to `node` (−1: none) into `out`, root first.
+inline void path_tokens(const draft_tree& tree, std::int32_t node, std::vector<token_id>& out) {
+    out.clear();
+    for (std::int32_t v = node; v >= 0; v = tree.parents[static_cast<std::size_t>(v)]) out.push_back(tree.tokens[static_cast<std::size_t>(v)]);
+    std::reverse(out.begin(), out.end());
+}
+
+/// The shape a tree drafter is asked for: `branching[d]` children for every node at depth d
+/// (the root is depth 0), so {3, 2, 1, 1} is a tree of depth 4 with 3 + 6 + 6 + 6 = 21 nodes, and
+/// {1, 1, 1, 1} is a chain of 4. `max_nodes` (0: none) caps the count; nodes are then kept
+/// breadth first, earlier siblings before later ones.
+struct tree_shape {
+    std::vector<std::size_t> branching{2, 2, 1, 1};
+    std::size_t max_nodes = 0;
+    /// How siblings are drawn by a model drafter (without replacement: distinct candidates).
+    sibling_draws draws = sibling_draws::without_replacement;
+
+    /// The depth of the tree (entries of branching before the first 0).
+    [[nodiscard]] std::size_t depth() const noexcept {
+        std::size_t d = 0;
+        while (d < branching.size() && branching[d] > 0) ++d;
+        return d;
+    }
+    /// Nodes of a full tree of this shape, capped by max_nodes.
+    [[nodiscard]] std::size_t nodes() const noexcept {
+        std::size_t total = 0, level = 1;
+        for (std::size_t d = 0; d < depth(); ++d) {
+            level *= branching[d];
+            total += level;
+        }
+        return max_nodes == 0 ? total : std::min(total, max_nodes);
+    }
+};
+
+/// A drafter that proposes a whole tree.
+///
+/// Syntactic requirements: `d.vocab_size()` and
+/// `d.propose_tree(context, shape, sampling, uniforms, out)` with a `std::span<const token_id>`
+/// context, a `const tree_shape&`, a `const sampling_config&`, a `uniform_source&` and a
+/// `draft_tree&` that arrives cleared.
+///
+/// Semantic requirements:
+///  1. `out` is a valid tree (see draft_tree) of at most shape.nodes() nodes and depth at most
+///     shape.depth(), with tokens in [0, vocab_size()).
+///  2. Each node with a column was drawn from it given everything drawn before, as
+///     `out.draws` says (independently, or without replacement among its earlier siblings);
+///     without columns, the tree is a deterministic function of the context.
+///  3. No hidden randomness: every draw comes from `uniforms`.
+template <class D>
+concept TreeDrafter = requires(D& d, std::span<const token_id> context, const tree_shape& shape,
+                               const sampling_config& sampling, uniform_source& uniforms, draft_tree& out) {
+    { d.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
+    d.propose_tree(context, shape, sampling, uniforms, out);
+};
+
+/// A target that scores the root and every node of a tree in one pass (tree attention:
+/// SpecInfer, Miao et al. 2024, Sec. 4.1).
+///
+/// Syntactic requirements: `v.vocab_size()` and `v.score_tree(context, tree, out)` with a
+/// `std::span<const token_id>`, a `const draft_tree&` and an `Eigen::MatrixXf&`.
+///
+/// Semantic requirements:
+///  1. `out` becomes vocab_size() x (tree.size() + 1), column-major: column 0 holds the logits
+///     of the token after `context` (the root), column i + 1 the logits after context + the
+///     path from the root to node i (its ancestors' tokens, then its own).
+///  2. Each column equals what next_logits would return for that prefix.
+///  3. No hidden randomness. A model with a cache may keep the tree's entries: the next
+///     call's context is the old one, then the accepted path, then one more token.
+template <class V>
+concept TreeVerifier = requires(V& v, std::span<const token_id> context, const draft_tree& tree, Eigen::MatrixXf& out) {
+    { v.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
+    v.score_tree(context, tree, out);
+};
+
+namespace detail {
+
+/// Throws std::invalid_argument unless `tree` is well formed for a vocabulary of `vocab`:
+/// consistent array sizes, parents before children, depths that follow the parents, tokens in
+/// range, columns of the right shape; and, for nodes with columns, a positive probability of
+/// its token under the distribution it was drawn from (for without-replacement draws: positive
+/// mass left after removing earlier siblings, and the token not among them). When
+/// `check_columns`, columns must be distributions (non-negative, summing to 1 within
+/// draft_probability_tolerance = 1e-3).
+inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_columns, const char* where) {
+    const std::size_t n = tree.tokens.size();
+    if (tree.parents.size() != n || tree.depths.size() != n || (!tree.draws.empty() && tree.draws.size() != n))
+        fail_invalid(where, ": the tree's arrays disagree: ", n, " tokens, ", tree.parents.size(), " parents, ",
+                     tree.depths.size(), " depths, ", tree.draws.size(), " draws (0 or one per node)");
+    if (n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max() - 1))
+        fail_invalid(where, ": the tree has ", n, " nodes, more than an index can count");
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int32_t par = tree.parents[i];
+        if (par < -1 || par >= static_cast<std::int32_t>(i))
+            fail_invalid(where, ": node ", i, " has parent ", par,
+                         "; a parent must be -1 (the root) or a node with a smaller index");
+        const std::int32_t want = par < 0 ? 1 : tree.depths[static_cast<std::size_t>(par)] + 1;
+        if (tree.depths[i] != want)
+            fail_invalid(where, ": node ", i, " has depth ", tree.depths[i], "; its parent ", par, " makes it ", want);
+        if (tree.tokens[i] < 0 || tree.tokens[i] >= vocab)
+            fail_invalid(where, ": node ", i, " has token ", tree.tokens[i], ", out of range [0, vocab_size = ", vocab, ")");
+    }
+    if (!tree.has_distributions()) return;
+    if (tree.probs.rows() != vocab || tree.probs.cols() != static_cast<Eigen::Index>(n))
+        fail_invalid(where, ": the tree's probs is ", tree.probs.rows(), " x ", tree.probs.cols(),
+                     "; expected vocab_size x nodes = ", vocab, " x ", n, " (or 0 columns for point masses)");
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto col = tree.probs.col(static_cast<Eigen::Index>(i));
+        if (check_columns) {
+            const float lo = col.minCoeff();
+            const double sum = col.template cast<double>().sum();
+            if (!(lo >= 0.0f) || !(std::abs(sum - 1.0) <= 1e-3))
+                fail_invalid(where, ": column ", i, " of the tree's probs is not a distribution (minimum ", lo, ", sum ",
+                             sum, ")");
+        }
+        double mass = 1.0, own = col[tree.tokens[i]];
+        bool first = true;
+        for (std::size_t j = 0; j < i && first; ++j) first = tree.parents[j] != tree.parents[i];
+        if (tree.draws_of(i) == sibling_draws::without_replacement && !first) {
+            mass = col.template cast<double>().sum();  // what verification renormalizes by
+            for (std::size_t j = 0; j < i; ++j) {
+                if (tree.parents[j] != tree.parents[i]) continue;
+                if (tree.tokens[j] == tree.tokens[i])
+                    fail_invalid(where, ": node ", i, " (token ", tree.tokens[i],
+                                 ") is drawn without replacement but repeats its earlier sibling ", j);
+                bool seen = false;  // a token removed once counts once
+                for (std::size_t k = 0; k < j; ++k)
+                    seen = seen || (tree.parents[k] == tree.parents[i] && tree.tokens[k] == tree.tokens[j]);
+                if (!seen) mass -= col[tree.tokens[j]];
+            }
+        }
+        if (!(own > 0.0) || !(mass > 0.0))
+            fail_invalid(where, ": node ", i, " has token ", tree.tokens[i], " of draft probability ", own,
+                         " (mass left after earlier siblings ", mass,
+                         "); a drawn token must have positive probability");
+    }
+}
+
+}  // namespace detail
+
+/// Checks a tree as verify_tree() does (see detail::check_tree).
+/// \throws std::invalid_argument naming `where` and the first problem found.
+inline void validate(const draft_tree& tree, std::ptrdiff_t vocab, const char* where = "specdec::validate") {
+    detail::check_tree(tree, vocab, !tree.standardized, where);
+}
+
+namespace detail {
+
+/// Draws up to `k` children of `parent` from the standardized distribution `q` (V entries,
+/// summing to 1) into `tree`, each with column q: i.i.d., or without replacement (the drawn
+/// token's weight is zeroed in `scratch`, and drawing stops early when no mass is left, as at
+/// temperature 0 or under top-k). One uniform per child.
+inline void draw_children(draft_tree& tree, std::int32_t parent, std::size_t k, const Eigen::VectorXf& q,
+                          sibling_draws how, uniform_source& uniforms, Eigen::VectorXf& scratch,
+                          sampling_workspace& sws, Eigen::Index& next_col, const char* where) {
+    if (k == 0) return;
+    const bool wor = how == sibling_draws::without_replacement;
+    if (wor) scratch = q;
+    double left = 1.0;
+    for (std::size_t j = 0; j < k; ++j) {
+        const Eigen::VectorXf& w = wor ? scratch : q;
+        if (wor && j > 0 && !(left > 1e-7 && w.maxCoeff() > 0.0f)) break;  // nothing left to draw
+        const auto x = static_cast<token_id>(sample_from_weights(w, uniforms(), sws, where));
+        tree.add(parent, x, how);
+        tree.probs.col(next_col++) = q;
+        if (wor) {
+            left -= scratch[x];
+            scratch[x] = 0.0f;
+        }
+    }
+}
+
+}  // namespace detail
+
+/// Builds a tree by sampling from a plain model: breadth first, for every node that gets
+/// children, one next_logits call on its path, standardized with `sampling` (the q that
+/// verification then uses), and shape.branching[depth] children drawn from it as shape.draws
+/// says. The columns are standardized (out.standardized is set). Needs `vocab x nodes` floats.
+/// Scratch: `path` (tokens), `logits`, `q`, `scratch` (vectors), `sws`. When the model is also a
+/// TreeVerifier and `level_scores` is given, each level costs one score_tree call on the tree
+/// drawn so far instead of one next_logits call per node (the same logits: fewer passes).
+template <LanguageModel M>
+void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_shape& shape,
+                           const sampling_config& sampling, uniform_source& uniforms, draft_tree& out,
+                           std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
+                           Eigen::VectorXf& scratch, sampling_workspace& sws, Eigen::MatrixXf* level_scores = nullptr) {
+    constexpr const char* where = "specdec::draft_tree_from_model";
+    const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
+    out.clear();
+    const std::size_t total = shape.nodes(), depth = shape.depth();
+    if (total == 0) return;
+    out.resize_probs(vocab, static_cast<Eigen::Index>(total));
+    if (q.size() != vocab) q.resize(vocab);
+    Eigen::Index col = 0;
+    // Breadth first: the parents of level d + 1 are the nodes of level d, [begin, end); the
+    // root (−1) for d = 0.
+    std::size_t begin = 0, end = 0;
+    for (std::size_t d = 0; d < depth && out.size() < total; ++d) {
+        const std::size_t parents_here = d == 0 ? 1 : end - begin;
+        bool level_scored = false;
+        if constexpr (TreeVerifier<M>) {
+            if (level_scores != nullptr && d > 0) {
+                // The columns of every node drawn so far, in one pass (one column per node + 1).
+                m.score_tree(context, out, *level_scores);
+                if (level_scores->rows() != vocab || level_scores->cols() != static_cast<Eigen::Index>(out.size() + 1))
+                    detail::fail_invalid(where, ": score_tree returned ", level_scores->rows(), " x ", level_scores->cols(),
+                                 "; expected ", vocab, " x ", out.size() + 1);
+                ++out.model_calls;
+                level_scored = true;
+            }
+        }
+        for (std::size_t pi = 0; pi < parents_here && out.size() < total; ++pi) {
+            const std::int32_t parent = d == 0 ? -1 : static_cast<std::int32_t>(begin + pi);
+            if (level_scored) {
+                standardize(level_scores->col(parent + 1), sampling, q, sws, where);
+            } else {
+                path_tokens(out, parent, path);
+                path.insert(path.begin(), context.begin(), context.end());
+                detail::checked_next_logits(m, std::span<const token_id>(path), vocab, logits, where);
+                ++out.model_calls;
+                standardize(logits, sampling, q, sws, where);
+            }
+            const std::size_t k = std::min(shape.branching[d], total - out.size());
+            detail::draw_children(out, parent, k, q, shape.draws, uniforms, scratch, sws, col, where);
+        }
+        begin = d == 0 ? 0 : end;
+        end = out.size();
+        if (begin == end) break;
+    }
+    // Fewer nodes than sized (without-replacement groups that ran out of mass): drop the rest.
+    if (col != out.probs.cols()) {
+        Eigen::MatrixXf kept = out.probs.leftCols(col);
+        out.probs.swap(kept);
+    }
+    out.standardized = true;
+}
+
+/// Turns a chain (a BlockDrafter's block) into a tree: node i is the child of node i − 1.
+inline void tree_from_block(const draft_block& block, draft_tree& out) {
+    out.clear();
+    for (std::size_t i = 0; i < block.tokens.size(); ++i)
+        out.add(static_cast<std::int32_t>(i) - 1, block.tokens[i], sibling_draws::iid);
+    if (block.has_distributions()) {
+        const auto n = static_cast<Eigen::Index>(block.tokens.size());
+        out.resize_probs(block.probs.rows(), n);
+        for (Eigen::Index i = 0; i < n; ++i)
+            out.probs.col(i) = (block.scales.empty() ? 1.0f : block.scales[static_cast<std::size_t>(i)]) *
+                               block.probs.col(i);
+        out.standardized = block.standardized;
+    }
+    // As decode_stats::draft_calls counts a block: its reported model calls, else one call for a
+    // block that proposed tokens.
+    out.model_calls = block.model_calls.value_or(block.tokens.empty() ? 0 : 1);
+}
+
+namespace detail {
+
+/// Scores a tree with a verifier that has no score_tree(): a plain LanguageModel is called
+/// once per column (tree.size() + 1 calls); a BatchVerifier once per root-to-leaf path, each
+/// path's columns copied to its nodes (correct, and slower: shared prefixes are scored again).
+/// Returns the number of target passes spent.
+template <class V>
+std::size_t score_tree_by_paths(V& v, std::span<const token_id> context, const draft_tree& tree, Eigen::MatrixXf& out,
+                                std::vector<token_id>& path, std::vector<char>& is_leaf, Eigen::VectorXf& logits,
+                                const char* where) {
+    const auto vocab = static_cast<Eigen::Index>(v.vocab_size());
+    const std::size_t n = tree.size();
+    if (out.rows() != vocab || out.cols() != static_cast<Eigen::Index>(n + 1)) out.resize(vocab, static_cast<Eigen::Index>(n + 1));
+    if constexpr (BatchVerifier<V>) {
+        is_leaf.assign(n, 1);
+        for (std::size_t i = 0; i < n; ++i)
+            if (tree.parents[i] >= 0) is_leaf[static_cast<std::size_t>(tree.parents[i])] = 0;
+        std::size_t passes = 0;
+        if (n == 0) {
+            const Eigen::MatrixXf s = v.score(context, std::span<const token_id>{});
+            if (s.rows() != vocab || s.cols() != 1) fail_invalid(where, ": score() returned ", s.rows(), " x ", s.cols(), "; expected ", vocab, " x 1");
+            out.col(0) = s.col(0);
+            return 1;
+        }
+        for (std::size_t leaf = 0; leaf < n; ++leaf) {
+            if (!is_leaf[leaf]) continue;
+            path_tokens(tree, static_cast<std::int32_t>(leaf), path);
+            const Eigen::MatrixXf s = v.score(context, std::span<const token_id>(path));
+            ++passes;
+            if (s.rows() != vocab || s.cols() != static_cast<Eigen::Index>(path.size() + 1))
+                fail_invalid(where, ": score() returned ", s.rows(), " x ", s.cols(), "; expected ", vocab, " x ",
+                             path.size() + 1);
+            // Column j of s follows the path's first j tokens: the root, then each ancestor.
+            Eigen::Index j = static_cast<Eigen::Index>(path.size());
+            for (std::int32_t u = static_cast<std::int32_t>(leaf); u >= 0; u = tree.parents[static_cast<std::size_t>(u)])
+                out.col(u + 1) = s.col(j--);
+            out.col(0) = s.col(0);
+        }
+        return passes;
+    } else {
+        for (std::size_t c = 0; c <= n; ++c) {
+            path_tokens(tree, static_cast<std::int32_t>(c) - 1, path);
+            path.insert(path.begin(), context.begin(), context.end());
+            checked_next_logits(v, std::span<const token_id>(path), vocab, logits, where);
+            out.col(static_cast<Eigen::Index>(c)) = logits;
+        }
+        return n + 1;
+    }
+}
+
+}  // namespace detail
+
+}  // namespace specdec
