@@ -1,0 +1,1205 @@
+#pragma once
+/// \file
+/// The conformance kit: tests that a user's own adapters keep speculative decoding exact.
+///
+/// specdec's output has the target's distribution (Leviathan et al. 2023, App. A.1) only if
+/// the adapters keep the promises of concepts.hpp. The checks here test those promises on the
+/// user's models, from the user's own test framework; each returns a `report` (verdict,
+/// statistic, p-value or largest error, the first failing case in words, what was run):
+///
+/// | check                     | what it tests                                                   | false alarms  |
+/// |---------------------------|-----------------------------------------------------------------|---------------|
+/// | check_contract            | score() column j = a fresh model's logits after context + draft[0..j), after rollbacks, shrinking contexts, any order, on copies | none (deterministic) |
+/// | check_draft_consistency   | a drafter's tokens follow the distributions it reports (χ² per position) | `significance` per position |
+/// | check_equivalence         | the law of the first n tokens of speculative_decode = plain sampling from the target | `significance` per scheme and sampling config |
+/// | check_determinism         | the same seed gives the same tokens                              | none          |
+///
+/// `run_conformance` runs them all. Not included by specdec/specdec.hpp.
+///
+/// \code
+/// #include <specdec/testing.hpp>
+/// TEST_CASE("my adapters keep speculative decoding exact") {
+///     my_engine target = load_target(), draft = load_draft();
+///     const auto report = specdec::testing::run_conformance(draft, target, {.prompt = {1}});
+///     CHECK(report);  // on failure, Catch2 prints the one-line summary of every check
+/// }
+/// \endcode
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <random>
+#include <span>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "adapters.hpp"
+#include "concepts.hpp"
+#include "random.hpp"
+#include "sampling.hpp"
+#include "speculative_decode.hpp"
+#include "testing/stats.hpp"
+#include "types.hpp"
+#include "verify_types.hpp"
+
+namespace specdec::testing {
+
+/// Outcome of one check. Converts to bool (passed), so `CHECK(report)` works in Catch2; with
+/// GoogleTest, `EXPECT_TRUE(report.ok()) << report;`.
+struct report {
+    std::string check;  ///< which check ran ("adapter contract", ...)
+    bool passed = true;
+    /// The test statistic of the worst case (χ² for the statistical checks; 0 for the others).
+    double statistic = 0.0;
+    /// The smallest p-value among the tests run (statistical checks); NaN for the others.
+    double p_value = std::numeric_limits<double>::quiet_NaN();
+    /// The largest error measured (the contract's total-variation distance); NaN when not measured.
+    double max_error = std::numeric_limits<double>::quiet_NaN();
+    /// Probability that an adapter that is right fails this check (0: deterministic check).
+    double false_alarm_rate = 0.0;
+    std::string failure;  ///< the first failing case, in words (empty when passed)
+    std::string ran;      ///< what was run
+    double seconds = 0.0;  ///< how long it took
+
+    [[nodiscard]] bool ok() const noexcept { return passed; }
+    explicit operator bool() const noexcept { return passed; }
+
+    /// One line: "PASS <check>: <what was run> ..." or "FAIL <check>: <first failing case> ...".
+    [[nodiscard]] std::string to_string() const {
+        std::ostringstream os;
+        os << (passed ? "PASS " : "FAIL ") << check << ": ";
+        if (!passed) os << failure << " | ran: ";
+        os << ran;
+        if (!std::isnan(p_value)) os << "; smallest p = " << p_value;
+        if (!std::isnan(max_error)) os << "; max error = " << max_error;
+        if (false_alarm_rate > 0.0) os << "; false-alarm rate " << false_alarm_rate;
+        os << " (" << std::round(seconds * 100.0) / 100.0 << " s)";
+        return os.str();
+    }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const report& r) { return os << r.to_string(); }
+
+/// The reports of run_conformance. Converts to bool (every check passed).
+struct conformance_report {
+    std::vector<report> checks;
+    [[nodiscard]] bool ok() const noexcept {
+        return std::all_of(checks.begin(), checks.end(), [](const report& r) { return r.passed; });
+    }
+    explicit operator bool() const noexcept { return ok(); }
+    /// One line per check.
+    [[nodiscard]] std::string to_string() const {
+        std::string s;
+        for (const auto& r : checks) s += r.to_string() + "\n";
+        return s;
+    }
+};
+
+inline std::ostream& operator<<(std::ostream& os, const conformance_report& r) { return os << r.to_string(); }
+
+/// What the checks run, and their budgets. Aggregate: `{.prompt = {1}, .samples = 5000}`.
+struct conformance_options {
+    /// Every context the checks build starts with these tokens (a llama2.c model needs BOS = 1).
+    std::vector<token_id> prompt{};
+    /// γ of the decoding runs, and the longest draft the contract check scores (γ + 1).
+    std::size_t gamma = 4;
+    /// The verification schemes the equivalence check runs.
+    std::vector<verification_scheme> schemes{verification_scheme::token, verification_scheme::block};
+    /// The sampling settings the draft and equivalence checks run (each with every scheme).
+    std::vector<sampling_config> samplings{sampling_config{}, sampling_config{.temperature = 0.6f, .top_k = 40}};
+    /// Further decoding settings (policy, draft_stop_below, stop_tokens, ...); gamma, scheme,
+    /// sampling, max_new_tokens and on_step are set by the checks.
+    decode_options decode{};
+
+    // ---- adapter contract ----
+    /// The longest context the contract and draft checks build (prompt included).
+    std::size_t max_context = 48;
+    /// Calls per scenario of the contract check (six scenarios).
+    std::size_t contract_calls = 24;
+    /// Largest total-variation distance allowed between the distribution (softmax at temperature
+    /// 1) of a score() column or next_logits result and a fresh model's for the same tokens.
+    /// 0 demands bit-for-bit agreement up to rounding of the softmax; raise it for engines whose
+    /// batched and single-token kernels round differently.
+    double tolerance = 1e-4;
+
+    // ---- draft consistency ----
+    std::size_t draft_contexts = 16;  ///< random contexts the drafter drafts after
+    std::size_t draft_blocks = 1000;  ///< blocks drawn per sampling config
+    std::size_t pit_bins = 16;        ///< cells of the χ² test of each position
+
+    // ---- sequence-level equivalence ----
+    std::size_t length = 5;  ///< n: the law of the first n generated tokens is tested
+    /// Sequences drawn per scheme and sampling config (from each of the two samplers, in the
+    /// two-sample test).
+    std::size_t samples = 2000;
+    /// Test against `samples` sequences of plain sampling from the target (autoregressive_decode)
+    /// instead of the target's exact probabilities: twice the sampling and less power, but no
+    /// enumeration of the target's probability tree.
+    bool two_sample = false;
+    /// Stop drawing a sample after this many seconds (0: no limit; the report says how many
+    /// were drawn). Makes the outcome depend on the machine's speed.
+    double max_seconds = 0.0;
+
+    /// False-alarm rate of each statistical test (each draft position; each scheme and sampling
+    /// config of the equivalence check).
+    double significance = 1e-4;
+    /// Seed of the checks' own generator: the same seed, the same verdict.
+    std::uint64_t seed = 1;
+};
+
+namespace detail {
+
+inline std::string tokens_text(std::span<const token_id> t) {
+    std::ostringstream os;
+    os << "[";
+    const std::size_t show = 10;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        if (t.size() > show && i == show / 2) {
+            os << " ...";
+            i = t.size() - show / 2;
+        }
+        os << (i ? " " : "") << t[i];
+    }
+    os << "]";
+    return os.str();
+}
+
+inline std::string number(double x) {
+    std::ostringstream os;
+    os.precision(3);
+    os << x;
+    return os.str();
+}
+
+inline double seconds_between(std::chrono::steady_clock::time_point a) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+/// Softmax at temperature 1, in double; `problem` names what makes the logits invalid.
+struct distribution {
+    std::vector<double> p;
+    std::string problem;
+};
+
+inline distribution to_distribution(const Eigen::Ref<const Eigen::VectorXf>& z) {
+    distribution d;
+    double mx = -std::numeric_limits<double>::infinity();
+    for (Eigen::Index i = 0; i < z.size(); ++i) {
+        const double v = z[i];
+        if (std::isnan(v) || v == std::numeric_limits<double>::infinity()) {
+            d.problem = "logit " + std::to_string(i) + " is " + (std::isnan(v) ? "NaN" : "+Inf");
+            return d;
+        }
+        mx = std::max(mx, v);
+    }
+    if (mx == -std::numeric_limits<double>::infinity()) {
+        d.problem = "every logit is -Inf";
+        return d;
+    }
+    d.p.resize(static_cast<std::size_t>(z.size()));
+    double sum = 0.0;
+    for (Eigen::Index i = 0; i < z.size(); ++i) sum += d.p[static_cast<std::size_t>(i)] = std::exp(z[i] - mx);
+    for (double& x : d.p) x /= sum;
+    return d;
+}
+
+inline double total_variation(const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) s += std::abs(a[i] - b[i]);
+    return 0.5 * s;
+}
+
+/// The logits the library reads for the token after `context` when it samples from the target
+/// alone: next_logits, or for a BatchVerifier without it score(context, {}).
+template <Verifier M>
+Eigen::VectorXf single_logits(M& m, std::span<const token_id> context) {
+    if constexpr (LanguageModel<M>) {
+        return m.next_logits(context);
+    } else {
+        Eigen::MatrixXf s = m.score(context, std::span<const token_id>{});
+        if (s.cols() != 1)
+            specdec::detail::fail_invalid("specdec::testing: score(context, {}) returned ", s.cols(), " columns; expected 1");
+        return s.col(0);
+    }
+}
+
+/// The adapter-contract check (see check_contract).
+template <Verifier M, class Make>
+class contract_runner {
+public:
+    contract_runner(M& model, Make& make, const conformance_options& o)
+        : model_(model), make_(make), o_(o), rng_(o.seed) {
+        vocab_ = static_cast<std::ptrdiff_t>(model.vocab_size());
+        r_.check = "adapter contract";
+        r_.max_error = 0.0;
+    }
+
+    report run() {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (vocab_ <= 0) {
+            fail("vocab_size() = " + std::to_string(vocab_) + " must be positive");
+        } else if (o_.max_context < o_.prompt.size() + max_draft() + 2) {
+            fail("max_context = " + std::to_string(o_.max_context) + " leaves no room for a context after the " +
+                 std::to_string(o_.prompt.size()) + "-token prompt and a draft of " + std::to_string(max_draft()));
+        } else {
+            for (token_id t : o_.prompt)
+                if (t < 0 || t >= vocab_) {
+                    fail("the prompt's token " + std::to_string(t) + " is outside [0, " + std::to_string(vocab_) + ")");
+                    break;
+                }
+            if (r_.passed) scenarios();
+        }
+        std::string reached;
+        for (const char* s : reached_) reached += std::string(reached.empty() ? "" : ", ") + s;
+        r_.ran = std::to_string(columns_) + " logit vectors compared with a fresh model's (" + std::to_string(calls_) +
+                 " calls; scenarios: " + reached + "; draft lengths 0.." + std::to_string(max_draft()) +
+                 ", contexts up to " + std::to_string(o_.max_context) + " tokens), tolerance " +
+                 number(o_.tolerance) + " in total variation";
+        r_.seconds = seconds_between(t0);
+        return r_;
+    }
+
+private:
+    using seq = std::vector<token_id>;
+
+    std::size_t max_draft() const { return o_.gamma + 1; }
+
+    void fail(std::string why) {
+        if (!r_.passed) return;
+        r_.passed = false;
+        r_.failure = std::move(why);
+    }
+
+    token_id random_token() { return static_cast<token_id>(rng_() % static_cast<std::uint64_t>(vocab_)); }
+    std::size_t uniform(std::size_t lo, std::size_t hi) {  // in [lo, hi]
+        return lo + static_cast<std::size_t>(rng_() % static_cast<std::uint64_t>(hi - lo + 1));
+    }
+    std::size_t min_len() const { return o_.prompt.size() + 1; }
+    seq random_sequence(std::size_t len) {
+        seq s = o_.prompt;
+        while (s.size() < len) s.push_back(random_token());
+        return s;
+    }
+    seq random_draft(std::size_t room) {
+        seq d;
+        const std::size_t n = uniform(0, std::min(max_draft(), room));
+        for (std::size_t i = 0; i < n; ++i) d.push_back(random_token());
+        return d;
+    }
+
+    /// A fresh model's distribution after `s` (memoized).
+    const std::vector<double>& reference(const seq& s) {
+        auto it = refs_.find(s);
+        if (it != refs_.end()) return it->second;
+        auto fresh = make_();
+        const Eigen::VectorXf z = single_logits(fresh, s);
+        distribution d;
+        if (z.size() != vocab_)
+            d.problem = "returned " + std::to_string(z.size()) + " logits; vocab_size() is " + std::to_string(vocab_);
+        else
+            d = to_distribution(z);
+        if (!d.problem.empty()) {
+            fail("a fresh model's logits after " + tokens_text(s) + " are invalid: " + d.problem);
+            d.p.assign(static_cast<std::size_t>(vocab_), 1.0 / static_cast<double>(vocab_));
+        }
+        return refs_.emplace(s, std::move(d.p)).first->second;
+    }
+
+    /// Compares logits `z` that should follow `prefix` with a fresh model's. `what` names the
+    /// call; `where` the scenario and history. On a mismatch, looks for the prefix one token
+    /// shorter or longer that they do match (logits shifted by one position).
+    bool compare(const Eigen::VectorXf& z, const seq& prefix, const seq& longer, const std::string& what,
+                 const std::string& where) {
+        ++columns_;
+        if (z.size() != vocab_) {
+            fail(what + " returned " + std::to_string(z.size()) + " logits; vocab_size() is " + std::to_string(vocab_) +
+                 " (" + where + ")");
+            return false;
+        }
+        const auto d = to_distribution(z);
+        if (!d.problem.empty()) {
+            fail(what + " after " + tokens_text(prefix) + ": " + d.problem + " (" + where + ")");
+            return false;
+        }
+        const auto& ref = reference(prefix);
+        if (!r_.passed) return false;
+        const double e = total_variation(d.p, ref);
+        r_.max_error = std::max(r_.max_error, e);
+        if (e <= o_.tolerance) return true;
+        std::string why = what + " after " + std::to_string(prefix.size()) + " tokens " + tokens_text(prefix) +
+                          " differs from a fresh model's logits for the same tokens: total variation " + number(e) +
+                          " > tolerance " + number(o_.tolerance) + " (" + where + ")";
+        if (prefix.size() >= 2) {
+            const seq shorter(prefix.begin(), prefix.end() - 1);
+            if (total_variation(d.p, reference(shorter)) <= o_.tolerance)
+                why += "; they equal the logits after the first " + std::to_string(shorter.size()) +
+                       " tokens: shifted by one position (the logits of position i returned for position i+1; "
+                       "check the offset where the scores are sliced)";
+        }
+        if (longer.size() == prefix.size() + 1 && total_variation(d.p, reference(longer)) <= o_.tolerance)
+            why += "; they equal the logits after " + std::to_string(longer.size()) +
+                   " tokens: shifted by one position (the logits of position i+1 returned for position i; "
+                   "check the offset where the scores are sliced)";
+        fail(std::move(why));
+        return false;
+    }
+
+    /// One call the library would make: score(context, draft) (score_into when the verifier has
+    /// it) for a BatchVerifier, next_logits per position otherwise; every column is compared.
+    /// Sometimes also next_logits(context) alone, which autoregressive_decode calls.
+    bool probe(M& m, const seq& context, const seq& draft, const std::string& where, seq& last) {
+        ++calls_;
+        seq full = context;
+        full.insert(full.end(), draft.begin(), draft.end());
+        if constexpr (BatchVerifier<M>) {
+            Eigen::MatrixXf s;
+            if constexpr (InPlaceBatchVerifier<M>) {
+                m.score_into(context, draft, scratch_);
+                s = scratch_;
+            } else {
+                s = m.score(context, draft);
+            }
+            if (s.rows() != vocab_ || s.cols() != static_cast<Eigen::Index>(draft.size() + 1)) {
+                fail("score(context of " + std::to_string(context.size()) + " tokens, draft of " +
+                     std::to_string(draft.size()) + ") returned " + std::to_string(s.rows()) + " x " +
+                     std::to_string(s.cols()) + "; expected " + std::to_string(vocab_) + " x " +
+                     std::to_string(draft.size() + 1) + " (" + where + ")");
+                return false;
+            }
+            for (std::size_t j = 0; j <= draft.size(); ++j) {
+                const seq prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(context.size() + j));
+                const seq longer(full.begin(),
+                                 full.begin() + static_cast<std::ptrdiff_t>(context.size() + std::min(j + 1, draft.size())));
+                const Eigen::VectorXf col = s.col(static_cast<Eigen::Index>(j));
+                if (!compare(col, prefix, longer,
+                             "score(context of " + std::to_string(context.size()) + " tokens, draft of " +
+                                 std::to_string(draft.size()) + ") column " + std::to_string(j),
+                             where))
+                    return false;
+            }
+            last = full;
+        }
+        if constexpr (LanguageModel<M>) {
+            // Without score(), the library calls next_logits once per position (model_verifier).
+            const std::size_t upto = BatchVerifier<M> ? (rng_() % 2 == 0 ? 0 : 1) : draft.size() + 1;
+            for (std::size_t j = 0; j < upto; ++j) {
+                const seq prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(context.size() + j));
+                const seq longer(full.begin(),
+                                 full.begin() + static_cast<std::ptrdiff_t>(context.size() + std::min(j + 1, draft.size())));
+                const Eigen::VectorXf z = m.next_logits(prefix);
+                if (!compare(z, prefix, longer, "next_logits(" + std::to_string(prefix.size()) + " tokens)", where))
+                    return false;
+                last = prefix;
+            }
+        }
+        return true;
+    }
+
+    static std::size_t common_prefix(const seq& a, const seq& b) {
+        std::size_t k = 0;
+        while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+        return k;
+    }
+
+    /// How `context` relates to what the model last held, in words.
+    static std::string history(const seq& last, const seq& context) {
+        const std::size_t k = common_prefix(last, context);
+        std::string s = "the model last held " + std::to_string(last.size()) + " tokens; this context has " +
+                        std::to_string(context.size()) + " and shares the first " + std::to_string(k) + " of them";
+        if (last.empty()) return s;
+        if (k == last.size()) return s + ", a plain continuation";
+        if (k == context.size())
+            return s + ": it is a prefix of what the model held (is the cache cut back when the context gets "
+                       "shorter?)";
+        return s + ", then differs: " + std::to_string(last.size() - k) +
+               " held tokens are dropped for other ones, as after a rejected draft (does the cache roll back to "
+               "the longest common prefix of what it holds and the new context?)";
+    }
+
+    /// The next context of a sequence whose last call held `last` (context + draft): a
+    /// rejection at a random draft position (or all accepted, with `accept_all`), plus a
+    /// correction or bonus token. Starts over when the maximum length is near.
+    seq next_context(const seq& context, const seq& draft, bool accept_all) {
+        seq next = context;
+        std::size_t k = draft.size();
+        if (!accept_all && !draft.empty()) k = uniform(0, draft.size() - 1);
+        next.insert(next.end(), draft.begin(), draft.begin() + static_cast<std::ptrdiff_t>(k));
+        token_id c = random_token();
+        if (k < draft.size() && vocab_ > 1)
+            while (c == draft[k]) c = random_token();  // a correction differs from the rejected token
+        next.push_back(c);
+        return next;
+    }
+
+    void scenarios() {
+        const std::size_t lo = min_len(), hi = o_.max_context - max_draft();
+        M& a = model_;
+        seq last;  // what `a` was last called with
+
+        reached_.push_back("independent copies");
+        // 0. Copies must not share mutable state: a call on a copy must not change another's answer.
+        {
+            const seq c1 = random_sequence(uniform(lo, (lo + hi) / 2)), c2 = random_sequence(hi);
+            const auto before = to_distribution(single_logits(a, c1));
+            if (!before.problem.empty()) return fail("next logits after " + tokens_text(c1) + ": " + before.problem);
+            {
+                auto b = copy_of(a);
+                (void)single_logits(b, c2);
+            }
+            (void)reference(c2);
+            const auto after = to_distribution(single_logits(a, c1));
+            calls_ += 3;
+            if (!after.problem.empty() || total_variation(before.p, after.p) > o_.tolerance)
+                return fail("the same call on the same model gave different logits after a copy of it (or a fresh "
+                            "model) ran on another context: total variation " +
+                            (after.problem.empty() ? number(total_variation(before.p, after.p)) : after.problem) +
+                            ". The copies share mutable state (a KV cache or buffer behind a pointer, a static), "
+                            "or the model has hidden randomness");
+            last = c1;
+        }
+
+        reached_.push_back("a fresh model");
+        // 1. A fresh model (as given, or as made), then the same call repeated.
+        {
+            auto fresh = make_();
+            seq fresh_last;
+            const seq c = random_sequence(uniform(lo, hi));
+            const seq d = random_draft(o_.max_context - c.size());
+            if (!probe(fresh, c, d, "the first call on a fresh model", fresh_last)) return;
+            if (!probe(fresh, c, d, "the same call repeated on that model", fresh_last)) return;
+        }
+        reached_.push_back("a growing context");
+        // 2. A growing context: every draft accepted, plus a bonus token (continuing from c1).
+        seq context = last;
+        seq draft;
+        for (std::size_t i = 0; i < o_.contract_calls; ++i) {
+            if (context.size() > hi) break;
+            draft = random_draft(o_.max_context - context.size());
+            if (!probe(a, context, draft, "a growing context, every draft accepted; " + history(last, context), last))
+                return;
+            context = next_context(context, draft, true);
+        }
+        reached_.push_back("rejections");
+        // 3. Rejections: the context keeps a random prefix of the last draft, then a correction.
+        for (std::size_t i = 0; i < o_.contract_calls; ++i) {
+            if (context.size() > hi) context = random_sequence(uniform(lo, (lo + hi) / 2));
+            draft = random_draft(o_.max_context - context.size());
+            // At least one draft token, so that there is something to reject.
+            if (draft.empty() && context.size() < o_.max_context) draft.push_back(random_token());
+            if (!probe(a, context, draft,
+                       "after rejections: each context keeps part of the last draft, then a correction; " +
+                           history(last, context),
+                       last))
+                return;
+            context = next_context(context, draft, false);
+        }
+        reached_.push_back("shrinking contexts");
+        // 4. The context shrinks (a new request with the same start), then grows again.
+        for (std::size_t i = 0; i < o_.contract_calls; ++i) {
+            const std::size_t keep = uniform(lo, std::max(lo, std::min(context.size(), hi) - 1));
+            context.resize(std::min(keep, context.size()));
+            while (context.size() < lo) context.push_back(random_token());
+            if (i % 2 == 1) context.push_back(random_token());
+            draft = random_draft(o_.max_context - context.size());
+            if (!probe(a, context, draft,
+                       "shrinking contexts; " + history(last, context),
+                       last))
+                return;
+        }
+        reached_.push_back("arbitrary order");
+        // 5. Arbitrary order: unrelated contexts, and earlier ones again.
+        std::vector<seq> seen;
+        for (std::size_t i = 0; i < o_.contract_calls; ++i) {
+            if (!seen.empty() && rng_() % 2 == 0)
+                context = seen[static_cast<std::size_t>(rng_() % seen.size())];
+            else
+                context = random_sequence(uniform(lo, hi));
+            seen.push_back(context);
+            draft = random_draft(o_.max_context - context.size());
+            if (!probe(a, context, draft,
+                       "calls on unrelated contexts in arbitrary order; " + history(last, context),
+                       last))
+                return;
+        }
+        reached_.push_back("two copies in turn");
+        // 6. Two copies on different sequences, used in turn (as a batch of sequences).
+        {
+            auto b = copy_of(a);
+            seq last_b = last, ctx_a = random_sequence(uniform(lo, hi)), ctx_b = random_sequence(uniform(lo, hi));
+            for (std::size_t i = 0; i < o_.contract_calls; ++i) {
+                const bool on_a = i % 2 == 0;
+                seq& ctx = on_a ? ctx_a : ctx_b;
+                if (ctx.size() > hi) ctx = random_sequence(uniform(lo, (lo + hi) / 2));
+                draft = random_draft(o_.max_context - ctx.size());
+                const std::string who = on_a ? "the original" : "the copy";
+                if (!probe(on_a ? a : b, ctx, draft,
+                           "two copies of one model used in turn on different sequences, this call on " + who +
+                               " (do the copies share a cache or buffer?); " + history(on_a ? last : last_b, ctx),
+                           on_a ? last : last_b))
+                    return;
+                ctx = next_context(ctx, draft, false);
+            }
+        }
+    }
+
+    auto copy_of(M& m) {
+        if constexpr (std::copy_constructible<M>)
+            return M(m);
+        else
+            return make_();
+    }
+
+    M& model_;
+    Make& make_;
+    const conformance_options& o_;
+    std::mt19937_64 rng_;
+    std::ptrdiff_t vocab_ = 0;
+    report r_;
+    std::size_t columns_ = 0, calls_ = 0;
+    std::map<seq, std::vector<double>> refs_;
+    Eigen::MatrixXf scratch_;
+    std::vector<const char*> reached_;  // the scenarios begun
+};
+
+/// The probability integral transform of token x under q, in the order of decreasing
+/// probability (ties by index): F(x) = Σ_{y before x} q(y); u = F(x) + v q(x) with v uniform
+/// in [0, 1) is uniform on [0, 1) exactly when x was drawn from q (randomized PIT). Ordering by
+/// probability makes the test sensitive to a draw that is too peaked or too flat (a
+/// temperature applied differently), whatever the token ids.
+inline double randomized_pit(const Eigen::Ref<const Eigen::VectorXf>& probs, double scale, Eigen::Index x, double v) {
+    const double qx = scale * probs[x];
+    double before = 0.0;
+    for (Eigen::Index y = 0; y < probs.size(); ++y) {
+        const double qy = scale * probs[y];
+        if (qy > qx || (qy == qx && y < x)) before += qy;
+    }
+    return std::clamp(before + v * qx, 0.0, std::nextafter(1.0, 0.0));
+}
+
+inline std::string sampling_text(const sampling_config& s) {
+    std::string t = "temperature " + number(s.temperature);
+    if (s.top_k > 0) t += ", top-k " + std::to_string(s.top_k);
+    if (s.top_p < 1.0f) t += ", top-p " + number(s.top_p);
+    if (s.min_p > 0.0f) t += ", min-p " + number(s.min_p);
+    return t;
+}
+
+inline const char* scheme_text(verification_scheme s) {
+    return s == verification_scheme::token ? "token verification" : "block verification";
+}
+
+/// A Drafter as the library drafts with it: a BlockDrafter as it is, a plain LanguageModel
+/// through model_drafter.
+template <Drafter D>
+struct as_block_drafter {
+    explicit as_block_drafter(D& d) : d_(&d) {}
+    void draft(std::span<const token_id> c, std::size_t gamma, const sampling_config& s, uniform_source& u,
+               draft_block& out) {
+        d_->draft(c, gamma, s, u, out);
+    }
+    D* d_;
+};
+template <Drafter D>
+    requires(!BlockDrafter<D>)
+struct as_block_drafter<D> {
+    explicit as_block_drafter(D& d) : m_(d) {}
+    void draft(std::span<const token_id> c, std::size_t gamma, const sampling_config& s, uniform_source& u,
+               draft_block& out) {
+        m_.draft(c, gamma, s, u, out);
+    }
+    model_drafter<D> m_;
+};
+
+template <Drafter D>
+report draft_consistency(D& drafter, const conformance_options& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    report r;
+    r.check = "draft consistency";
+    const auto vocab = static_cast<std::ptrdiff_t>(drafter.vocab_size());
+    std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ULL);
+    auto fail = [&](std::string why) {
+        if (r.passed) {
+            r.passed = false;
+            r.failure = std::move(why);
+        }
+    };
+    if (vocab <= 0) fail("vocab_size() = " + std::to_string(vocab) + " must be positive");
+    const std::size_t lo = o.prompt.size() + 1, hi = std::max(lo, o.max_context > o.gamma ? o.max_context - o.gamma : lo);
+    std::vector<std::vector<token_id>> contexts;
+    for (std::size_t i = 0; i < std::max<std::size_t>(o.draft_contexts, 1) && r.passed; ++i) {
+        std::vector<token_id> c = o.prompt;
+        const std::size_t len = lo + static_cast<std::size_t>(rng() % (hi - lo + 1));
+        while (c.size() < len) c.push_back(static_cast<token_id>(rng() % static_cast<std::uint64_t>(vocab)));
+        contexts.push_back(std::move(c));
+    }
+    std::size_t blocks = 0, point_blocks = 0, tested_tokens = 0, tests = 0;
+    double worst_p = 1.0, worst_stat = 0.0;
+    as_block_drafter<D> blocks_of(drafter);
+    auto call = [&](const std::vector<token_id>& c, const sampling_config& s, uniform_source& u, draft_block& out) {
+        out.clear();
+        out.stop_below = 0.0f;
+        blocks_of.draft(std::span<const token_id>(c), o.gamma, s, u, out);
+    };
+    draft_block block, again;
+    for (const sampling_config& s : o.samplings) {
+        if (!r.passed) break;
+        const std::string config = sampling_text(s);
+        const std::size_t bins = std::max<std::size_t>(o.pit_bins, 2);
+        std::vector<std::vector<std::size_t>> counts(o.gamma, std::vector<std::size_t>(bins, 0));
+        std::map<std::vector<token_id>, std::vector<token_id>> point_drafts;  // context -> tokens
+        for (std::size_t k = 0; k < o.draft_blocks && r.passed; ++k) {
+            // Context by context, so that a drafter with a cache recomputes only the draft positions.
+            const auto& c = contexts[k * contexts.size() / o.draft_blocks];
+            uniform_source u(rng);
+            call(c, s, u, block);
+            ++blocks;
+            const std::string where = "block " + std::to_string(k + 1) + " after " + tokens_text(c) + ", " + config;
+            if (block.tokens.size() > o.gamma) {
+                fail("draft() proposed " + std::to_string(block.tokens.size()) + " tokens; gamma was " +
+                     std::to_string(o.gamma) + " (" + where + ")");
+                break;
+            }
+            for (std::size_t i = 0; i < block.tokens.size(); ++i)
+                if (block.tokens[i] < 0 || block.tokens[i] >= vocab) {
+                    fail("draft token " + std::to_string(i) + " = " + std::to_string(block.tokens[i]) +
+                         " is outside [0, " + std::to_string(vocab) + ") (" + where + ")");
+                    break;
+                }
+            if (!r.passed) break;
+            if (!block.has_distributions()) {
+                // Point masses: the tokens must be a function of the context alone.
+                ++point_blocks;
+                auto [it, inserted] = point_drafts.emplace(c, block.tokens);
+                if (!inserted && it->second != block.tokens)
+                    fail("a drafter without distributions (point masses) proposed " + tokens_text(block.tokens) +
+                         " after proposing " + tokens_text(it->second) +
+                         " for the same context: point-mass drafts must be a deterministic function of the context; "
+                         "report the distributions the tokens were sampled from instead (" + where + ")");
+                continue;
+            }
+            if (block.probs.rows() != vocab || block.probs.cols() < static_cast<Eigen::Index>(block.tokens.size()) ||
+                (!block.scales.empty() && block.scales.size() < block.tokens.size())) {
+                fail("the draft distributions are " + std::to_string(block.probs.rows()) + " x " +
+                     std::to_string(block.probs.cols()) + " with " + std::to_string(block.scales.size()) +
+                     " scales for " + std::to_string(block.tokens.size()) + " tokens; expected " +
+                     std::to_string(vocab) + " rows and one column per token (" + where + ")");
+                break;
+            }
+            for (std::size_t i = 0; i < block.tokens.size() && r.passed; ++i) {
+                const auto col = block.probs.col(static_cast<Eigen::Index>(i));
+                const double scale = block.scales.empty() ? 1.0 : block.scales[i];
+                double sum = 0.0;
+                bool valid = std::isfinite(scale) && scale > 0.0;
+                for (Eigen::Index y = 0; y < col.size() && valid; ++y) {
+                    const double v = col[y];
+                    valid = std::isfinite(v) && v >= 0.0;
+                    sum += scale * v;
+                }
+                if (!valid || std::abs(sum - 1.0) > 1e-3) {
+                    fail("the reported q of draft position " + std::to_string(i) +
+                         (valid ? " sums to " + number(sum) : std::string(" has a negative or non-finite entry")) +
+                         "; it must be a distribution (" + where + ")");
+                    break;
+                }
+                const auto x = static_cast<Eigen::Index>(block.tokens[i]);
+                if (col[x] <= 0.0f) {
+                    fail("draft token " + std::to_string(i) + " = " + std::to_string(x) +
+                         " has probability 0 under the reported q: the token was not drawn from it (" + where + ")");
+                    break;
+                }
+                const double v = uniform01(rng);
+                const double pit = randomized_pit(col, scale, x, v);
+                ++counts[i][std::min(bins - 1, static_cast<std::size_t>(pit * static_cast<double>(bins)))];
+                ++tested_tokens;
+            }
+        }
+        if (!r.passed) break;
+        const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
+        for (std::size_t i = 0; i < o.gamma; ++i) {
+            std::size_t n = 0;
+            for (auto c : counts[i]) n += c;
+            if (n < 5 * bins) continue;  // too few draws at this position for the χ² approximation
+            const auto g = chi_square_test(counts[i], uniform);
+            ++tests;
+            if (g.p_value < worst_p) {
+                worst_p = g.p_value;
+                worst_stat = g.statistic;
+            }
+            if (g.p_value < o.significance) {
+                // Which way: too many draws in the first cells (of the most probable tokens) means
+                // the tokens come from a more peaked distribution than the reported q.
+                const std::size_t head = counts[i][0], tail = counts[i][bins - 1];
+                std::string how = head > tail ? "the drafted tokens are more concentrated on the likely tokens than q says "
+                                                "(drawn at a lower temperature than the one reported?)"
+                                              : "the drafted tokens are more spread out than q says (drawn at a higher "
+                                                "temperature than the one reported, or from another position's q?)";
+                fail("draft position " + std::to_string(i) + ", " + config + ": the tokens are not distributed as the "
+                     "reported q (chi2 = " + number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) +
+                     ", p = " + number(g.p_value) + " < " + number(o.significance) + " over " + std::to_string(n) +
+                     " tokens): " + how);
+                break;
+            }
+        }
+    }
+    r.statistic = worst_stat;
+    if (tests > 0) r.p_value = worst_p;
+    r.false_alarm_rate = static_cast<double>(tests) * o.significance;
+    r.ran = std::to_string(blocks) + " blocks of up to " + std::to_string(o.gamma) + " tokens on " +
+            std::to_string(contexts.size()) + " contexts, " + std::to_string(o.samplings.size()) +
+            " sampling configs; " + std::to_string(tested_tokens) + " tokens tested against their reported q (" +
+            std::to_string(tests) + " chi-square tests, one per position and config, " + std::to_string(o.pit_bins) +
+            " cells each)" +
+            (point_blocks ? "; " + std::to_string(point_blocks) + " point-mass blocks checked for determinism" : "");
+    r.seconds = seconds_between(t0);
+    return r;
+}
+
+/// The target's exact law over a partition of the sequences of its first `length` tokens into
+/// prefix cells, from its probability tree: every prefix of probability at least `min_prob` is
+/// expanded (one target call each); a cell is a sequence of full length (or ended by a stop
+/// token) reached through expanded prefixes, or "an expanded prefix X, then a token whose
+/// prefix X + t is not expanded" (its probability is the sum of those continuations'). With
+/// min_prob = 0 this enumerates every sequence. The partition depends on the target alone.
+class prefix_law {
+public:
+    template <Verifier V>
+    prefix_law(V& target, const std::vector<token_id>& prompt, std::size_t length, const sampling_config& s,
+               const std::vector<token_id>& stop_tokens, double min_prob)
+        : length_(length), stop_(stop_tokens) {
+        std::vector<token_id> seq = prompt;
+        sampling_workspace ws;
+        const auto vocab = static_cast<Eigen::Index>(target.vocab_size());
+        Eigen::VectorXf p(vocab);
+        auto rec = [&](auto&& self, double prob) -> void {
+            std::vector<token_id> x(seq.begin() + static_cast<std::ptrdiff_t>(prompt.size()), seq.end());
+            if (x.size() == length || stops(x)) {
+                add_cell(std::move(x), prob);
+                return;
+            }
+            const Eigen::VectorXf z = single_logits(target, seq);
+            if (z.size() != vocab)
+                specdec::detail::fail_invalid("specdec::testing::check_equivalence: the target returned ", z.size(),
+                                              " logits; its vocab_size() is ", vocab);
+            standardize(z, s, p, ws, "specdec::testing::check_equivalence");
+            std::vector<bool> zero(static_cast<std::size_t>(vocab));
+            std::vector<std::pair<token_id, double>> children;
+            double rest = 0.0;
+            for (Eigen::Index t = 0; t < vocab; ++t) {
+                const double q = prob * static_cast<double>(p[t]);
+                if (p[t] <= 0.0f) zero[static_cast<std::size_t>(t)] = true;
+                else if (q >= min_prob) children.emplace_back(static_cast<token_id>(t), q);
+                else rest += q;
+            }
+            std::vector<token_id> rest_key = x;
+            rest_key.push_back(-1);
+            expanded_.emplace(std::move(x), std::move(zero));
+            if (rest > 0.0) add_cell(std::move(rest_key), rest);
+            for (const auto& [t, q] : children) {
+                seq.push_back(t);
+                self(self, q);
+                seq.pop_back();
+            }
+        };
+        rec(rec, 1.0);
+    }
+
+    /// The cell of a generated sequence, or npos for one the target cannot generate.
+    static constexpr std::size_t npos = static_cast<std::size_t>(-1);
+    [[nodiscard]] std::size_t locate(const std::vector<token_id>& s) const {
+        std::vector<token_id> x;
+        for (;;) {
+            if (x.size() == s.size()) {
+                auto it = cell_.find(x);  // a leaf: full length, or ended by a stop token
+                return it == cell_.end() ? npos : it->second;
+            }
+            auto node = expanded_.find(x);
+            if (node == expanded_.end()) return npos;
+            const token_id t = s[x.size()];
+            if (t < 0 || static_cast<std::size_t>(t) >= node->second.size() || node->second[static_cast<std::size_t>(t)])
+                return npos;
+            x.push_back(t);
+            if (expanded_.count(x) == 0 && cell_.count(x) == 0) {
+                x.back() = -1;  // the rest cell of the prefix
+                auto it = cell_.find(x);
+                return it == cell_.end() ? npos : it->second;
+            }
+        }
+    }
+
+    [[nodiscard]] const std::vector<double>& probs() const noexcept { return probs_; }
+    [[nodiscard]] const std::vector<std::vector<token_id>>& names() const noexcept { return names_; }
+    [[nodiscard]] std::size_t expanded() const noexcept { return expanded_.size(); }
+
+private:
+    bool stops(const std::vector<token_id>& x) const {
+        return !x.empty() && std::find(stop_.begin(), stop_.end(), x.back()) != stop_.end();
+    }
+    void add_cell(std::vector<token_id> key, double prob) {
+        cell_.emplace(key, probs_.size());
+        probs_.push_back(prob);
+        names_.push_back(std::move(key));
+    }
+
+    std::size_t length_;
+    std::vector<token_id> stop_;
+    std::map<std::vector<token_id>, std::vector<bool>> expanded_;  // prefix -> tokens of probability 0 after it
+    std::map<std::vector<token_id>, std::size_t> cell_;
+    std::vector<double> probs_;
+    std::vector<std::vector<token_id>> names_;
+};
+
+/// "[1 2 3]", or "[1 2] then a less likely token" for a rest cell.
+inline std::string cell_text(std::vector<token_id> key) {
+    if (!key.empty() && key.back() == -1) {
+        key.pop_back();
+        return tokens_text(key) + " then a token of low probability";
+    }
+    return tokens_text(key);
+}
+
+/// Cells of the two-sample test: each sequence goes to its longest prefix that at least
+/// `min_count` sequences of the pooled sample share. The partition depends on the pooled
+/// sample only, never on which sampler drew what, so the test of homogeneity stays valid.
+inline std::vector<std::vector<token_id>> prefix_cells(const std::vector<std::vector<token_id>>& pooled,
+                                                       std::size_t min_count) {
+    std::map<std::vector<token_id>, std::size_t> prefix_count;
+    for (const auto& s : pooled)
+        for (std::size_t k = 0; k <= s.size(); ++k) ++prefix_count[std::vector<token_id>(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k))];
+    std::vector<std::vector<token_id>> cell_of;
+    cell_of.reserve(pooled.size());
+    for (const auto& s : pooled) {
+        std::size_t k = s.size();
+        while (k > 0 && prefix_count[std::vector<token_id>(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k))] < min_count) --k;
+        // A sequence of full length: the sequence itself (closed cells); shorter prefixes are
+        // marked as such so that a sequence that ends with a stop token is not confused with
+        // the prefix cell of longer ones.
+        std::vector<token_id> cell(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k));
+        if (k < s.size()) cell.push_back(-1);
+        cell_of.push_back(std::move(cell));
+    }
+    return cell_of;
+}
+
+template <Drafter D, Verifier V>
+report equivalence(D& drafter, V& target, const conformance_options& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    report r;
+    r.check = "sequence-level equivalence";
+    double worst_p = 1.0, worst_stat = 0.0;
+    std::size_t tests = 0, index = 0;
+    std::ostringstream ran;
+    for (const auto scheme : o.schemes) {
+        for (const auto& s : o.samplings) {
+            if (!r.passed) break;
+            ++index;
+            decode_options opts = o.decode;
+            opts.gamma = o.gamma;
+            opts.scheme = scheme;
+            opts.sampling = s;
+            opts.max_new_tokens = o.length;
+            opts.on_step = nullptr;
+            if (opts.policy == gamma_policy::adaptive) opts.controller = nullptr;
+            const std::string config = std::string(scheme_text(scheme)) + ", " + sampling_text(s);
+            std::mt19937_64 rng_a(o.seed + 1000 * index), rng_b(o.seed + 1000 * index + 1);
+            const auto ts = std::chrono::steady_clock::now();
+            std::vector<std::vector<token_id>> a, b;
+            a.reserve(o.samples);
+            if (!o.two_sample) {
+                // Every prefix the sample is expected to reach 5 times or more is expanded.
+                const prefix_law law(target, o.prompt, o.length, s, opts.stop_tokens,
+                                     5.0 / static_cast<double>(std::max<std::size_t>(o.samples, 1)));
+                std::vector<std::size_t> counts(law.probs().size(), 0);
+                for (std::size_t k = 0; k < o.samples; ++k) {
+                    if (o.max_seconds > 0.0 && k % 64 == 0 && seconds_between(ts) > o.max_seconds) break;
+                    a.push_back(speculative_decode(drafter, target, o.prompt, opts, rng_a).tokens);
+                    const std::size_t c = law.locate(a.back());
+                    if (c == prefix_law::npos) {
+                        r.passed = false;
+                        r.failure = config + ": speculative decoding generated " + tokens_text(a.back()) +
+                                    ", a sequence that plain sampling from the target never generates (probability 0)";
+                        r.statistic = std::numeric_limits<double>::infinity();
+                        worst_p = 0.0;
+                        break;
+                    }
+                    ++counts[c];
+                }
+                if (!r.passed) break;
+                const auto g = chi_square_test(counts, law.probs());
+                ++tests;
+                if (g.p_value < worst_p) {
+                    worst_p = g.p_value;
+                    worst_stat = g.statistic;
+                }
+                ran << (tests > 1 ? "; " : "") << config << ": " << a.size() << " sequences against the target's exact "
+                    << "probabilities of " << law.probs().size() << " prefix cells (" << law.expanded()
+                    << " prefixes expanded; df " << g.degrees_of_freedom << ")";
+                if (g.p_value < o.significance) {
+                    // The cell furthest from its expected count.
+                    std::size_t worst = 0;
+                    double z = -1.0;
+                    const auto n = static_cast<double>(a.size());
+                    for (std::size_t i = 0; i < counts.size(); ++i) {
+                        const double e = law.probs()[i] * n;
+                        if (e < 5.0) continue;
+                        const double d = std::abs(static_cast<double>(counts[i]) - e) / std::sqrt(e);
+                        if (d > z) {
+                            z = d;
+                            worst = i;
+                        }
+                    }
+                    r.passed = false;
+                    r.failure = config + ": the law of the first " + std::to_string(o.length) +
+                                " tokens differs from the target's (chi2 = " + number(g.statistic) + ", df = " +
+                                std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
+                                number(o.significance) + "); e.g. " + cell_text(law.names()[worst]) + " came " +
+                                std::to_string(counts[worst]) + " times, " + number(law.probs()[worst] * n) +
+                                " expected";
+                }
+            } else {
+                b.reserve(o.samples);
+                for (std::size_t k = 0; k < o.samples; ++k) {
+                    if (o.max_seconds > 0.0 && k % 64 == 0 && seconds_between(ts) > o.max_seconds) break;
+                    a.push_back(speculative_decode(drafter, target, o.prompt, opts, rng_a).tokens);
+                    b.push_back(autoregressive_decode(target, o.prompt, opts, rng_b).tokens);
+                }
+                std::vector<std::vector<token_id>> pooled = a;
+                pooled.insert(pooled.end(), b.begin(), b.end());
+                const auto cells = prefix_cells(pooled, 20);
+                std::map<std::vector<token_id>, std::size_t> index_of;
+                for (const auto& c : cells) index_of.emplace(c, index_of.size());
+                std::vector<std::size_t> ca(index_of.size(), 0), cb(index_of.size(), 0);
+                for (std::size_t k = 0; k < cells.size(); ++k) ++(k < a.size() ? ca : cb)[index_of[cells[k]]];
+                const auto g = chi_square_two_sample_test(ca, cb);
+                ++tests;
+                if (g.p_value < worst_p) {
+                    worst_p = g.p_value;
+                    worst_stat = g.statistic;
+                }
+                ran << (tests > 1 ? "; " : "") << config << ": " << a.size() << " speculative against " << b.size()
+                    << " plain sequences, " << index_of.size() << " prefix cells (df " << g.degrees_of_freedom << ")";
+                if (g.p_value < o.significance) {
+                    std::vector<token_id> worst;
+                    double z = -1.0;
+                    std::size_t wa = 0, wb = 0;
+                    for (const auto& [c, i] : index_of) {
+                        const double t = static_cast<double>(ca[i] + cb[i]);
+                        if (t < 10.0) continue;
+                        const double d = std::abs(static_cast<double>(ca[i]) - static_cast<double>(cb[i])) / std::sqrt(t);
+                        if (d > z) {
+                            z = d;
+                            worst = c;
+                            wa = ca[i];
+                            wb = cb[i];
+                        }
+                    }
+                    const bool prefix = !worst.empty() && worst.back() == -1;
+                    if (prefix) worst.pop_back();
+                    r.passed = false;
+                    r.failure = config + ": the law of the first " + std::to_string(o.length) +
+                                " tokens differs from plain sampling from the target (two-sample chi2 = " +
+                                number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " +
+                                number(g.p_value) + " < " + number(o.significance) + "); e.g. " +
+                                (prefix ? "sequences starting " : "") + tokens_text(worst) + ": " + std::to_string(wa) +
+                                " from speculative decoding, " + std::to_string(wb) + " from plain sampling";
+                }
+            }
+        }
+    }
+    r.statistic = worst_stat;
+    r.p_value = worst_p;
+    r.false_alarm_rate = static_cast<double>(tests) * o.significance;
+    r.ran = std::string(o.two_sample ? "two-sample test; " : "exact probabilities; ") + ran.str();
+    r.seconds = seconds_between(t0);
+    return r;
+}
+
+template <Drafter D, Verifier V>
+report determinism(D& drafter, V& target, const conformance_options& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    report r;
+    r.check = "determinism";
+    decode_options opts = o.decode;
+    opts.gamma = o.gamma;
+    opts.max_new_tokens = std::max<std::size_t>(o.length, 4 * (o.gamma + 1));
+    opts.on_step = nullptr;
+    if (opts.policy == gamma_policy::adaptive) opts.controller = nullptr;
+    std::size_t runs = 0;
+    for (const auto scheme : o.schemes) {
+        for (const auto& s : o.samplings) {
+            if (!r.passed) break;
+            opts.scheme = scheme;
+            opts.sampling = s;
+            auto run = [&](std::uint64_t seed, bool spec) {
+                std::mt19937_64 g(seed);
+                ++runs;
+                return spec ? speculative_decode(drafter, target, o.prompt, opts, g).tokens
+                            : autoregressive_decode(target, o.prompt, opts, g).tokens;
+            };
+            for (const bool spec : {true, false}) {
+                const auto first = run(o.seed, spec);
+                const auto second = run(o.seed, spec);
+                (void)run(o.seed + 1, spec);  // another run in between must leave no trace
+                const auto third = run(o.seed, spec);
+                for (const auto* other : {&second, &third}) {
+                    if (*other == first) continue;
+                    std::size_t i = 0;
+                    while (i < first.size() && i < other->size() && first[i] == (*other)[i]) ++i;
+                    r.passed = false;
+                    r.failure = std::string(spec ? "speculative_decode" : "autoregressive_decode") + ", " +
+                                scheme_text(scheme) + ", " + sampling_text(s) +
+                                ": the same seed gave different tokens " +
+                                (other == &second ? "on a second run" : "after a run with another seed") +
+                                ", first at token " + std::to_string(i) + " (" + tokens_text(first) + " then " +
+                                tokens_text(*other) + "): hidden randomness (a generator of the adapter's own?) or "
+                                "state a call leaves behind that changes the next";
+                    break;
+                }
+                if (!r.passed) break;
+            }
+        }
+    }
+    r.ran = std::to_string(runs) + " runs of " + std::to_string(opts.max_new_tokens) +
+            " tokens, speculative and autoregressive, each seed repeated (also after a run with another seed)";
+    r.seconds = seconds_between(t0);
+    return r;
+}
+
+/// Runs a check; an exception (from an adapter, or the library's checks of what the adapters
+/// returned) becomes a failed report that quotes it.
+template <class F>
+report guarded(const char* check, F&& run) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+        return run();
+    } catch (const std::exception& e) {
+        report r;
+        r.check = check;
+        r.passed = false;
+        r.failure = std::string("an exception was thrown: ") + e.what();
+        r.ran = "stopped by the exception";
+        r.seconds = seconds_between(t0);
+        return r;
+    }
+}
+
+}  // namespace detail
+
+/// Adapter contract (concepts.hpp: LanguageModel 1, BatchVerifier 1-2): every score() column,
+/// and every next_logits result, equals (within `o.tolerance` in total variation of the
+/// softmax) the logits a fresh model gives for the same tokens. Scenarios, in order: a call on a
+/// copy must not change another copy's answer; a fresh model (and the same call repeated); a
+/// growing context; rejections (the context drops draft tokens and adds a correction: the
+/// classic KV-cache bug); a shrinking context; unrelated contexts in arbitrary order; two copies
+/// used in turn on different sequences. Contexts are `o.prompt` followed by random tokens, up to
+/// `o.max_context`; drafts have 0 to γ + 1 tokens. The first mismatch is reported with the
+/// scenario, the call, the history and, when the logits match those of a neighbouring position,
+/// that they are shifted by one.
+///
+/// Deterministic: a model that keeps the contract always passes (false-alarm rate 0).
+///
+/// \param model  the model under test, as constructed (nothing cached); it is called, and its
+///               fresh copies (`M(model)` taken before any call) give the reference logits.
+template <Verifier M>
+    requires std::copy_constructible<M>
+[[nodiscard]] report check_contract(M& model, const conformance_options& o = {}) {
+    return detail::guarded("adapter contract", [&] {
+        const M pristine(model);
+        auto make = [&pristine] { return M(pristine); };
+        return detail::contract_runner<M, decltype(make)>(model, make, o).run();
+    });
+}
+
+/// As above, for a model that cannot be copied: `make()` returns a fresh model (by value) each
+/// time it is called; the model under test is one of them.
+template <class Make>
+    requires std::invocable<Make&> && Verifier<std::invoke_result_t<Make&>>
+[[nodiscard]] report check_contract_with(Make make, const conformance_options& o = {}) {
+    using M = std::invoke_result_t<Make&>;
+    return detail::guarded("adapter contract", [&] {
+        M model = make();
+        return detail::contract_runner<M, Make>(model, make, o).run();
+    });
+}
+
+/// Draft consistency (concepts.hpp: BlockDrafter 1-3): each drafted token was drawn from the
+/// distribution q_i the drafter reports for it. For each sampling config in `o.samplings` and
+/// each draft position i, `o.draft_blocks` blocks are drawn after `o.draft_contexts` random
+/// contexts, each token goes through the randomized probability integral transform of its q_i
+/// (uniform exactly when it was drawn from q_i, whatever the context), and a χ² test with
+/// `o.pit_bins` equiprobable cells compares the values with the uniform law. A block without
+/// distributions (point masses) must repeat its tokens for the same context. Also checks that
+/// each q_i is a distribution and gives its token positive probability.
+///
+/// False-alarm rate: at most `o.significance` per position and config (the report states the
+/// total), plus the error of the χ² approximation. A plain LanguageModel drafter goes through
+/// model_drafter (the library's own sampling).
+template <Drafter D>
+[[nodiscard]] report check_draft_consistency(D& drafter, const conformance_options& o = {}) {
+    return detail::guarded("draft consistency", [&] { return detail::draft_consistency(drafter, o); });
+}
+
+/// Sequence-level equivalence (Leviathan et al. 2023, App. A.1): the law of the first `o.length`
+/// tokens generated after `o.prompt` by speculative_decode with the user's pair equals the law
+/// of plain sampling from the target, for every scheme in `o.schemes` and sampling config in
+/// `o.samplings` (with `o.decode`'s other settings).
+///
+/// By default `o.samples` sequences are tested (Pearson's χ²) against the target's exact
+/// probabilities of a partition into prefix cells: the target's probability tree is enumerated
+/// (standardized as the library does) down to the prefixes of probability 5 / `o.samples`, so
+/// every cell the sample can fill is resolved, and when V^n is small every sequence is a cell of
+/// its own. The partition depends on the target alone. With `o.two_sample`, `o.samples`
+/// sequences of speculative_decode and as many of autoregressive_decode are compared instead by
+/// a χ² test of homogeneity over prefix cells (each sequence counted in its longest prefix that
+/// 20 of the pooled sequences share; a partition that does not depend on which sampler drew what).
+///
+/// False-alarm rate: `o.significance` per scheme and config (the report states the total), up
+/// to the error of the χ² approximation (cells expected fewer than 5 times are pooled; for the
+/// same test specdec's distribution suite measured 1-2 × 10^-4 at a nominal 10^-4).
+template <Drafter D, Verifier V>
+[[nodiscard]] report check_equivalence(D& drafter, V& target, const conformance_options& o = {}) {
+    return detail::guarded("sequence-level equivalence", [&] { return detail::equivalence(drafter, target, o); });
+}
+
+/// Determinism: speculative_decode and autoregressive_decode give the same tokens for the same
+/// seed, run twice and again after a run with another seed, for every scheme and sampling config.
+/// Deterministic: false-alarm rate 0.
+template <Drafter D, Verifier V>
+[[nodiscard]] report check_determinism(D& drafter, V& target, const conformance_options& o = {}) {
+    return detail::guarded("determinism", [&] { return detail::determinism(drafter, target, o); });
+}
+
+/// Runs every check on the pair: the contract of the target (and of the drafter, when it is a
+/// copyable LanguageModel), draft consistency, determinism, sequence-level equivalence.
+/// A target that cannot be copied skips the contract (use check_contract_with).
+template <Drafter D, Verifier V>
+[[nodiscard]] conformance_report run_conformance(D& drafter, V& target, const conformance_options& o = {}) {
+    conformance_report out;
+    if constexpr (std::copy_constructible<V>) {
+        out.checks.push_back(check_contract(target, o));
+        out.checks.back().check = "adapter contract (target)";
+    }
+    if constexpr (LanguageModel<D> && std::copy_constructible<D>) {
+        out.checks.push_back(check_contract(drafter, o));
+        out.checks.back().check = "adapter contract (draft)";
+    }
+    out.checks.push_back(check_draft_consistency(drafter, o));
+    out.checks.push_back(check_determinism(drafter, target, o));
+    out.checks.push_back(check_equivalence(drafter, target, o));
+    return out;
+}
+
+}  // namespace specdec::testing

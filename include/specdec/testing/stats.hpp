@@ -1,0 +1,157 @@
+#pragma once
+/// \file
+/// Goodness-of-fit statistics for distribution tests: Pearson's chi-square test of observed
+/// counts against exact probabilities, and the chi-square test of homogeneity of two samples,
+/// with p-values from the regularized upper incomplete gamma function Q(k/2, x/2).
+///
+/// The one implementation shared by the conformance kit (specdec/testing.hpp) and specdec's own
+/// distribution suite. Not included by specdec/specdec.hpp.
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <vector>
+
+#include "../error.hpp"
+
+namespace specdec::testing {
+
+/// Regularized lower incomplete gamma P(a, x) by its power series (accurate for x < a + 1).
+/// \pre a > 0, x >= 0.
+[[nodiscard]] inline double gamma_p_series(double a, double x) {
+    if (x <= 0.0) return 0.0;
+    double term = 1.0 / a, sum = term;
+    for (int n = 1; n < 100000; ++n) {
+        term *= x / (a + n);
+        sum += term;
+        if (std::abs(term) < std::abs(sum) * 1e-16) break;
+    }
+    return sum * std::exp(-x + a * std::log(x) - std::lgamma(a));
+}
+
+/// Regularized upper incomplete gamma Q(a, x) by its continued fraction, evaluated with the
+/// modified Lentz method (accurate for x >= a + 1). \pre a > 0, x > 0.
+[[nodiscard]] inline double gamma_q_fraction(double a, double x) {
+    constexpr double tiny = 1e-300;
+    double b = x + 1.0 - a, c = 1.0 / tiny, d = 1.0 / b, h = d;
+    for (int i = 1; i < 100000; ++i) {
+        const double an = -i * (i - a);
+        b += 2.0;
+        d = an * d + b;
+        if (std::abs(d) < tiny) d = tiny;
+        c = b + an / c;
+        if (std::abs(c) < tiny) c = tiny;
+        d = 1.0 / d;
+        const double delta = d * c;
+        h *= delta;
+        if (std::abs(delta - 1.0) < 1e-16) break;
+    }
+    return std::exp(-x + a * std::log(x) - std::lgamma(a)) * h;
+}
+
+/// Survival function of the chi-square distribution with k degrees of freedom at x:
+/// P(X >= x) = Q(k/2, x/2). \pre k > 0.
+[[nodiscard]] inline double chi_square_sf(double x, double k) {
+    if (x <= 0.0) return 1.0;
+    if (x == std::numeric_limits<double>::infinity()) return 0.0;
+    const double a = k / 2.0, y = x / 2.0;
+    return y < a + 1.0 ? 1.0 - gamma_p_series(a, y) : gamma_q_fraction(a, y);
+}
+
+/// Outcome of a chi-square test.
+struct gof_result {
+    double statistic = 0.0;              ///< Pearson's X^2
+    std::size_t degrees_of_freedom = 0;  ///< cells after pooling, minus one
+    double p_value = 1.0;                ///< P(X^2 >= statistic) under the null hypothesis
+    std::size_t samples = 0;             ///< observations (both samples, for a two-sample test)
+};
+
+/// Pearson chi-square test of `counts` against `probs`. Cells whose expected count is below
+/// `min_expected` (5 by default) are pooled into one cell, so that the chi-square approximation
+/// holds; a count in a cell of probability 0 makes the statistic infinite and the p-value 0.
+/// \throws std::invalid_argument when the two vectors differ in size.
+[[nodiscard]] inline gof_result chi_square_test(const std::vector<std::size_t>& counts,
+                                                const std::vector<double>& probs, double min_expected = 5.0) {
+    if (counts.size() != probs.size())
+        detail::fail_invalid("specdec::testing::chi_square_test: counts has ", counts.size(), " cells but probs has ",
+                             probs.size());
+    gof_result r;
+    for (auto c : counts) r.samples += c;
+    const double n = static_cast<double>(r.samples);
+    double pooled_expected = 0.0, pooled_observed = 0.0;
+    std::size_t cells = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+        const double e = probs[i] * n;
+        const double o = static_cast<double>(counts[i]);
+        if (probs[i] == 0.0) {
+            if (counts[i] != 0) {
+                r.statistic = std::numeric_limits<double>::infinity();
+                r.p_value = 0.0;
+                return r;
+            }
+            continue;
+        }
+        if (e < min_expected) {
+            pooled_expected += e;
+            pooled_observed += o;
+            continue;
+        }
+        r.statistic += (o - e) * (o - e) / e;
+        ++cells;
+    }
+    if (pooled_expected > 0.0) {
+        r.statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+        ++cells;
+    }
+    r.degrees_of_freedom = cells > 0 ? cells - 1 : 0;
+    r.p_value = r.degrees_of_freedom == 0 ? 1.0 : chi_square_sf(r.statistic, static_cast<double>(r.degrees_of_freedom));
+    return r;
+}
+
+/// Chi-square test of homogeneity: were the counts `a` and `b` (same cells) drawn from one
+/// distribution? The 2 x K contingency table test; cells whose expected count in the smaller
+/// sample is below `min_expected` are pooled into one cell, and cells empty in both samples are
+/// ignored. Degrees of freedom: the cells left, minus one.
+/// \throws std::invalid_argument when the two vectors differ in size.
+[[nodiscard]] inline gof_result chi_square_two_sample_test(const std::vector<std::size_t>& a,
+                                                           const std::vector<std::size_t>& b,
+                                                           double min_expected = 5.0) {
+    if (a.size() != b.size())
+        detail::fail_invalid("specdec::testing::chi_square_two_sample_test: a has ", a.size(), " cells but b has ",
+                             b.size());
+    gof_result r;
+    double na = 0.0, nb = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        na += static_cast<double>(a[i]);
+        nb += static_cast<double>(b[i]);
+    }
+    r.samples = static_cast<std::size_t>(na + nb);
+    if (na == 0.0 || nb == 0.0) return r;
+    const double n = na + nb, small = std::min(na, nb);
+    double statistic = 0.0, pa = 0.0, pb = 0.0;
+    std::size_t cells = 0;
+    // One cell's contribution: sum over both rows of (observed - expected)^2 / expected.
+    auto cell = [&](double x, double y) {
+        const double t = x + y, ea = t * na / n, eb = t * nb / n;
+        statistic += (x - ea) * (x - ea) / ea + (y - eb) * (y - eb) / eb;
+        ++cells;
+    };
+    for (std::size_t i = 0; i < a.size(); ++i) {
+        const auto x = static_cast<double>(a[i]), y = static_cast<double>(b[i]);
+        if (x + y == 0.0) continue;
+        if ((x + y) * small / n < min_expected) {
+            pa += x;
+            pb += y;
+            continue;
+        }
+        cell(x, y);
+    }
+    if (pa + pb > 0.0) cell(pa, pb);
+    r.statistic = statistic;
+    r.degrees_of_freedom = cells > 0 ? cells - 1 : 0;
+    r.p_value = r.degrees_of_freedom == 0 ? 1.0 : chi_square_sf(r.statistic, static_cast<double>(r.degrees_of_freedom));
+    return r;
+}
+
+}  // namespace specdec::testing
