@@ -5,7 +5,9 @@
 #     the forged-file tests and a reduced distribution suite (SPECDEC_DISTRIBUTION_SAMPLES
 #     sequences per case, same false-alarm rate, without the negative controls, which need the
 #     full sample for their power).
-#  2. tsan preset (ThreadSanitizer): the batch API's tests, which run steps on several threads.
+#     Also the tree tests (every path), the multi-sequence batch loop and the conformance kit.
+#  2. tsan preset (ThreadSanitizer): the batch API's tests and the batch loop's, which run steps
+#     on several threads.
 #  3. Each libFuzzer harness of tests/fuzz/ over its seed corpus (scripts/fuzz.sh --smoke), when
 #     clang++-14 is installed (`bash scripts/install_deps.sh --fuzz`; CI installs it).
 # Usage: bash scripts/sanitize.sh [asan] [tsan] [fuzz]   (default: all three)
@@ -24,18 +26,23 @@ for stage in "${stages[@]}"; do
       echo "== sanitize: address + undefined behaviour =="
       cmake --preset asan -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" >/dev/null
       cmake --build --preset asan --target specdec_tests specdec_distribution_tests specdec_fault_tests \
-        llama2_files_test
-      SPECDEC_DISTRIBUTION_SAMPLES=10000 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-        UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+        llama2_files_test specdec_tree_tests specdec_batch_decode_tests specdec_conformance_tests
+      export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+      SPECDEC_DISTRIBUTION_SAMPLES=10000 \
         ctest --preset asan -R "^(portable|avx2|avx512):|fault|files" -E "Negative control|negative control" \
         --no-tests=error
+      # The multi-sequence batch loop and the conformance kit, each executable as a whole.
+      build/asan/tests/specdec_batch_decode_tests
+      build/asan/tests/specdec_conformance_tests
       ;;
     tsan)
       echo "== sanitize: threads =="
       cmake --preset tsan -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" >/dev/null
-      cmake --build --preset tsan --target specdec_batch_tests
-      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        ctest --preset tsan -R "batch|Batch" --no-tests=error
+      cmake --build --preset tsan --target specdec_batch_tests specdec_batch_decode_tests
+      export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+      ctest --preset tsan -R "batch|Batch" --no-tests=error
+      # The batch loop on the built-in pool and on callers' executors.
+      build/tsan/tests/specdec_batch_decode_tests
       ;;
     fuzz)
       if command -v "${CXX_FUZZ:-clang++-14}" >/dev/null 2>&1; then
