@@ -1,18 +1,7 @@
-// Zero heap allocations per step after warm-up, shown with a counting global operator new.
-// This file replaces the global allocation functions, so it is its own test executable.
-//
-// Eigen allocates its matrices with malloc, which operator new does not see. With
-// EIGEN_RUNTIME_NO_MALLOC, Eigen checks every allocation against a flag through eigen_assert;
-// this file routes that check here and counts a forbidden allocation like an operator new.
-// (Both must be defined before any Eigen header.)
-#define EIGEN_RUNTIME_NO_MALLOC
-#define eigen_assert(x) specdec_test_eigen_assert(static_cast<bool>(x), #x)
-void specdec_test_eigen_assert(bool ok, const char* condition);
-
-// GCC sees malloc/free behind replaced new/delete and warns; that pairing is the point here.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
+// Zero heap allocations per step after warm-up, shown with a counting global operator new and
+// Eigen's allocation check (support/allocation_counter.hpp, which replaces the global
+// allocation functions: this file is its own test executable).
+#include "support/allocation_counter.hpp"
 
 #include "support/catch.hpp"
 #include "support/skip.hpp"
@@ -20,77 +9,14 @@ void specdec_test_eigen_assert(bool ok, const char* condition);
 
 #include <specdec/specdec.hpp>
 
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <random>
 #include <vector>
-
-// AddressSanitizer replaces the allocation functions itself, so this file's replacements are not
-// the ones called; the tests then say so and pass (the release and debug builds run them).
-#if defined(__SANITIZE_ADDRESS__)
-#define SPECDEC_ALLOCATIONS_COUNTED 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SPECDEC_ALLOCATIONS_COUNTED 0
-#endif
-#endif
-#ifndef SPECDEC_ALLOCATIONS_COUNTED
-#define SPECDEC_ALLOCATIONS_COUNTED 1
-#endif
-
-namespace {
-std::atomic<std::size_t> g_allocations{0};
-std::atomic<bool> g_counting{false};
-}  // namespace
-
-void specdec_test_eigen_assert(bool ok, const char* condition) {
-    if (ok) return;
-    if (std::strstr(condition, "heap allocation is forbidden") != nullptr) {
-        g_allocations.fetch_add(1, std::memory_order_relaxed);
-        return;
-    }
-    std::fprintf(stderr, "Eigen assertion failed: %s\n", condition);
-    std::abort();
-}
-
-#if SPECDEC_ALLOCATIONS_COUNTED
-void* operator new(std::size_t size) {
-    if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return ::operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#endif
 
 namespace {
 
 using specdec::token_id;
-
-/// True when allocations can be counted here; otherwise prints why not.
-bool counting_available() {
-    if (SPECDEC_ALLOCATIONS_COUNTED) return true;
-    specdec_test::skip("allocation counting is not available under AddressSanitizer");
-    return false;
-}
-
-/// Counts allocations made while `f` runs.
-template <class F>
-std::size_t allocations_during(F&& f) {
-    g_allocations = 0;
-    g_counting = true;
-    Eigen::internal::set_is_malloc_allowed(false);
-    f();
-    Eigen::internal::set_is_malloc_allowed(true);
-    g_counting = false;
-    return g_allocations.load();
-}
+using specdec_test::allocations_during;
+using specdec_test::counting_available;
 
 /// A target that writes its scores in place (Eigen::MatrixXf storage reused).
 struct in_place_target {

@@ -1,14 +1,8 @@
 // The multi-sequence path allocates nothing per step after warm-up: the packed scores, the
-// requests and the per-sequence buffers are reused (counting global operator new, and Eigen's
-// allocations through EIGEN_RUNTIME_NO_MALLOC, as allocation_test.cpp does). This file replaces
-// the global allocation functions, so it is its own test executable.
-#define EIGEN_RUNTIME_NO_MALLOC
-#define eigen_assert(x) specdec_test_eigen_assert(static_cast<bool>(x), #x)
-void specdec_test_eigen_assert(bool ok, const char* condition);
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
+// requests and the per-sequence buffers are reused (counted with support/allocation_counter.hpp,
+// as allocation_test.cpp does; it replaces the global allocation functions, so this file is its
+// own test executable).
+#include "support/allocation_counter.hpp"
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
@@ -16,68 +10,14 @@ void specdec_test_eigen_assert(bool ok, const char* condition);
 
 #include <specdec/batch_decode.hpp>
 
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <new>
 #include <random>
 #include <vector>
-
-#if defined(__SANITIZE_ADDRESS__)
-#define SPECDEC_ALLOCATIONS_COUNTED 0
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SPECDEC_ALLOCATIONS_COUNTED 0
-#endif
-#endif
-#ifndef SPECDEC_ALLOCATIONS_COUNTED
-#define SPECDEC_ALLOCATIONS_COUNTED 1
-#endif
-
-namespace {
-std::atomic<std::size_t> g_allocations{0};
-std::atomic<bool> g_counting{false};
-}  // namespace
-
-void specdec_test_eigen_assert(bool ok, const char* condition) {
-    if (ok) return;
-    if (std::strstr(condition, "heap allocation is forbidden") != nullptr) {
-        g_allocations.fetch_add(1, std::memory_order_relaxed);
-        return;
-    }
-    std::fprintf(stderr, "Eigen assertion failed: %s\n", condition);
-    std::abort();
-}
-
-#if SPECDEC_ALLOCATIONS_COUNTED
-void* operator new(std::size_t size) {
-    if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-    if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-    throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return ::operator new(size); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-#endif
 
 namespace {
 
 using specdec::token_id;
+using specdec_test::allocations_during;
 using specdec_test::markov_model;
-
-template <class F>
-std::size_t allocations_during(F&& f) {
-    g_allocations = 0;
-    g_counting = true;
-    Eigen::internal::set_is_malloc_allowed(false);
-    f();
-    Eigen::internal::set_is_malloc_allowed(true);
-    g_counting = false;
-    return g_allocations.load();
-}
 
 /// The logits row of an order-2 Markov model after `context` + `extra` (no allocation).
 Eigen::Map<const Eigen::VectorXf> row_after(const markov_model& m, std::span<const token_id> context,
@@ -128,10 +68,7 @@ struct quiet_drafter {  // a MultiSequenceDrafter that allocates nothing after w
 }  // namespace
 
 TEST_CASE("A multi-sequence batch step allocates nothing after warm-up", "[batch][multi][allocation]") {
-    if (!SPECDEC_ALLOCATIONS_COUNTED) {
-        specdec_test::skip("allocation counting is not available under AddressSanitizer");
-        return;
-    }
+    if (!specdec_test::counting_available()) return;
     const auto target = markov_model::random(32, 2, 1);
     const auto draft = markov_model::random(32, 2, 2);
     quiet_drafter d{&draft};
