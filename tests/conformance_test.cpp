@@ -15,6 +15,7 @@
 #include "support/skip.hpp"
 #include "support/stats.hpp"
 
+#include "char_ngram_model.hpp"
 #include "llama2/context_limit.hpp"
 #include "llama2/transformer.hpp"
 
@@ -242,6 +243,15 @@ TEST_CASE("the kit passes on a correct cached adapter and a plain-model drafter"
     for (const auto& c : r.checks) CHECK(c.to_string().rfind("PASS ", 0) == 0);
     CHECK(r.checks[0].max_error == 0.0);  // exact agreement
     CHECK(contains(r.checks[4].ran, "exact probabilities"));
+}
+
+TEST_CASE("the kit passes on the quickstart's character models", "[conformance][statistical]") {
+    const specdec_examples::char_ngram_model target(specdec_examples::corpus, 4), draft(specdec_examples::corpus, 1);
+    auto o = small_options();
+    o.prompt = target.encode("once upon a ");
+    const auto r = kit::run_conformance(draft, target, o);
+    INFO(r);
+    CHECK(r);
 }
 
 TEST_CASE("the kit passes on the bundled n-gram and prompt-lookup drafters and the Markov test models",
