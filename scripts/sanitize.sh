@@ -28,19 +28,25 @@ for stage in "${stages[@]}"; do
       cmake --build --preset asan --target specdec_tests specdec_distribution_tests specdec_fault_tests \
         llama2_files_test specdec_tree_tests specdec_batch_decode_tests specdec_conformance_tests
       export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+      # (Left to the release suite: the negative controls, which need the full sample for their
+      # power, and the enumeration of tree verification's accepted lengths over 48 model pairs,
+      # which is arithmetic on small tables and takes minutes per path under the sanitizers.)
       SPECDEC_DISTRIBUTION_SAMPLES=10000 \
-        ctest --preset asan -R "^(portable|avx2|avx512):|fault|files" -E "Negative control|negative control" \
-        --no-tests=error
-      # The multi-sequence batch loop and the conformance kit, each executable as a whole.
+        ctest --preset asan -R "^(portable|avx2|avx512):|fault|files" \
+        -E "Negative control|negative control|as many tokens as recursive rejection sampling|_NOT_BUILT" --no-tests=error
+      # The multi-sequence batch loop, and the conformance kit on every adapter but the llama2
+      # engine (whose files and faults the cases above cover), each executable as a whole.
       build/asan/tests/specdec_batch_decode_tests
-      build/asan/tests/specdec_conformance_tests
+      build/asan/tests/specdec_conformance_tests "~the kit passes on the llama2 engine*"
       ;;
     tsan)
       echo "== sanitize: threads =="
       cmake --preset tsan -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" >/dev/null
       cmake --build --preset tsan --target specdec_batch_tests specdec_batch_decode_tests
       export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-      ctest --preset tsan -R "batch|Batch" --no-tests=error
+      # (Only these two executables are built here: the placeholders ctest keeps for the others,
+      # and the compile-fail tests, are left out.)
+      ctest --preset tsan -R "batch|Batch" -E "_NOT_BUILT|compile_fail" --no-tests=error
       # The batch loop on the built-in pool and on callers' executors.
       build/tsan/tests/specdec_batch_decode_tests
       ;;
