@@ -101,7 +101,7 @@ inline Eigen::Index first_above(const double* p, Eigen::Index n, double t) {
 /// sums in three shift-and-add steps per vector, one compare); acc becomes acc + w[0] + ... +
 /// w[i − 1]. -1 when none crosses (rounding overshoot): the caller then takes the scalar path,
 /// which handles it. The sums are those of pick_crossing up to the order of the additions.
-inline int crossing_16(__m512d lo, __m512d hi, double& acc, double target) {
+SPECDEC_ALWAYS_INLINE int crossing_16(__m512d lo, __m512d hi, double& acc, double target) {
     const __m512i zero = _mm512_setzero_si512();
     auto scan = [&](__m512d x) {  // inclusive prefix sums of 8 doubles
         x = _mm512_add_pd(x, _mm512_castsi512_pd(_mm512_alignr_epi64(_mm512_castpd_si512(x), zero, 7)));
@@ -125,7 +125,7 @@ inline int crossing_16(__m512d lo, __m512d hi, double& acc, double target) {
 }
 
 /// crossing_16 over 16 floats, widened to double.
-inline int crossing_16(__m512 w, double& acc, double target) {
+SPECDEC_ALWAYS_INLINE int crossing_16(__m512 w, double& acc, double target) {
     return crossing_16(_mm512_cvtps_pd(_mm512_castps512_ps256(w)),
                        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(w), 1))), acc, target);
 }
@@ -133,7 +133,7 @@ inline int crossing_16(__m512 w, double& acc, double target) {
 /// The sums of a block's chunks (each the sum of its 16 lane sums, see chunked_exp_pass) in
 /// one vector of 8 doubles, from registers: halves added, then pairwise horizontal adds (the
 /// lane sums of chunks past the end of the row read as 0).
-inline __m512d chunk_sums_avx512(const float* lanes, Eigen::Index chunks) {
+SPECDEC_ALWAYS_INLINE __m512d chunk_sums_avx512(const float* lanes, Eigen::Index chunks) {
     static_assert(chunks_per_block == 8 && chunk_lanes == 16);
     __m256 h[8];
     for (int c = 0; c < 8; ++c) {

@@ -84,7 +84,7 @@ struct exp2_avx2 {
 /// far below any probability that can matter) give exactly 0 instead, as in the AVX-512 path.
 /// NaN stays NaN.
 template <class Packet>
-Packet exp_shifted(const Packet& x, const Packet& m_half, const Packet& inv_t_twice) {
+SPECDEC_ALWAYS_INLINE Packet exp_shifted(const Packet& x, const Packet& m_half, const Packet& inv_t_twice) {
     const Packet y = pk::pmul(pk::psub(pk::pmul(x, pk::pset1<Packet>(0.5f)), m_half), inv_t_twice);
     const Packet low = pk::pset1<Packet>(-87.0f);
     // pexp is given at least −87: at its own clamp (−88.7) it works with subnormal numbers,
@@ -120,7 +120,13 @@ struct packet_exp {
 #if SPECDEC_DETAIL_ISA == 2
 /// The sum of a vector's 16 lanes, added in double precision as a tree (a chain of 16
 /// dependent adds would be the longest latency of a pass over a short row).
-inline double lanes_in_double(__m512 v) {
+///
+/// Always inlined, as is every function here that takes or returns a vector: GCC 12 does not
+/// clear the registers' upper halves (vzeroupper) on the paths out of a caller of such a
+/// function compiled for another target than the translation unit's, and code compiled for the
+/// baseline (the C library's exp2, the caller's own SSE code) then runs many times slower
+/// (block_factor's exp2 took about 15 times as long, on a CPU with AVX-512).
+SPECDEC_ALWAYS_INLINE double lanes_in_double(__m512 v) {
     alignas(64) float t[16];  // (not _mm512_reduce_add_ps: GCC 12 warns falsely inside it)
     _mm512_store_ps(t, v);
     double d[8];
@@ -129,7 +135,7 @@ inline double lanes_in_double(__m512 v) {
 }
 
 /// The sum of four accumulators' 64 lanes, added in double precision.
-inline double total_in_double(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+SPECDEC_ALWAYS_INLINE double total_in_double(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return lanes_in_double(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
@@ -174,6 +180,10 @@ inline void exp_lane(const float* in, float* out, float m, float inv_t) {
 /// references of exp2_reference, so that it matches the exponentials exactly).
 inline double block_factor(float ref, float m, float inv_t) {
 #if SPECDEC_DETAIL_ISA >= 1
+    // exp2 is the C library's, compiled for the baseline instruction set: the upper halves of
+    // the vector registers must be clear when it runs (see lanes_in_double), which costs one
+    // instruction here whatever the compiler's own bookkeeping.
+    _mm256_zeroupper();
     return std::exp2(exp2_reference(ref, inv_t).log2() - exp2_reference(m, inv_t).log2());
 #else
     return std::exp((static_cast<double>(ref) - m) * inv_t);  // (in float, ref − m could overflow)

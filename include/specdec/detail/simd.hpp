@@ -20,29 +20,30 @@ inline packet pkeep_at_least(packet key, packet t, packet v) { return pand(pcmp_
 using packet = __m256;
 inline constexpr Eigen::Index width = 8;
 template <class P = packet>
-inline packet ploadu(const float* p) { return _mm256_loadu_ps(p); }
+SPECDEC_ALWAYS_INLINE packet ploadu(const float* p) { return _mm256_loadu_ps(p); }
 template <class P = packet>
-inline packet pset1(float v) { return _mm256_set1_ps(v); }
-inline void pstoreu(float* p, packet x) { _mm256_storeu_ps(p, x); }
-inline void pstore(float* p, packet x) { _mm256_store_ps(p, x); }
-inline packet padd(packet a, packet b) { return _mm256_add_ps(a, b); }
-inline packet psub(packet a, packet b) { return _mm256_sub_ps(a, b); }
-inline packet pmul(packet a, packet b) { return _mm256_mul_ps(a, b); }
-inline packet pdiv(packet a, packet b) { return _mm256_div_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pset1(float v) { return _mm256_set1_ps(v); }
+SPECDEC_ALWAYS_INLINE void pstoreu(float* p, packet x) { _mm256_storeu_ps(p, x); }
+SPECDEC_ALWAYS_INLINE void pstore(float* p, packet x) { _mm256_store_ps(p, x); }
+SPECDEC_ALWAYS_INLINE packet padd(packet a, packet b) { return _mm256_add_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet psub(packet a, packet b) { return _mm256_sub_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pmul(packet a, packet b) { return _mm256_mul_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pdiv(packet a, packet b) { return _mm256_div_ps(a, b); }
 /// a·b + c with one rounding.
-inline packet pmadd(packet a, packet b, packet c) { return _mm256_fmadd_ps(a, b, c); }
-inline packet pmax(packet a, packet b) { return _mm256_max_ps(b, a); }  // (a when a is NaN)
-inline packet por(packet a, packet b) { return _mm256_or_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pmadd(packet a, packet b, packet c) { return _mm256_fmadd_ps(a, b, c); }
+SPECDEC_ALWAYS_INLINE packet pmax(packet a, packet b) { return _mm256_max_ps(b, a); }  // (a when a is NaN)
+SPECDEC_ALWAYS_INLINE packet pmin(packet a, packet b) { return _mm256_min_ps(b, a); }  // (a when a is NaN)
+SPECDEC_ALWAYS_INLINE packet por(packet a, packet b) { return _mm256_or_ps(a, b); }
 /// v where key >= t, else 0 (also where key is NaN).
-inline packet pkeep_at_least(packet key, packet t, packet v) { return _mm256_and_ps(_mm256_cmp_ps(key, t, _CMP_GE_OQ), v); }
-inline float pfirst(packet a) { return _mm256_cvtss_f32(a); }
+SPECDEC_ALWAYS_INLINE packet pkeep_at_least(packet key, packet t, packet v) { return _mm256_and_ps(_mm256_cmp_ps(key, t, _CMP_GE_OQ), v); }
+SPECDEC_ALWAYS_INLINE float pfirst(packet a) { return _mm256_cvtss_f32(a); }
 /// The sum of the 8 lanes in Eigen's order: halves, then pairs, then the last two.
-inline float predux(packet a) {
+SPECDEC_ALWAYS_INLINE float predux(packet a) {
     const __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
 }
-inline float predux_max(packet a) {
+SPECDEC_ALWAYS_INLINE float predux_max(packet a) {
     const __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_max_ss(q, _mm_shuffle_ps(q, q, 1)));
@@ -51,37 +52,38 @@ inline float predux_max(packet a) {
 using packet = __m512;
 inline constexpr Eigen::Index width = 16;
 template <class P = packet>
-inline packet ploadu(const float* p) { return _mm512_loadu_ps(p); }
+SPECDEC_ALWAYS_INLINE packet ploadu(const float* p) { return _mm512_loadu_ps(p); }
 template <class P = packet>
-inline packet pset1(float v) { return _mm512_set1_ps(v); }
-inline void pstoreu(float* p, packet x) { _mm512_storeu_ps(p, x); }
-inline void pstore(float* p, packet x) { _mm512_store_ps(p, x); }
-inline packet padd(packet a, packet b) { return _mm512_add_ps(a, b); }
-inline packet psub(packet a, packet b) { return _mm512_sub_ps(a, b); }
-inline packet pmul(packet a, packet b) { return _mm512_mul_ps(a, b); }
-inline packet pdiv(packet a, packet b) { return _mm512_div_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pset1(float v) { return _mm512_set1_ps(v); }
+SPECDEC_ALWAYS_INLINE void pstoreu(float* p, packet x) { _mm512_storeu_ps(p, x); }
+SPECDEC_ALWAYS_INLINE void pstore(float* p, packet x) { _mm512_store_ps(p, x); }
+SPECDEC_ALWAYS_INLINE packet padd(packet a, packet b) { return _mm512_add_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet psub(packet a, packet b) { return _mm512_sub_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pmul(packet a, packet b) { return _mm512_mul_ps(a, b); }
+SPECDEC_ALWAYS_INLINE packet pdiv(packet a, packet b) { return _mm512_div_ps(a, b); }
 /// a·b + c with one rounding.
-inline packet pmadd(packet a, packet b, packet c) { return _mm512_fmadd_ps(a, b, c); }
-inline packet pmax(packet a, packet b) { return _mm512_max_ps(b, a); }  // (a when a is NaN)
-inline packet por(packet a, packet b) {
+SPECDEC_ALWAYS_INLINE packet pmadd(packet a, packet b, packet c) { return _mm512_fmadd_ps(a, b, c); }
+SPECDEC_ALWAYS_INLINE packet pmax(packet a, packet b) { return _mm512_max_ps(b, a); }  // (a when a is NaN)
+SPECDEC_ALWAYS_INLINE packet pmin(packet a, packet b) { return _mm512_min_ps(b, a); }  // (a when a is NaN)
+SPECDEC_ALWAYS_INLINE packet por(packet a, packet b) {
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(a), _mm512_castps_si512(b)));
 }
-inline float pfirst(packet a) { return _mm512_cvtss_f32(a); }
+SPECDEC_ALWAYS_INLINE float pfirst(packet a) { return _mm512_cvtss_f32(a); }
 /// v where key >= t, else 0 (also where key is NaN).
-inline packet pkeep_at_least(packet key, packet t, packet v) {
+SPECDEC_ALWAYS_INLINE packet pkeep_at_least(packet key, packet t, packet v) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(key, t, _CMP_GE_OQ), v);
 }
 /// The halves of a, as two vectors of 8.
-inline __m256 low_half(packet a) { return _mm512_castps512_ps256(a); }
-inline __m256 high_half(packet a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
+SPECDEC_ALWAYS_INLINE __m256 low_half(packet a) { return _mm512_castps512_ps256(a); }
+SPECDEC_ALWAYS_INLINE __m256 high_half(packet a) { return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)); }
 /// The sum of the 16 lanes: halves, then as 8.
-inline float predux(packet a) {
+SPECDEC_ALWAYS_INLINE float predux(packet a) {
     const __m256 e = _mm256_add_ps(low_half(a), high_half(a));
     const __m128 h = _mm_add_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1));
     const __m128 q = _mm_add_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_add_ss(q, _mm_shuffle_ps(q, q, 1)));
 }
-inline float predux_max(packet a) {
+SPECDEC_ALWAYS_INLINE float predux_max(packet a) {
     const __m256 e = _mm256_max_ps(low_half(a), high_half(a));
     const __m128 h = _mm_max_ps(_mm256_castps256_ps128(e), _mm256_extractf128_ps(e, 1));
     const __m128 q = _mm_max_ps(h, _mm_movehl_ps(h, h));
@@ -123,6 +125,41 @@ inline float sum_floats(const float* x, Eigen::Index n) {
     for (; k + w <= n; k += w) a0 = pk::padd(a0, pk::ploadu<pk::packet>(x + k));
     float s = pk::predux(pk::padd(pk::padd(a0, a1), pk::padd(a2, a3)));
     for (; k < n; ++k) s += x[k];
+    return s;
+}
+
+/// sum_floats(x, n) (the same order, so the same value), and in the same pass whether some
+/// x[k] may be negative: `negative` is set when one is, and may be set for NaN (whose sum is
+/// NaN anyway). One pass where a minimum and a sum would read the block twice.
+inline float sum_floats_noting_negative(const float* x, Eigen::Index n, bool& negative) {
+    constexpr Eigen::Index w = pk::width;
+    const pk::packet zero = pk::pset1<pk::packet>(0.0f);
+    pk::packet a0 = zero, a1 = a0, a2 = a0, a3 = a0, lo = zero;
+    Eigen::Index k = 0;
+    for (; k + 4 * w <= n; k += 4 * w) {
+        const pk::packet x0 = pk::ploadu<pk::packet>(x + k), x1 = pk::ploadu<pk::packet>(x + k + w);
+        const pk::packet x2 = pk::ploadu<pk::packet>(x + k + 2 * w), x3 = pk::ploadu<pk::packet>(x + k + 3 * w);
+        a0 = pk::padd(a0, x0);
+        a1 = pk::padd(a1, x1);
+        a2 = pk::padd(a2, x2);
+        a3 = pk::padd(a3, x3);
+        lo = pk::pmin(pk::pmin(lo, x0), pk::pmin(x1, pk::pmin(x2, x3)));
+    }
+    for (; k + w <= n; k += w) {
+        const pk::packet x0 = pk::ploadu<pk::packet>(x + k);
+        a0 = pk::padd(a0, x0);
+        lo = pk::pmin(lo, x0);
+    }
+    float s = pk::predux(pk::padd(pk::padd(a0, a1), pk::padd(a2, a3)));
+    float lanes[pk::width];
+    pk::pstoreu(lanes, lo);
+    bool neg = false;
+    for (Eigen::Index l = 0; l < w; ++l) neg |= !(lanes[l] >= 0.0f);
+    for (; k < n; ++k) {
+        s += x[k];
+        neg |= !(x[k] >= 0.0f);
+    }
+    negative = negative || neg;
     return s;
 }
 

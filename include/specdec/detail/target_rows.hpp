@@ -10,10 +10,8 @@ struct column_check {
     bool may_be_negative = false;  // (set on mere suspicion too: finish() then checks exactly)
     double sum = 0.0;
     void add(const float* qb, Eigen::Index len) {
-        bool negative = false;
-        for (Eigen::Index k = 0; k < len; ++k) negative |= !(qb[k] >= 0.0f);
-        may_be_negative = may_be_negative || negative;
-        sum += sum_floats(qb, len);  // NaN or +Inf anywhere makes the sum fail the check
+        // (NaN or +Inf anywhere makes the sum fail the check)
+        sum += sum_floats_noting_negative(qb, len, may_be_negative);
     }
     /// Throws (with details) unless the column times c was a probability distribution.
     void finish(const Eigen::Ref<const Eigen::VectorXf>& q, std::size_t i, float c, const char* where) const {
