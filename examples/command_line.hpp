@@ -4,7 +4,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include <initializer_list>
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace specdec_examples {
 
@@ -25,6 +28,27 @@ inline std::optional<int> parse_command_line(CLI::App& app, int argc, char** arg
         const int rc = app.exit(e);
         return rc == 0 ? 0 : 2;
     }
+}
+
+/// A validator for --drafter: one of the fixed names, or early-exit:K with K a positive
+/// integer. Its message lists them all.
+inline CLI::Validator drafter_validator(std::initializer_list<const char*> fixed) {
+    std::string list = "early-exit:K (K >= 1)";
+    for (const char* name : fixed) list += std::string(", ") + name;
+    std::vector<std::string> names(fixed.begin(), fixed.end());
+    return CLI::Validator(
+        [names, list](const std::string& name) -> std::string {
+            for (const auto& known : names)
+                if (name == known) return {};
+            if (name.rfind("early-exit:", 0) == 0) {
+                const std::string k = name.substr(11);
+                if (!k.empty() && k.size() < 9 && k.find_first_not_of("0123456789") == std::string::npos &&
+                    std::stoi(k) > 0)
+                    return {};
+            }
+            return "'" + name + "' is not a drafter: " + list;
+        },
+        "DRAFTER");
 }
 
 }  // namespace specdec_examples

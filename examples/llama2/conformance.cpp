@@ -47,18 +47,6 @@ struct arguments {
     std::size_t power_runs = 20;
 };
 
-/// The drafters --drafter accepts: a fixed name, or early-exit:K with K a positive integer.
-std::string check_drafter(const std::string& name) {
-    for (const char* known : {"model", "bigram", "lookup", "lookup+model"})
-        if (name == known) return {};
-    if (name.rfind("early-exit:", 0) == 0) {
-        const std::string k = name.substr(11);
-        if (!k.empty() && k.size() < 9 && k.find_first_not_of("0123456789") == std::string::npos && std::stoi(k) > 0)
-            return {};
-    }
-    return "'" + name + "' is not a drafter: model, early-exit:K (K >= 1), bigram, lookup, lookup+model";
-}
-
 /// Parses the command line; returns the arguments, or the exit status to end with.
 std::variant<arguments, int> parse(int argc, char** argv) {
     arguments a;
@@ -81,7 +69,7 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_option("--prompt", a.prompt, "text the generated sequences continue")->capture_default_str();
     app.add_option("--drafter", a.drafter, "model|early-exit:K|bigram|lookup|lookup+model")
         ->capture_default_str()
-        ->check(CLI::Validator(check_drafter, "DRAFTER"));
+        ->check(specdec_examples::drafter_validator({"model", "bigram", "lookup", "lookup+model"}));
     app.add_option("--gamma", k.gamma, "draft length")->capture_default_str()->check(CLI::PositiveNumber);
     app.add_option("--length", k.length, "the law of the first N generated tokens is tested")
         ->capture_default_str()

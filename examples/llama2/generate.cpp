@@ -49,18 +49,6 @@ struct arguments {
     bool color = isatty(STDOUT_FILENO) != 0;
 };
 
-/// The drafters --drafter accepts: a fixed name, or early-exit:K with K a positive integer.
-std::string check_drafter(const std::string& name) {
-    for (const char* known : {"model", "unigram", "bigram", "lookup", "lookup+model"})
-        if (name == known) return {};
-    if (name.rfind("early-exit:", 0) == 0) {
-        const std::string k = name.substr(11);
-        if (!k.empty() && k.size() < 9 && k.find_first_not_of("0123456789") == std::string::npos && std::stoi(k) > 0)
-            return {};
-    }
-    return "'" + name + "' is not a drafter: model, early-exit:K (K >= 1), unigram, bigram, lookup, lookup+model";
-}
-
 /// Parses the command line; returns the arguments, or the exit status to end with.
 std::variant<arguments, int> parse(int argc, char** argv) {
     arguments a;
@@ -83,7 +71,7 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_option("--prompt", a.prompt, "text to continue")->capture_default_str();
     app.add_option("--drafter", a.drafter, "model|early-exit:K|unigram|bigram|lookup|lookup+model")
         ->capture_default_str()
-        ->check(CLI::Validator(check_drafter, "DRAFTER"));
+        ->check(specdec_examples::drafter_validator({"model", "unigram", "bigram", "lookup", "lookup+model"}));
     app.add_option("--gamma", gamma,
                    "draft length N, or auto: choose each step's draft length from measured acceptance and "
                    "timings, from 0 (a plain target step) to --max-gamma")
