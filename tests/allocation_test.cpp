@@ -237,3 +237,116 @@ TEST_CASE("The counting allocator sees allocations (negative control)", "[alloca
     });
     CHECK(m == 2);
 }
+
+namespace {
+
+/// A Markov model that is both a TreeVerifier and (through score_tree per level) a tree
+/// drafter, scoring in place: tree decoding with it allocates only what the library does.
+struct in_place_tree_markov {
+    specdec_test::markov_model* model;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) { return model->next_logits(context); }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        out.resize(model->vocab, static_cast<Eigen::Index>(tree.size() + 1));
+        for (std::size_t c = 0; c <= tree.size(); ++c) {
+            // The last two tokens of context + the path to node c − 1 (none for the root).
+            token_id last[2];
+            std::int32_t v = static_cast<std::int32_t>(c) - 1;
+            std::size_t from_context = 0;
+            for (int k = 1; k >= 0; --k) {
+                if (v >= 0) {
+                    last[k] = tree.tokens[static_cast<std::size_t>(v)];
+                    v = tree.parents[static_cast<std::size_t>(v)];
+                } else {
+                    ++from_context;
+                    last[k] = context.size() >= from_context ? context[context.size() - from_context] : 0;
+                }
+            }
+            const std::size_t row = model->row_of(std::span<const token_id>(last, 2)) * static_cast<std::size_t>(model->vocab);
+            out.col(static_cast<Eigen::Index>(c)) = Eigen::Map<const Eigen::VectorXf>(model->table.data() + row, model->vocab);
+        }
+    }
+};
+static_assert(specdec::TreeVerifier<in_place_tree_markov>);
+
+}  // namespace
+
+TEST_CASE("Tree verification allocates nothing after warm-up, for both schemes and every kind of tree",
+          "[allocation][tree]") {
+    if (!counting_available()) return;
+    const int vocab = 4096;  // two row blocks; the tables take vocab² floats each
+    auto target = specdec_test::markov_model::random(vocab, 1, 11, 3.0f);
+    auto draft = specdec_test::markov_model::random(vocab, 1, 12, 3.0f);
+    in_place_tree_markov t{&target}, d{&draft};
+    const std::vector<token_id> context{5, 9};
+    for (const auto draws : {specdec::sibling_draws::iid, specdec::sibling_draws::without_replacement}) {
+        for (const bool point_masses : {false, true}) {
+            for (const auto scheme :
+                 {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
+                for (const specdec::sampling_config s : {specdec::sampling_config{.temperature = 1.0f},
+                                                         specdec::sampling_config{.temperature = 0.0f},
+                                                         specdec::sampling_config{.temperature = 0.8f, .top_k = 40}}) {
+                    INFO("draws " << static_cast<int>(draws) << ", point masses " << point_masses << ", scheme "
+                                  << static_cast<int>(scheme) << ", T " << s.temperature << ", top-k " << s.top_k);
+                    std::mt19937_64 rng(3);
+                    specdec::uniform_source u(rng);
+                    specdec::draft_tree tree;
+                    std::vector<token_id> path;
+                    Eigen::VectorXf logits, q, scratch;
+                    Eigen::MatrixXf scores;
+                    std::vector<Eigen::MatrixXf> draft_scores;
+                    specdec::sampling_workspace sws;
+                    specdec::tree_verify_workspace ws;
+                    const specdec::tree_shape shape{.branching = {3, 2, 1, 1}, .draws = draws};
+                    const specdec::tree_verify_options o{.scheme = scheme};
+                    std::size_t drafting = 0, verifying = 0;
+                    auto step = [&] {
+                        drafting += allocations_during([&] {
+                            tree.clear();
+                            specdec::draft_tree_from_model(d, context, shape, {.temperature = 1.0f}, u, tree, path,
+                                                           logits, q, scratch, sws, draft_scores);
+                            if (point_masses) tree.resize_probs(0, 0);
+                        });
+                        t.score_tree(context, tree, scores);
+                        verifying += allocations_during([&] { (void)specdec::verify_tree(scores, tree, s, rng, ws, o); });
+                    };
+                    for (int i = 0; i < 3; ++i) step();  // warm-up
+                    drafting = verifying = 0;
+                    for (int i = 0; i < 20; ++i) step();
+                    CHECK(drafting == 0);
+                    CHECK(verifying == 0);
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("Tree decoding allocates nothing per step (a long run allocates a bounded number of times)",
+          "[allocation][tree]") {
+    // Decoding 3000 tokens takes hundreds of steps: an allocation per step would show as
+    // hundreds. What remains is the first step's buffers, the reservation of the output, and
+    // the last steps' smaller trees.
+    if (!counting_available()) return;
+    auto target = specdec_test::markov_model::random(512, 1, 21);
+    auto draft = specdec_test::markov_model::random(512, 1, 22);
+    in_place_tree_markov t{&target}, d{&draft};
+    const std::vector<token_id> prompt{0, 1};
+    for (const auto scheme :
+         {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
+        std::mt19937_64 rng(4);
+        std::size_t produced = 0, steps = 0;
+        const auto n = allocations_during([&] {
+            const specdec::decode_result r = specdec::speculative_decode_tree(
+                d, t, prompt,
+                specdec::tree_decode_options{.shape = {.branching = {2, 2, 1, 1}}, .scheme = scheme,
+                                             .max_new_tokens = 3000, .sampling = {.temperature = 0.8f}},
+                rng);
+            produced = r.tokens.size();
+            steps = r.stats.steps;
+        });
+        INFO("scheme " << static_cast<int>(scheme) << ": " << n << " allocations in " << steps << " steps");
+        CHECK(produced == 3000);
+        CHECK(steps > 500);
+        CHECK(n <= 100);  // 49 when this was written; an allocation per step would be over 2000
+    }
+}

@@ -18,6 +18,7 @@
 #include <specdec/specdec.hpp>
 #include <specdec/tree_decode.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -410,4 +411,85 @@ TEST_CASE("Verification reads only the target rows it needs", "[tree]") {
         CHECK(r.next_token == 0);
         CHECK(ws.rows_read() == 3);  // root, a, c: not b, nor b's child
     }
+}
+
+/// A target that scores trees in one pass and is also a plain LanguageModel, as
+/// speculative_decode requires of its verifier.
+struct tree_and_plain_markov : tree_markov {
+    Eigen::VectorXf next_logits(std::span<const token_id> context) { return model->next_logits(context); }
+};
+static_assert(specdec::TreeVerifier<tree_and_plain_markov> && specdec::Verifier<tree_and_plain_markov>);
+
+TEST_CASE("speculative_decode with options.tree decodes as speculative_decode_tree does", "[tree]") {
+    auto target = markov_model::random(6, 2, 81);
+    auto draft = markov_model::random(6, 2, 82);
+    tree_and_plain_markov verifier{{&target}};
+    const std::vector<token_id> prompt{0, 3};
+    const specdec::sampling_config s{.temperature = 0.9f};
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        const specdec::tree_shape shape{.branching = {3, 2, 1}, .max_nodes = 8};
+        std::mt19937_64 rng_tree(9), rng_decode(9);
+        const auto want = specdec::speculative_decode_tree(
+            draft, verifier, prompt, {.shape = shape, .scheme = scheme, .max_new_tokens = 60, .sampling = s}, rng_tree);
+        std::size_t steps = 0, streamed = 0, path_ok = 0;
+        std::vector<token_id> stream;
+        const auto got = specdec::speculative_decode(
+            draft, verifier, prompt,
+            {.gamma = 0,  // unused with trees
+             .max_new_tokens = 60,
+             .sampling = s,
+             .tree = shape,
+             .tree_scheme = scheme,
+             .on_step =
+                 [&](const specdec::step_event& e) {
+                     ++steps;
+                     streamed += e.emitted.size();
+                     stream.insert(stream.end(), e.emitted.begin(), e.emitted.end());
+                     path_ok += e.draft.size() == e.accepted && e.gamma <= 3 &&
+                                std::equal(e.draft.begin(), e.draft.end(), e.emitted.begin());
+                 }},
+            rng_decode);
+        CHECK(got.tokens == want.tokens);
+        CHECK(got.stats.steps == want.stats.steps);
+        CHECK(got.stats.accepted_tokens == want.stats.accepted_tokens);
+        CHECK(got.stats.drafted_tokens == want.stats.drafted_tokens);
+        CHECK(got.stats.target_calls == want.stats.target_calls);
+        CHECK(steps == want.stats.steps);
+        CHECK(path_ok == steps);
+        CHECK(stream == got.tokens);
+        CHECK(streamed == 60);
+        CHECK(rng_tree() == rng_decode());  // the same uniforms were drawn
+    }
+}
+
+TEST_CASE("speculative_decode with options.tree rejects the options that apply to chains only", "[tree]") {
+    auto target = markov_model::random(5, 2, 83);
+    auto draft = markov_model::random(5, 2, 84);
+    const std::vector<token_id> prompt{0, 1};
+    std::mt19937_64 rng(1);
+    const specdec::tree_shape shape{.branching = {2, 1}};
+    auto run = [&](specdec::decode_options o) {
+        o.tree = shape;
+        o.max_new_tokens = 5;
+        (void)specdec::speculative_decode(draft, target, prompt, o, rng);
+    };
+    expect_invalid([&] { run({.policy = specdec::gamma_policy::adaptive}); }, "options.policy applies to chains only");
+    expect_invalid([&] { run({.estimate_acceptance = true}); }, "options.estimate_acceptance");
+    expect_invalid([&] { run({.draft_stop_below = 0.1f}); }, "options.draft_stop_below");
+    expect_invalid([&] { run({.draft_sampling = specdec::sampling_config{.temperature = 0.5f}}); },
+                   "options.draft_sampling");
+    expect_invalid([&] { run({.lenience = 0.5f, .scheme = specdec::verification_scheme::token}); },
+                   "options.lenience applies to chains only (trees are verified exactly only)");
+    expect_invalid(
+        [&] {
+            (void)specdec::speculative_decode(draft, target, prompt, {.tree = specdec::tree_shape{.branching = {}}}, rng);
+        },
+        "depth 0");
+    // A plain target without score_tree and a plain drafter: the path-by-path fallback.
+    std::mt19937_64 rng2(2);
+    const auto out = specdec::speculative_decode(draft, target, prompt,
+                                                 {.max_new_tokens = 12, .tree = specdec::tree_shape{.branching = {2, 1}}},
+                                                 rng2);
+    CHECK(out.tokens.size() == 12);
 }

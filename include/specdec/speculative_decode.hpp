@@ -23,6 +23,7 @@
 #include "random.hpp"
 #include "sampling.hpp"
 #include "speculative_step.hpp"
+#include "tree.hpp"
 #include "types.hpp"
 
 namespace specdec {
@@ -102,7 +103,22 @@ struct decode_options {
     float lenience = 1.0f;
     /// Token or block verification; block (Sun et al. 2024) is the default. Both are exact.
     verification_scheme scheme = verification_scheme::block;
-    /// Called after every step with what it produced (for streaming); may be empty.
+    /// Draft token trees instead of chains: the branching per depth and an optional node
+    /// budget, e.g. `.tree = specdec::tree_shape{.branching = {2, 2, 1, 1}}` or
+    /// `{.branching = {4, 4, 2, 1}, .max_nodes = 16}`. Each step then drafts a tree of that
+    /// shape (a plain LanguageModel drafter samples branching[d] siblings per node; a
+    /// BlockDrafter's block is a chain), scores the root and every node (one score_tree pass
+    /// with a TreeVerifier; one pass per root-to-leaf path otherwise) and verifies the tree
+    /// exactly with `tree_scheme` (see speculative_decode_tree, which this forwards to). The
+    /// shape's depth replaces gamma; policy, controller, estimate_acceptance,
+    /// draft_stop_below, draft_sampling and lenience apply to chains only and must keep their
+    /// defaults (std::invalid_argument otherwise). Unset (the default): chains of gamma tokens.
+    std::optional<tree_shape> tree{};
+    /// How trees are verified when `tree` is set: traversal verification (the default) or
+    /// recursive rejection sampling. Both are exact.
+    tree_verification_scheme tree_scheme = tree_verification_scheme::traversal;
+    /// Called after every step with what it produced (for streaming); may be empty. For a
+    /// tree step, `draft` is the accepted path and `gamma` the tree's depth.
     std::function<void(const step_event&)> on_step{};
 };
 
@@ -147,13 +163,22 @@ inline constexpr std::size_t initial_reserve = 4096;
 
 }  // namespace detail
 
+namespace detail {
+/// speculative_decode with options.tree set: speculative_decode_tree (defined in
+/// tree_decode.hpp, which this header includes at its end).
+template <class D, class V, class G>
+decode_result decode_with_trees(D& drafter, V& verifier, std::span<const token_id> prompt,
+                                const decode_options& options, G&& rng);
+}  // namespace detail
+
 /// Generates up to options.max_new_tokens tokens after `prompt` with speculative decoding.
 ///
 /// The output has exactly the distribution of sampling from the target alone with the same
 /// sampling settings (Leviathan et al. 2023, Thm. in App. A.1), whatever the drafter,
 /// unless lenience < 1. Each step proposes min(γ, tokens still needed − 1) draft tokens,
 /// so no draft work is wasted at the end; under gamma_policy::adaptive, γ is chosen per step
-/// (see decode_options::policy and gamma_controller).
+/// (see decode_options::policy and gamma_controller). With options.tree set, each step
+/// drafts and verifies a token tree instead (speculative_decode_tree), equally exact.
 ///
 /// \param drafter   draft model: a BlockDrafter, or a plain LanguageModel
 /// \param verifier  target model: a BatchVerifier, or a plain LanguageModel
@@ -184,6 +209,7 @@ template <Drafter D, Verifier V, random_generator G>
 decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_id> prompt,
                                  const decode_options& options, G&& rng) {
     [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_speculative_call<D, V, G>();  // logits of float
+    if (options.tree) return detail::decode_with_trees(drafter, verifier, prompt, options, rng);
     constexpr const char* where = "specdec::speculative_decode";
     detail::check_step_options(options.gamma, options.sampling, options.lenience, options.scheme, where);
     detail::check_draft_sampling(options.draft_sampling, where);
@@ -338,3 +364,6 @@ decode_result autoregressive_decode(M& model, std::initializer_list<token_id> pr
 }
 
 }  // namespace specdec
+
+// The tree path of speculative_decode (detail::decode_with_trees).
+#include "tree_decode.hpp"

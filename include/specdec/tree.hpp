@@ -133,6 +133,16 @@ inline void path_tokens(const draft_tree& tree, std::int32_t node, std::vector<t
     std::reverse(out.begin(), out.end());
 }
 
+/// How a draft tree is verified. Both are exact.
+enum class tree_verification_scheme {
+    /// Top-down recursive rejection sampling (SpecInfer; without replacement: RSD).
+    recursive_rejection,
+    /// Leaf-to-root traversal verification (Weng et al. 2025): block verification on a chain,
+    /// never fewer expected accepted tokens than recursive rejection on the enumerated cases.
+    /// The default.
+    traversal,
+};
+
 /// The shape a tree drafter is asked for: `branching[d]` children for every node at depth d
 /// (the root is depth 0), so {3, 2, 1, 1} is a tree of depth 4 with 3 + 6 + 6 + 6 = 21 nodes, and
 /// {1, 1, 1, 1} is a chain of 4. `max_nodes` (0: none) caps the count; nodes are then kept
@@ -299,18 +309,15 @@ inline void draw_children(draft_tree& tree, std::int32_t parent, std::size_t k, 
 
 }  // namespace detail
 
-/// Builds a tree by sampling from a plain model: breadth first, for every node that gets
-/// children, one next_logits call on its path, standardized with `sampling` (the q that
-/// verification then uses), and shape.branching[depth] children drawn from it as shape.draws
-/// says. The columns are standardized (out.standardized is set). Needs `vocab x nodes` floats.
-/// Scratch: `path` (tokens), `logits`, `q`, `scratch` (vectors), `sws`. When the model is also a
-/// TreeVerifier and `level_scores` is given, each level costs one score_tree call on the tree
-/// drawn so far instead of one next_logits call per node (the same logits: fewer passes).
-template <LanguageModel M>
-void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_shape& shape,
-                           const sampling_config& sampling, uniform_source& uniforms, draft_tree& out,
-                           std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
-                           Eigen::VectorXf& scratch, sampling_workspace& sws, Eigen::MatrixXf* level_scores = nullptr) {
+namespace detail {
+
+/// draft_tree_from_model with level_scores(d), the matrix that receives level d's score_tree
+/// columns (or null: one next_logits call per node).
+template <LanguageModel M, class LevelScores>
+void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape& shape,
+                       const sampling_config& sampling, uniform_source& uniforms, draft_tree& out,
+                       std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
+                       Eigen::VectorXf& scratch, sampling_workspace& sws, LevelScores&& level_scores_of) {
     constexpr const char* where = "specdec::draft_tree_from_model";
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.clear();
@@ -325,8 +332,11 @@ void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_s
     for (std::size_t d = 0; d < depth && out.size() < total; ++d) {
         const std::size_t parents_here = d == 0 ? 1 : end - begin;
         bool level_scored = false;
+        // (The root's level too: score_tree on the empty tree gives the root's column, into a
+        // matrix of the caller's rather than a vector next_logits returns.)
+        Eigen::MatrixXf* level_scores = level_scores_of(d);
         if constexpr (TreeVerifier<M>) {
-            if (level_scores != nullptr && d > 0) {
+            if (level_scores != nullptr) {
                 // The columns of every node drawn so far, in one pass (one column per node + 1).
                 m.score_tree(context, out, *level_scores);
                 if (level_scores->rows() != vocab || level_scores->cols() != static_cast<Eigen::Index>(out.size() + 1))
@@ -360,6 +370,38 @@ void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_s
         out.probs.swap(kept);
     }
     out.standardized = true;
+}
+
+}  // namespace detail
+
+/// Builds a tree by sampling from a plain model: breadth first, for every node that gets
+/// children, one next_logits call on its path, standardized with `sampling` (the q that
+/// verification then uses), and shape.branching[depth] children drawn from it as shape.draws
+/// says. The columns are standardized (out.standardized is set). Needs `vocab x nodes` floats.
+/// Scratch: `path` (tokens), `logits`, `q`, `scratch` (vectors), `sws`. When the model is also a
+/// TreeVerifier and `level_scores` is given, each level costs one score_tree call on the tree
+/// drawn so far instead of one next_logits call per node (the same logits: fewer passes); the
+/// one matrix then changes size from level to level, which reallocates it (the overload with
+/// one matrix per level does not).
+template <LanguageModel M>
+void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_shape& shape,
+                           const sampling_config& sampling, uniform_source& uniforms, draft_tree& out,
+                           std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
+                           Eigen::VectorXf& scratch, sampling_workspace& sws, Eigen::MatrixXf* level_scores = nullptr) {
+    detail::draft_tree_levels(m, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
+                              [level_scores](std::size_t) { return level_scores; });
+}
+
+/// draft_tree_from_model with one score_tree matrix per level, kept in `level_scores` (resized
+/// to the shape's depth): once the shape repeats, drafting allocates nothing.
+template <LanguageModel M>
+void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_shape& shape,
+                           const sampling_config& sampling, uniform_source& uniforms, draft_tree& out,
+                           std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
+                           Eigen::VectorXf& scratch, sampling_workspace& sws, std::vector<Eigen::MatrixXf>& level_scores) {
+    if (level_scores.size() < shape.depth()) level_scores.resize(shape.depth());
+    detail::draft_tree_levels(m, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
+                              [&level_scores](std::size_t d) { return &level_scores[d]; });
 }
 
 /// Turns a chain (a BlockDrafter's block) into a tree: node i is the child of node i − 1.

@@ -71,7 +71,8 @@ concept AnyTreeVerifier = TreeVerifier<V> || Verifier<V>;
 struct tree_step_workspace {
     draft_tree tree;
     draft_block block;
-    Eigen::MatrixXf scores, draft_scores;
+    Eigen::MatrixXf scores;
+    std::vector<Eigen::MatrixXf> draft_scores;  // one per level (see draft_tree_from_model)
     tree_verify_workspace verify;
     tree_shape shape;
     std::vector<token_id> path;
@@ -145,7 +146,7 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
                 tree_from_block(ws.block, ws.tree);
             } else {
                 draft_tree_from_model(drafter, context, ws.shape, options.sampling, uniforms, ws.tree, ws.path,
-                                      ws.logits, ws.q, ws.scratch, ws.sampling, &ws.draft_scores);
+                                      ws.logits, ws.q, ws.scratch, ws.sampling, ws.draft_scores);
             }
         }
         std::size_t passes = 1;
@@ -175,13 +176,19 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
         st.draft_calls += ws.tree.model_calls;
         st.drafted_tokens += ws.tree.size();
         st.accepted_tokens += r.accepted;
-        if (r.accepted < depth && ws.tree.size() > 0) st.rejected_tokens += 1;
-        if (st.accepted_at_position.size() < depth) {
-            st.accepted_at_position.resize(depth, 0);
-            st.reached_at_position.resize(depth, 0);
+        // Per depth, as decode_stats counts a chain's positions: the tree's own depth (the
+        // drafter may propose fewer levels than asked), a rejection where a level below the
+        // accepted node was tested and failed; steps_at_gamma counts the depth asked.
+        const auto tree_depth = static_cast<std::size_t>(ws.tree.max_depth());
+        if (r.accepted < tree_depth) st.rejected_tokens += 1;
+        if (st.accepted_at_position.size() < tree_depth) {
+            st.accepted_at_position.resize(tree_depth, 0);
+            st.reached_at_position.resize(tree_depth, 0);
         }
         for (std::size_t i = 0; i < r.accepted; ++i) ++st.accepted_at_position[i];
-        for (std::size_t i = 0; i < std::min(depth, r.accepted + 1); ++i) ++st.reached_at_position[i];
+        for (std::size_t i = 0; i < std::min(tree_depth, r.accepted + 1); ++i) ++st.reached_at_position[i];
+        if (st.steps_at_gamma.size() <= depth) st.steps_at_gamma.resize(depth + 1, 0);
+        ++st.steps_at_gamma[depth];
 
         const bool stopped = detail::cut_at_stop(sequence, r.accepted + 1, options.stop_tokens);
         const std::size_t appended = sequence.size() - prompt.size() - generated;
@@ -198,5 +205,44 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
     result.tokens.assign(sequence.begin() + static_cast<std::ptrdiff_t>(prompt.size()), sequence.end());
     return result;
 }
+
+namespace detail {
+
+template <class D, class V, class G>
+decode_result decode_with_trees(D& drafter, V& verifier, std::span<const token_id> prompt,
+                                const decode_options& options, G&& rng) {
+    constexpr const char* where = "specdec::speculative_decode";
+    const auto chains_only = [&](const char* field, const char* why) {
+        fail_invalid(where, ": options.tree is set, and options.", field, " applies to chains only (", why,
+                     "); leave it at its default with trees");
+    };
+    if (options.policy != gamma_policy::fixed || options.controller != nullptr)
+        chains_only("policy", "the adaptive policy chooses chain lengths; the tree's shape fixes its depth");
+    if (options.estimate_acceptance) chains_only("estimate_acceptance", "per-position acceptance of a chain");
+    if (options.draft_stop_below != 0.0f) chains_only("draft_stop_below", "it ends a chain's draft early");
+    if (options.draft_sampling) chains_only("draft_sampling", "trees are drafted with options.sampling");
+    if (options.lenience != 1.0f) chains_only("lenience", "trees are verified exactly only");
+    tree_decode_options t{.shape = *options.tree,
+                          .scheme = options.tree_scheme,
+                          .max_new_tokens = options.max_new_tokens,
+                          .stop_tokens = options.stop_tokens,
+                          .sampling = options.sampling,
+                          .on_step = {}};
+    std::vector<token_id> path;  // the accepted path, for step_event::draft
+    if (options.on_step) {
+        t.on_step = [&options, &path](const tree_step_event& e) {
+            path_tokens(*e.tree, e.last_node, path);
+            options.on_step(step_event{.draft = path,
+                                       .accepted = e.accepted,
+                                       .next_token = e.next_token,
+                                       .emitted = e.emitted,
+                                       .acceptance = {},
+                                       .gamma = static_cast<std::size_t>(std::max(e.tree->max_depth(), 0))});
+        };
+    }
+    return speculative_decode_tree(drafter, verifier, prompt, t, rng);
+}
+
+}  // namespace detail
 
 }  // namespace specdec

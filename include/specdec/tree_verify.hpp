@@ -60,16 +60,6 @@
 
 namespace specdec {
 
-/// How a draft tree is verified. Both are exact.
-enum class tree_verification_scheme {
-    /// Top-down recursive rejection sampling (SpecInfer; without replacement: RSD).
-    recursive_rejection,
-    /// Leaf-to-root traversal verification (Weng et al. 2025): block verification on a chain,
-    /// never fewer expected accepted tokens than recursive rejection on the enumerated cases.
-    /// The default.
-    traversal,
-};
-
 /// Settings of verify_tree().
 struct tree_verify_options {
     tree_verification_scheme scheme = tree_verification_scheme::traversal;

@@ -13,7 +13,9 @@
 // Drafters: a block drafter driven by the script, a plain model (through model_drafter),
 // prompt lookup, a fallback chain (prompt lookup, then the plain model), an n-gram model.
 // Verifiers: a plain model (next_logits per position), a batched score(), an in-place
-// score_into().
+// score_into(). In decode mode, options.tree may be set: each step then drafts a tree of the
+// input's shape (up to three levels) and verifies it with either tree scheme, the verifiers
+// scoring it node by node or path by path.
 //
 // Invariants. Errors: invalid options, a vocabulary mismatch or a prompt or stop token out of
 // range throw std::invalid_argument before any model is called; otherwise std::invalid_argument
@@ -248,7 +250,9 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
         rs.options.on_step = [&](const specdec::step_event& e) {
             ++callback_calls;
             FUZZ_CHECK(e.accepted <= e.draft.size());
-            FUZZ_CHECK(e.draft.size() <= e.gamma && e.gamma <= rs.options.gamma);
+            const std::size_t longest = rs.options.tree ? rs.options.tree->depth() : rs.options.gamma;
+            FUZZ_CHECK(e.draft.size() <= e.gamma && e.gamma <= longest);
+            if (rs.options.tree) FUZZ_CHECK(e.draft.size() == e.accepted);  // the accepted path
             FUZZ_CHECK(e.emitted.size() <= e.accepted + 1);
             FUZZ_CHECK(e.acceptance.size() <= e.draft.size());
             s.check_tokens(e.draft);
@@ -287,8 +291,16 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     for (std::size_t i = 0; i + 1 < res.tokens.size(); ++i) FUZZ_CHECK(!is_stop(res.tokens[i]));
     FUZZ_CHECK((st.steps == 0) == res.tokens.empty());
     FUZZ_CHECK(std::accumulate(st.steps_at_gamma.begin(), st.steps_at_gamma.end(), std::size_t{0}) == st.steps);
-    FUZZ_CHECK(st.steps_at_gamma.size() <= o.gamma + 1);
-    FUZZ_CHECK(st.target_calls == (rs.verifier_is_lm ? st.drafted_tokens + st.steps : st.steps));
+    if (o.tree) {
+        // Trees: one pass per node and the root for a plain model, per root-to-leaf path for
+        // score(), so at least one per step and at most one per node and step.
+        FUZZ_CHECK(st.steps_at_gamma.size() <= o.tree->depth() + 1);
+        if (rs.verifier_is_lm) FUZZ_CHECK(st.target_calls == st.drafted_tokens + st.steps);
+        else FUZZ_CHECK(st.target_calls >= st.steps && st.target_calls <= st.drafted_tokens + st.steps);
+    } else {
+        FUZZ_CHECK(st.steps_at_gamma.size() <= o.gamma + 1);
+        FUZZ_CHECK(st.target_calls == (rs.verifier_is_lm ? st.drafted_tokens + st.steps : st.steps));
+    }
     check_stats(st);
     const bool estimated = o.estimate_acceptance || o.policy == specdec::gamma_policy::adaptive;
     if (!estimated) FUZZ_CHECK(st.expected_accepted_at_position.empty());
@@ -445,13 +457,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool vocab_lie = in.byte() >= 250;
     const Eigen::Index drafter_vocab = vocab_lie ? V + 1 : V;
     rs.callback_throw_at = in.byte() >= 240 ? 1 + in.byte() % 4 : 0;
+    // Tree decoding (speculative_decode with options.tree), in decode mode: a shape of up to
+    // three levels (a branching of 0 ends it; depth 0 is invalid) and a node cap, either scheme.
+    const std::uint8_t tree_byte = in.byte();
+    if (!rs.step_mode && tree_byte >= 192) {
+        specdec::tree_shape shape{.branching = {}};
+        for (std::size_t d = 0; d < 1u + tree_byte % 3u; ++d) shape.branching.push_back(in.byte() % 4);
+        shape.max_nodes = (tree_byte & 8u) ? in.byte() % 8 : 0;
+        shape.draws = (tree_byte & 16u) ? specdec::sibling_draws::iid : specdec::sibling_draws::without_replacement;
+        o.tree = shape;
+        o.tree_scheme = (tree_byte & 32u) ? specdec::tree_verification_scheme::recursive_rejection
+                                          : specdec::tree_verification_scheme::traversal;
+        s.gamma_max = shape.depth();  // the longest path a verifier may be asked to score
+    }
 
     const bool lenience_ok = o.lenience > 0.0f && o.lenience <= 1.0f &&
                              !(o.lenience != 1.0f && o.scheme == specdec::verification_scheme::block);
     // An empty prompt (or sequence, in step mode) is rejected before any model call.
     rs.upfront_invalid = o.gamma == 0 || !fuzz::valid_sampling(o.sampling) || !lenience_ok || vocab_lie ||
                          prompt_out_of_range || rs.prompt.empty();
-    if (!rs.step_mode) {
+    if (o.tree) {
+        // γ does not apply; the options that apply to chains only must keep their defaults.
+        rs.upfront_invalid = !fuzz::valid_sampling(o.sampling) || vocab_lie || prompt_out_of_range ||
+                             rs.prompt.empty() || stop_out_of_range || o.tree->depth() == 0 ||
+                             o.policy != specdec::gamma_policy::fixed || o.estimate_acceptance ||
+                             o.draft_stop_below != 0.0f || o.lenience != 1.0f;
+    } else if (!rs.step_mode) {
         rs.upfront_invalid = rs.upfront_invalid || stop_out_of_range ||
                              !(o.draft_stop_below >= 0.0f && o.draft_stop_below <= 1.0f) ||
                              (o.policy == specdec::gamma_policy::adaptive && controller_invalid);

@@ -111,7 +111,7 @@ def decode_seeds():
         return out
 
     def seed(drafter, verifier, step=False, gamma=4, max_new=16, samp=sampling(), policy=0, scheme=0, large=False,
-             extra=b""):
+             extra=b"", tree=b"\x00"):
         mode = (1 if step else 0) | (drafter << 1) | (verifier << 4) | (0x80 if large else 0)
         out = bytes([rnd.randrange(3), mode])
         out += u16(2500) if large else bytes([11])   # V = 12 (or 2501)
@@ -121,6 +121,7 @@ def decode_seeds():
             out += bytes([0, 3, 4, 4, 8, 2])            # costs 1, -1 (pass), 0 ; explore 4, max 8, window 2
         out += bytes([4, 0, 1, 0, 5, 0, 1, 0, 5])       # prompt 1 5 1 5
         out += bytes([0, 0])                            # no vocabulary lie, no throwing callback
+        out += tree                                     # tree byte (< 192: chains), then its shape
         out += extra + bytes([1, 16]) + bytes(rnd.randrange(256) for _ in range(16))
         return out + script()
 
@@ -131,6 +132,11 @@ def decode_seeds():
     write("decode_fuzz", "ngram-lm-token", seed(4, 0, scheme=1, extra=bytes([1])))
     write("decode_fuzz", "greedy-steps", seed(0, 2, step=True, samp=sampling(t=1)))
     write("decode_fuzz", "large-vocab", seed(1, 2, large=True, max_new=6, gamma=3))
+    # Trees: tree byte 192 + flags (levels = 1 + byte % 3; 8: a node cap follows the shape;
+    # 16: i.i.d. siblings; 32: recursive rejection), then one branching byte per level.
+    write("decode_fuzz", "tree-lm-lm", seed(1, 0, tree=bytes([192 + 2, 2, 2, 1])))
+    write("decode_fuzz", "tree-lm-batch-iid-rrs", seed(1, 1, tree=bytes([192 + 16 + 32 + 1, 3, 1])))
+    write("decode_fuzz", "tree-block-inplace-capped", seed(0, 2, tree=bytes([192 + 8 + 2, 2, 2, 2, 5])))
 
 
 def tokenizer_file(extra):
