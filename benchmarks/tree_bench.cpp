@@ -147,7 +147,7 @@ const std::vector<slot>& slots_of(const case_spec& c) {
     if (cache.size() > 2) cache.erase(cache.begin());  // bounded memory: cases run in order
     std::vector<slot> v;
     for (int i = 0; i < kSlots; ++i) {
-        v.push_back(make_slot(c.vocab, shapes()[c.shape].branching, c.sampling(), 1000u * c.shape + i + 1));
+        v.push_back(make_slot(c.vocab, shapes()[c.shape].branching, c.sampling(), 1000u * c.shape + static_cast<std::uint64_t>(i) + 1));
         // Record the rows each scheme reads for this slot (its decisions are fixed by its seed).
         specdec::tree_verify_workspace ws;
         for (int scheme = 0; scheme < 2; ++scheme) {

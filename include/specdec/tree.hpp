@@ -212,6 +212,28 @@ concept TreeVerifier = requires(V& v, std::span<const token_id> context, const d
 
 namespace detail {
 
+/// Σ x[0..n) in double, with eight independent accumulators: Eigen's cast<double>().sum() is a
+/// single chain of dependent scalar adds (not vectorized for a type-changing cast), which made
+/// it the largest cost of tree verification at V = 32000.
+inline double sum_in_double(const float* x, Eigen::Index n) {
+    double a[8] = {};
+    Eigen::Index k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; ++l) a[l] += static_cast<double>(x[k + l]);
+    for (; k < n; ++k) a[0] += static_cast<double>(x[k]);
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/// Σ min(x_k, y_k) over k < n in double, as sum_in_double.
+inline double sum_min_in_double(const float* x, const float* y, Eigen::Index n) {
+    double a[8] = {};
+    Eigen::Index k = 0;
+    for (; k + 8 <= n; k += 8)
+        for (int l = 0; l < 8; ++l) a[l] += static_cast<double>(std::min(x[k + l], y[k + l]));
+    for (; k < n; ++k) a[0] += static_cast<double>(std::min(x[k], y[k]));
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
 /// Throws std::invalid_argument unless `tree` is well formed for a vocabulary of `vocab`:
 /// consistent array sizes, parents before children, depths that follow the parents, tokens in
 /// range, columns of the right shape; and, for nodes with columns, a positive probability of
@@ -245,7 +267,7 @@ inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_
         const auto col = tree.probs.col(static_cast<Eigen::Index>(i));
         if (check_columns) {
             const float lo = col.minCoeff();
-            const double sum = col.template cast<double>().sum();
+            const double sum = sum_in_double(col.data(), col.size());
             if (!(lo >= 0.0f) || !(std::abs(sum - 1.0) <= 1e-3))
                 fail_invalid(where, ": column ", i, " of the tree's probs is not a distribution (minimum ", lo, ", sum ",
                              sum, ")");
@@ -254,7 +276,7 @@ inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_
         bool first = true;
         for (std::size_t j = 0; j < i && first; ++j) first = tree.parents[j] != tree.parents[i];
         if (tree.draws_of(i) == sibling_draws::without_replacement && !first) {
-            mass = col.template cast<double>().sum();  // what verification renormalizes by
+            mass = sum_in_double(col.data(), col.size());  // what verification renormalizes by
             for (std::size_t j = 0; j < i; ++j) {
                 if (tree.parents[j] != tree.parents[i]) continue;
                 if (tree.tokens[j] == tree.tokens[i])

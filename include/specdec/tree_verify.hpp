@@ -154,7 +154,7 @@ struct tree_verification_run {
             if (fill) ws.q_ = col;
             return col[x];
         }
-        double left = col.template cast<double>().sum();
+        double left = detail::sum_in_double(col.data(), col.size());
         for (std::int32_t s = ws.first_child_[static_cast<std::size_t>(par + 1)]; s != c;
              s = ws.next_sibling_[static_cast<std::size_t>(s + 1)]) {
             bool seen = false;
@@ -183,14 +183,14 @@ struct tree_verification_run {
             return s;
         }
         draft_prob(c, true);
-        const double s = m.min(ws.q_.array()).template cast<double>().sum();
+        const double s = detail::sum_min_in_double(level(d).data(), ws.q_.data(), ws.q_.size());
         m = (m - ws.q_.array()).max(0.0f);
         return s;
     }
 
     void emit(std::int32_t node, std::int32_t d) {
         auto m = level(d);
-        if (!(m.template cast<double>().sum() > residual_mass_floor)) load_target(node, d);  // only through rounding
+        if (!(detail::sum_in_double(m.data(), m.size()) > residual_mass_floor)) load_target(node, d);  // only through rounding
         result.next_token = static_cast<token_id>(sample_from_weights(m, uniform01(rng), ws.sampling_, where));
         result.last_node = node;
         result.accepted = node < 0 ? 0 : static_cast<std::size_t>(tree.depths[static_cast<std::size_t>(node)]);
@@ -211,7 +211,7 @@ struct tree_verification_run {
                     break;
                 }
                 subtract(c, 0);
-                const double mass = level(0).template cast<double>().sum();
+                const double mass = detail::sum_in_double(level(0).data(), level(0).size());
                 if (mass > residual_mass_floor) level(0) *= static_cast<float>(1.0 / mass);
                 else load_target(u, 0);  // r ≈ q_j: reached through rounding only
             }
