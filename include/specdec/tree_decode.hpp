@@ -81,6 +81,76 @@ struct tree_step_workspace {
     sampling_workspace sampling;
 };
 
+namespace detail {
+
+/// One step's draft: a tree of ws.shape (the first `depth` levels of the run's shape) into
+/// ws.tree, from whichever kind of drafter D is (an empty tree when depth is 0).
+template <class D>
+void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t depth, const sampling_config& sampling,
+                     uniform_source& uniforms, tree_step_workspace& ws, const char* where) {
+    ws.tree.clear();
+    if (depth > 0) {
+        if constexpr (TreeDrafter<D>) {
+            drafter.propose_tree(context, ws.shape, sampling, uniforms, ws.tree);
+            if (ws.tree.size() > ws.shape.nodes() || static_cast<std::size_t>(ws.tree.max_depth()) > depth)
+                fail_invalid(where, ": the drafter proposed ", ws.tree.size(), " nodes of depth up to ",
+                                     ws.tree.max_depth(), "; at most ", ws.shape.nodes(), " of depth ", depth,
+                                     " were asked for");
+        } else if constexpr (BlockDrafter<D>) {
+            ws.block.clear();
+            drafter.draft(context, depth, sampling, uniforms, ws.block);
+            if (ws.block.tokens.size() > depth)
+                fail_invalid(where, ": the drafter proposed ", ws.block.tokens.size(),
+                                     " tokens; at most ", depth, " were asked for");
+            tree_from_block(ws.block, ws.tree);
+        } else {
+            draft_tree_from_model(drafter, context, ws.shape, sampling, uniforms, ws.tree, ws.path,
+                                  ws.logits, ws.q, ws.scratch, ws.sampling, ws.draft_scores);
+        }
+    }
+}
+
+/// Scores ws.tree after `context` into ws.scores (one score_tree pass, or path by path) and
+/// checks the shape of what came back. Returns the target passes it took.
+template <class V>
+std::size_t score_tree_step(V& verifier, std::span<const token_id> context, tree_step_workspace& ws,
+                            std::ptrdiff_t vocab, const char* where) {
+    std::size_t passes = 1;
+    if constexpr (TreeVerifier<V>) {
+        verifier.score_tree(context, ws.tree, ws.scores);
+    } else {
+        passes = score_tree_by_paths(verifier, context, ws.tree, ws.scores, ws.path, ws.is_leaf, ws.logits, where);
+    }
+    if (ws.scores.rows() != vocab || ws.scores.cols() != static_cast<Eigen::Index>(ws.tree.size() + 1))
+        fail_invalid(where, ": the target's scores are ", ws.scores.rows(), " x ", ws.scores.cols(),
+                     "; expected vocab_size x (nodes + 1) = ", vocab, " x ", ws.tree.size() + 1);
+    return passes;
+}
+
+/// Adds one tree step to the statistics: per depth, as decode_stats counts a chain's positions,
+/// the tree's own depth (the drafter may propose fewer levels than asked), a rejection where a
+/// level below the accepted node was tested and failed; steps_at_gamma counts the depth asked.
+inline void count_tree_step(decode_stats& st, const tree_verify_result& r, const draft_tree& tree, std::size_t depth,
+                            std::size_t passes) {
+    st.steps += 1;
+    st.target_calls += passes;
+    st.draft_calls += tree.model_calls;
+    st.drafted_tokens += tree.size();
+    st.accepted_tokens += r.accepted;
+    const auto tree_depth = static_cast<std::size_t>(tree.max_depth());
+    if (r.accepted < tree_depth) st.rejected_tokens += 1;
+    if (st.accepted_at_position.size() < tree_depth) {
+        st.accepted_at_position.resize(tree_depth, 0);
+        st.reached_at_position.resize(tree_depth, 0);
+    }
+    for (std::size_t i = 0; i < r.accepted; ++i) ++st.accepted_at_position[i];
+    for (std::size_t i = 0; i < std::min(tree_depth, r.accepted + 1); ++i) ++st.reached_at_position[i];
+    if (st.steps_at_gamma.size() <= depth) st.steps_at_gamma.resize(depth + 1, 0);
+    ++st.steps_at_gamma[depth];
+}
+
+}  // namespace detail
+
 /// Generates up to options.max_new_tokens tokens after `prompt`, drafting trees.
 ///
 /// The output has exactly the distribution of sampling from the target alone with the same
@@ -129,36 +199,8 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
                                   options.shape.branching.begin() + static_cast<std::ptrdiff_t>(depth));
         const std::span<const token_id> context(sequence);
         uniform_source uniforms(rng);
-        ws.tree.clear();
-        if (depth > 0) {
-            if constexpr (TreeDrafter<D>) {
-                drafter.propose_tree(context, ws.shape, options.sampling, uniforms, ws.tree);
-                if (ws.tree.size() > ws.shape.nodes() || static_cast<std::size_t>(ws.tree.max_depth()) > depth)
-                    detail::fail_invalid(where, ": the drafter proposed ", ws.tree.size(), " nodes of depth up to ",
-                                         ws.tree.max_depth(), "; at most ", ws.shape.nodes(), " of depth ", depth,
-                                         " were asked for");
-            } else if constexpr (BlockDrafter<D>) {
-                ws.block.clear();
-                drafter.draft(context, depth, options.sampling, uniforms, ws.block);
-                if (ws.block.tokens.size() > depth)
-                    detail::fail_invalid(where, ": the drafter proposed ", ws.block.tokens.size(),
-                                         " tokens; at most ", depth, " were asked for");
-                tree_from_block(ws.block, ws.tree);
-            } else {
-                draft_tree_from_model(drafter, context, ws.shape, options.sampling, uniforms, ws.tree, ws.path,
-                                      ws.logits, ws.q, ws.scratch, ws.sampling, ws.draft_scores);
-            }
-        }
-        std::size_t passes = 1;
-        if constexpr (TreeVerifier<V>) {
-            verifier.score_tree(context, ws.tree, ws.scores);
-        } else {
-            passes = detail::score_tree_by_paths(verifier, context, ws.tree, ws.scores, ws.path, ws.is_leaf, ws.logits,
-                                                 where);
-        }
-        if (ws.scores.rows() != vocab || ws.scores.cols() != static_cast<Eigen::Index>(ws.tree.size() + 1))
-            detail::fail_invalid(where, ": the target's scores are ", ws.scores.rows(), " x ", ws.scores.cols(),
-                                 "; expected vocab_size x (nodes + 1) = ", vocab, " x ", ws.tree.size() + 1);
+        detail::draft_tree_step(drafter, context, depth, options.sampling, uniforms, ws, where);
+        const std::size_t passes = detail::score_tree_step(verifier, context, ws, vocab, where);
         const tree_verify_result r = verify_tree(ws.scores, ws.tree, options.sampling, rng, ws.verify, vopts);
 
         // Commit: the accepted path, then the drawn token.
@@ -170,26 +212,7 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
                 sequence[--k] = ws.tree.tokens[static_cast<std::size_t>(v)];
         }
         sequence.push_back(r.next_token);
-        decode_stats& st = result.stats;
-        st.steps += 1;
-        st.target_calls += passes;
-        st.draft_calls += ws.tree.model_calls;
-        st.drafted_tokens += ws.tree.size();
-        st.accepted_tokens += r.accepted;
-        // Per depth, as decode_stats counts a chain's positions: the tree's own depth (the
-        // drafter may propose fewer levels than asked), a rejection where a level below the
-        // accepted node was tested and failed; steps_at_gamma counts the depth asked.
-        const auto tree_depth = static_cast<std::size_t>(ws.tree.max_depth());
-        if (r.accepted < tree_depth) st.rejected_tokens += 1;
-        if (st.accepted_at_position.size() < tree_depth) {
-            st.accepted_at_position.resize(tree_depth, 0);
-            st.reached_at_position.resize(tree_depth, 0);
-        }
-        for (std::size_t i = 0; i < r.accepted; ++i) ++st.accepted_at_position[i];
-        for (std::size_t i = 0; i < std::min(tree_depth, r.accepted + 1); ++i) ++st.reached_at_position[i];
-        if (st.steps_at_gamma.size() <= depth) st.steps_at_gamma.resize(depth + 1, 0);
-        ++st.steps_at_gamma[depth];
-
+        detail::count_tree_step(result.stats, r, ws.tree, depth, passes);
         const bool stopped = detail::cut_at_stop(sequence, r.accepted + 1, options.stop_tokens);
         const std::size_t appended = sequence.size() - prompt.size() - generated;
         generated += appended;
