@@ -224,7 +224,7 @@ struct limited_tree_drafter {
     specdec::tree_shape shape{};
     std::vector<specdec::token_id> path{};
     Eigen::VectorXf logits{}, q{}, scratch{};
-    Eigen::MatrixXf level_scores{};
+    std::vector<Eigen::MatrixXf> level_scores{};  // one score_tree matrix per level
     specdec::sampling_workspace sws{};
     [[nodiscard]] std::ptrdiff_t vocab_size() const { return model->vocab_size(); }
     void propose_tree(std::span<const specdec::token_id> context, const specdec::tree_shape& asked,
@@ -240,7 +240,7 @@ struct limited_tree_drafter {
             return;
         }
         specdec::draft_tree_from_model(*model, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
-                                       &level_scores);
+                                       level_scores);
     }
 };
 
