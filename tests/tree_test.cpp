@@ -493,3 +493,42 @@ TEST_CASE("speculative_decode with options.tree rejects the options that apply t
                                                  rng2);
     CHECK(out.tokens.size() == 12);
 }
+
+namespace {
+/// A block drafter that proposes one token out of range (the vocabulary's size) after a good one.
+struct out_of_range_block_drafter {
+    int vocab = 5;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    void draft(std::span<const token_id>, std::size_t gamma, const specdec::sampling_config&, specdec::uniform_source&,
+               specdec::draft_block& out) {
+        out.tokens = {1, static_cast<token_id>(vocab)};
+        out.tokens.resize(std::min<std::size_t>(gamma, 2));
+    }
+};
+/// A verifier that fails the test if it is ever shown a token out of range.
+struct range_checking_verifier : batched_markov {
+    std::size_t bad = 0;
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        for (token_id t : draft) bad += t < 0 || t >= model->vocab;
+        return batched_markov::score(context, draft);
+    }
+};
+}  // namespace
+
+TEST_CASE("A drafted tree is checked before the target scores it (fuzz finding)", "[tree]") {
+    // Found by decode_fuzz: a block drafter's out-of-range token reached the verifier through
+    // the path-by-path scoring before verify_tree's check saw the tree.
+    auto target = markov_model::random(5, 2, 91);
+    range_checking_verifier verifier{{&target}};
+    out_of_range_block_drafter drafter;
+    std::mt19937_64 rng(1);
+    const std::vector<token_id> prompt{0, 1};
+    expect_invalid(
+        [&] {
+            (void)specdec::speculative_decode_tree(drafter, verifier, prompt,
+                                                   {.shape = {.branching = {1, 1, 1}}, .max_new_tokens = 8}, rng);
+        },
+        "node 1 has token 5, out of range");
+    CHECK(verifier.bad == 0);
+    CHECK(verifier.passes == 0);
+}

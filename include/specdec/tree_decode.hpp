@@ -87,7 +87,7 @@ namespace detail {
 /// ws.tree, from whichever kind of drafter D is (an empty tree when depth is 0).
 template <class D>
 void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t depth, const sampling_config& sampling,
-                     uniform_source& uniforms, tree_step_workspace& ws, const char* where) {
+                     uniform_source& uniforms, tree_step_workspace& ws, std::ptrdiff_t vocab, const char* where) {
     ws.tree.clear();
     if (depth > 0) {
         if constexpr (TreeDrafter<D>) {
@@ -104,9 +104,14 @@ void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t 
                                      " tokens; at most ", depth, " were asked for");
             tree_from_block(ws.block, ws.tree);
         } else {
+            // Sampled from the model's own checked rows: in range and well formed by construction.
             draft_tree_from_model(drafter, context, ws.shape, sampling, uniforms, ws.tree, ws.path,
                                   ws.logits, ws.q, ws.scratch, ws.sampling, ws.draft_scores);
+            return;
         }
+        // What a drafter proposed is checked before the target sees any of it (a token out of
+        // range must never reach the verifier's model); verify_tree checks the columns.
+        check_tree(ws.tree, vocab, false, where);
     }
 }
 
@@ -199,7 +204,7 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
                                   options.shape.branching.begin() + static_cast<std::ptrdiff_t>(depth));
         const std::span<const token_id> context(sequence);
         uniform_source uniforms(rng);
-        detail::draft_tree_step(drafter, context, depth, options.sampling, uniforms, ws, where);
+        detail::draft_tree_step(drafter, context, depth, options.sampling, uniforms, ws, vocab, where);
         const std::size_t passes = detail::score_tree_step(verifier, context, ws, vocab, where);
         const tree_verify_result r = verify_tree(ws.scores, ws.tree, options.sampling, rng, ws.verify, vopts);
 
