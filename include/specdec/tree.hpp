@@ -234,14 +234,9 @@ inline double sum_min_in_double(const float* x, const float* y, Eigen::Index n) 
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-/// Throws std::invalid_argument unless `tree` is well formed for a vocabulary of `vocab`:
-/// consistent array sizes, parents before children, depths that follow the parents, tokens in
-/// range, columns of the right shape; and, for nodes with columns, a positive probability of
-/// its token under the distribution it was drawn from (for without-replacement draws: positive
-/// mass left after removing earlier siblings, and the token not among them). When
-/// `check_columns`, columns must be distributions (non-negative, summing to 1 within
-/// draft_probability_tolerance = 1e-3).
-inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_columns, const char* where) {
+/// The structural part of check_tree: consistent array sizes, parents before children, depths
+/// that follow the parents, tokens in range (what must hold before a model is shown the tree).
+inline void check_tree_structure(const draft_tree& tree, std::ptrdiff_t vocab, const char* where) {
     const std::size_t n = tree.tokens.size();
     if (tree.parents.size() != n || tree.depths.size() != n || (!tree.draws.empty() && tree.draws.size() != n))
         fail_invalid(where, ": the tree's arrays disagree: ", n, " tokens, ", tree.parents.size(), " parents, ",
@@ -259,6 +254,18 @@ inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_
         if (tree.tokens[i] < 0 || tree.tokens[i] >= vocab)
             fail_invalid(where, ": node ", i, " has token ", tree.tokens[i], ", out of range [0, vocab_size = ", vocab, ")");
     }
+}
+
+/// Throws std::invalid_argument unless `tree` is well formed for a vocabulary of `vocab`:
+/// consistent array sizes, parents before children, depths that follow the parents, tokens in
+/// range, columns of the right shape; and, for nodes with columns, a positive probability of
+/// its token under the distribution it was drawn from (for without-replacement draws: positive
+/// mass left after removing earlier siblings, and the token not among them). When
+/// `check_columns`, columns must be distributions (non-negative, summing to 1 within
+/// draft_probability_tolerance = 1e-3).
+inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_columns, const char* where) {
+    check_tree_structure(tree, vocab, where);
+    const std::size_t n = tree.tokens.size();
     if (!tree.has_distributions()) return;
     if (tree.probs.rows() != vocab || tree.probs.cols() != static_cast<Eigen::Index>(n))
         fail_invalid(where, ": the tree's probs is ", tree.probs.rows(), " x ", tree.probs.cols(),

@@ -111,7 +111,7 @@ void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t 
         }
         // What a drafter proposed is checked before the target sees any of it (a token out of
         // range must never reach the verifier's model); verify_tree checks the columns.
-        check_tree(ws.tree, vocab, false, where);
+        check_tree_structure(ws.tree, vocab, where);
     }
 }
 
