@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Measures what including specdec costs at compile time: the CPU time (user + sys) of compiling
-# a TU that includes only <Eigen/Core>; one that adds the standard and intrinsics headers that
-# specdec's headers include, and nothing of specdec (the floor of the design); one that includes
-# only <specdec/specdec.hpp>; and one that also instantiates the decoding loops once. Prints the
-# median of each and the ratios to the Eigen-only TU.
+# a TU that includes only <Eigen/Core>; one that adds the standard headers that specdec's headers
+# include; one that adds <immintrin.h> as well (the floor of the design: everything it includes,
+# no line of specdec); one that includes only <specdec/speculative_decode.hpp> (the decoding loop,
+# verification and sampling); one that includes only <specdec/specdec.hpp>; one that includes it
+# through a precompiled header (GCC only: what a build that precompiles it pays per TU); and one
+# that also instantiates the decoding loops once. Prints the median of each and the ratios to
+# the Eigen-only TU.
 #
-#   scripts/compile_time.sh [--max-ratio R] [--no-use] [--include-dir DIR] [COMPILER [REPEATS]]
+#   scripts/compile_time.sh [--max-ratio R] [--no-use] [--no-pch] [--include-dir DIR] [COMPILER [REPEATS]]
 #
 # COMPILER defaults to ${CXX:-c++}, REPEATS to 5. --max-ratio R: exit 1 when specdec/Eigen
 # exceeds R. --include-dir DIR (or SPECDEC_INCLUDE_DIR): the specdec headers to measure
@@ -16,6 +19,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 
 max_ratio=""
 with_use=1
+with_pch=1
 include_dir="${SPECDEC_INCLUDE_DIR:-${root}/include}"
 positional=()
 while [ $# -gt 0 ]; do
@@ -25,7 +29,8 @@ while [ $# -gt 0 ]; do
     --include-dir) include_dir="${2:?--include-dir needs a directory}"; shift 2 ;;
     --include-dir=*) include_dir="${1#*=}"; shift ;;
     --no-use) with_use=0; shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --no-pch) with_pch=0; shift ;;
+    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "compile_time: unknown option $1" >&2; exit 2 ;;
     *) positional+=("$1"); shift ;;
   esac
@@ -50,6 +55,7 @@ trap 'rm -rf "${tmp}"' EXIT
 
 printf '#include <Eigen/Core>\n' > "${tmp}/eigen.cpp"
 printf '#include <specdec/specdec.hpp>\n' > "${tmp}/specdec.cpp"
+printf '#include <Eigen/Core>\n#include <specdec/speculative_decode.hpp>\n' > "${tmp}/core.cpp"
 # The floor: Eigen/Core with every standard and intrinsics header that specdec's headers include,
 # and no line of specdec (what the design costs before its own code).
 # (The headers that specdec.hpp reaches, as the compiler lists them.)
@@ -59,6 +65,7 @@ mapfile -t specdec_headers < <("${cxx}" -std=c++20 -I "${include_dir}" -I "${eig
   printf '#include <Eigen/Core>\n'
   grep -hoE '^#include <[a-z_]+(\.h)?>' "${include_dir}/specdec/specdec.hpp" "${specdec_headers[@]}" | sort -u
 } > "${tmp}/floor.cpp"
+grep -v '<immintrin.h>' "${tmp}/floor.cpp" > "${tmp}/floor_std.cpp"
 # One call of each decoding loop with a trivial model (uniform logits), for the instantiation cost.
 cat > "${tmp}/use.cpp" <<'EOF'
 #include <specdec/specdec.hpp>
@@ -91,7 +98,26 @@ cpu_seconds() {
 
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
-tus=(eigen floor specdec)
+# The precompiled header: built once (its cost is printed, not part of the medians); the TU then
+# includes it as a build that precompiles <specdec/specdec.hpp> would. GCC's .gch only.
+if [ "${with_pch}" -eq 1 ] && "${cxx}" --version | head -n 1 | grep -qi clang; then with_pch=0; fi
+if [ "${with_pch}" -eq 1 ]; then
+  mkdir -p "${tmp}/pch"
+  printf '#include <specdec/specdec.hpp>\n' > "${tmp}/pch/specdec_all.hpp"
+  printf '#include "specdec_all.hpp"\n' > "${tmp}/pch_use.cpp"
+  pch_build="$( { TIMEFORMAT='%3U %3S'; time "${cxx}" "${flags[@]}" -x c++-header "${tmp}/pch/specdec_all.hpp" \
+      -o "${tmp}/pch/specdec_all.hpp.gch" 2>"${tmp}/err" >/dev/null; } 2>&1)" || {
+    echo "compile_time: ${cxx} failed to precompile specdec.hpp:" >&2; cat "${tmp}/err" >&2; exit 1; }
+  pch_build="$(awk '{ printf "%.3f", $1 + $2 }' <<<"${pch_build}")"
+  flags+=(-I "${tmp}/pch" -Winvalid-pch)
+  # GCC marks a precompiled header it used with '!' in its -H listing.
+  listing="$("${cxx}" "${flags[@]}" -H -fsyntax-only "${tmp}/pch_use.cpp" 2>&1 || true)"
+  grep -q '^! .*specdec_all\.hpp\.gch' <<<"${listing}" || {
+    echo "compile_time: ${cxx} did not use the precompiled header" >&2; exit 1; }
+fi
+
+tus=(eigen floor_std floor core specdec)
+[ "${with_pch}" -eq 1 ] && tus+=(pch_use)
 [ "${with_use}" -eq 1 ] && tus+=(use)
 declare -A samples med
 for tu in "${tus[@]}"; do samples[${tu}]=""; done
@@ -101,16 +127,20 @@ for ((i = 0; i < repeats; i++)); do
 done
 for tu in "${tus[@]}"; do med[${tu}]="$(tr ' ' '\n' <<<"${samples[${tu}]}" | grep . | median)"; done
 
-declare -A label=([eigen]="<Eigen/Core> only" [floor]="+ the std/intrinsics headers"
+declare -A label=([eigen]="<Eigen/Core> only" [floor_std]="+ the std headers"
+                  [floor]="+ <immintrin.h> (the floor)"
+                  [core]="<specdec/speculative_decode.hpp>"
                   [specdec]="<specdec/specdec.hpp> only"
+                  [pch_use]="specdec.hpp, precompiled"
                   [use]="specdec.hpp + decode calls")
 echo "compiler: ${cxx} ($("${cxx}" --version | head -n 1)); ${repeats} runs, CPU s (user+sys)"
 echo "headers:  ${include_dir}"
-printf '%-28s %8s %8s  %s\n' "TU" "median" "ratio" "runs"
+printf '%-34s %8s %8s  %s\n' "TU" "median" "ratio" "runs"
 for tu in "${tus[@]}"; do
   ratio="$(awk -v x="${med[${tu}]}" -v e="${med[eigen]}" 'BEGIN { printf "%.2f", x / e }')"
-  printf '%-28s %8.3f %8s  %s\n' "${label[${tu}]}" "${med[${tu}]}" "${ratio}" "${samples[${tu}]% }"
+  printf '%-34s %8.3f %8s  %s\n' "${label[${tu}]}" "${med[${tu}]}" "${ratio}" "${samples[${tu}]% }"
 done
+[ "${with_pch}" -eq 1 ] && echo "(building the precompiled header, once: ${pch_build} s)"
 
 if [ -n "${max_ratio}" ]; then
   if awk -v s="${med[specdec]}" -v e="${med[eigen]}" -v r="${max_ratio}" 'BEGIN { exit !(s > r * e) }'; then

@@ -2,6 +2,8 @@
 #   MODE=find_package:     install the build in SPECDEC_BINARY_DIR into a temporary prefix,
 #                          then configure the consumer with CMAKE_PREFIX_PATH pointing at it.
 #   MODE=add_subdirectory: configure the consumer with SPECDEC_SOURCE_DIR as a subdirectory.
+#   MODE=precompiled_header: the same, with <specdec/specdec.hpp> precompiled for the consumer
+#                          (target_precompile_headers); the build must have made the PCH.
 #   MODE=fetchcontent:     a consumer that declares specdec with FetchContent, pointed at
 #                          SPECDEC_SOURCE_DIR through FETCHCONTENT_SOURCE_DIR_SPECDEC (no download).
 #   MODE=pkg_config:       install as find_package does, check that `pkg-config --cflags specdec`
@@ -75,6 +77,9 @@ if(MODE STREQUAL "find_package")
 elseif(MODE STREQUAL "add_subdirectory")
   run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/add_subdirectory" -B "${WORK_DIR}/build"
       -G "${GENERATOR}" "-DSPECDEC_SOURCE_DIR=${SPECDEC_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Release)
+elseif(MODE STREQUAL "precompiled_header")
+  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/precompiled_header" -B "${WORK_DIR}/build"
+      -G "${GENERATOR}" "-DSPECDEC_SOURCE_DIR=${SPECDEC_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Release)
 elseif(MODE STREQUAL "fetchcontent")
   run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/fetchcontent" -B "${WORK_DIR}/build"
       -G "${GENERATOR}" "-DFETCHCONTENT_SOURCE_DIR_SPECDEC=${SPECDEC_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Release)
@@ -126,4 +131,11 @@ else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()
 run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
+if(MODE STREQUAL "precompiled_header")
+  # CMake names the precompiled header cmake_pch.hxx.gch (GCC) or .pch (Clang).
+  file(GLOB_RECURSE pch "${WORK_DIR}/build/CMakeFiles/consumer.dir/cmake_pch.hxx.*ch")
+  if(NOT pch)
+    message(FATAL_ERROR "no precompiled header was built for the consumer")
+  endif()
+endif()
 run("${WORK_DIR}/build/consumer")
