@@ -443,10 +443,12 @@ TEST_CASE("speculative_decode with options.tree decodes as speculative_decode_tr
              .tree_scheme = scheme,
              .on_step =
                  [&](const specdec::step_event& e) {
+                     // The depth asked: the shape's 3, or one less than the tokens still needed.
+                     const std::size_t asked = std::min<std::size_t>(3, 60 - streamed - 1);
                      ++steps;
                      streamed += e.emitted.size();
                      stream.insert(stream.end(), e.emitted.begin(), e.emitted.end());
-                     path_ok += e.draft.size() == e.accepted && e.gamma <= 3 &&
+                     path_ok += e.draft.size() == e.accepted && e.gamma == asked &&
                                 std::equal(e.draft.begin(), e.draft.end(), e.emitted.begin());
                  }},
             rng_decode);
@@ -481,6 +483,8 @@ TEST_CASE("speculative_decode with options.tree rejects the options that apply t
                    "options.draft_sampling");
     expect_invalid([&] { run({.lenience = 0.5f, .scheme = specdec::verification_scheme::token}); },
                    "options.lenience applies to chains only (trees are verified exactly only)");
+    expect_invalid([&] { run({.scheme = specdec::verification_scheme::token}); },
+                   "options.scheme applies to chains only (trees are verified with options.tree_scheme)");
     expect_invalid(
         [&] {
             (void)specdec::speculative_decode(draft, target, prompt, {.tree = specdec::tree_shape{.branching = {}}}, rng);
@@ -528,7 +532,96 @@ TEST_CASE("A drafted tree is checked before the target scores it (fuzz finding)"
             (void)specdec::speculative_decode_tree(drafter, verifier, prompt,
                                                    {.shape = {.branching = {1, 1, 1}}, .max_new_tokens = 8}, rng);
         },
-        "node 1 has token 5, out of range");
+        "the drafter's tokens[1] = 5 is out of range");
     CHECK(verifier.bad == 0);
     CHECK(verifier.passes == 0);
+}
+
+namespace {
+/// A block drafter whose block is malformed in one of several ways (sizes of probs and scales,
+/// a scale's value), with tokens in range.
+struct malformed_block_drafter {
+    int vocab = 5;
+    int flaw = 0;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    void draft(std::span<const token_id>, std::size_t gamma, const specdec::sampling_config&, specdec::uniform_source&,
+               specdec::draft_block& out) const {
+        const std::size_t n = std::min<std::size_t>(gamma, 2);
+        out.tokens.assign(n, 1);
+        out.probs = Eigen::MatrixXf::Constant(vocab, static_cast<Eigen::Index>(n), 1.0f / static_cast<float>(vocab));
+        if (flaw == 0) out.probs.resize(vocab, 1);            // fewer columns than tokens
+        if (flaw == 1) out.probs.resize(vocab - 1, 2);        // a row short
+        if (flaw == 2) out.scales = {1.0f};                   // fewer scales than columns
+        if (flaw == 3) out.scales = {1.0f, -1.0f};            // a negative scale
+    }
+};
+}  // namespace
+
+TEST_CASE("A block drafter's malformed block is refused by name in tree decoding (review finding)", "[tree]") {
+    // The tree path checked only the block's length before turning it into a tree, which reads
+    // every column of probs and every scale: a short probs or scales was read out of bounds.
+    auto target = markov_model::random(5, 2, 92);
+    batched_markov verifier{&target};
+    const std::vector<token_id> prompt{0, 1};
+    const char* expected[] = {"probs is 5 x 1", "probs is 4 x 2", "scales", "scales"};
+    const specdec::tree_decode_options options{.shape = {.branching = {1, 1, 1}}, .max_new_tokens = 8};
+    for (int flaw = 0; flaw < 4; ++flaw) {
+        INFO("flaw " << flaw);
+        malformed_block_drafter drafter{5, flaw};
+        std::mt19937_64 rng(1);
+        expect_invalid([&] { (void)specdec::speculative_decode_tree(drafter, verifier, prompt, options, rng); },
+                       expected[flaw]);
+        CHECK(verifier.passes == 0);
+    }
+}
+
+TEST_CASE("Tree decoding counts a BatchVerifier's passes as its calls_per_score says (review finding)", "[tree]") {
+    // model_verifier over a plain model: each score() of a path of n tokens is n + 1 model calls,
+    // as chain decoding counts them; path-by-path scoring counted one per path.
+    auto target = markov_model::random(6, 2, 93);
+    auto draft = markov_model::random(6, 2, 94);
+    specdec::model_verifier<markov_model> verifier(target);
+    const std::vector<token_id> prompt{0, 1};
+    std::mt19937_64 rng(5);
+    target.calls = 0;
+    const auto out = specdec::speculative_decode_tree(
+        draft, verifier, prompt, {.shape = {.branching = {2, 2}}, .max_new_tokens = 40, .sampling = {.temperature = 1.0f}},
+        rng);
+    CHECK(out.tokens.size() == 40);
+    CHECK(target.calls > 0);
+    CHECK(out.stats.target_calls == target.calls);
+}
+
+TEST_CASE("Tree statistics count a rejection only where the accepted node has children (review finding)", "[tree]") {
+    // Shape {2, 1} capped at 3 nodes: the second child of the root is a leaf at depth 1. When it
+    // is accepted nothing below it was tested, so the step has no rejection and reaches depth 1 only.
+    auto target = markov_model::random(6, 2, 95);
+    auto draft = markov_model::random(6, 2, 96);
+    tree_and_plain_markov verifier{{&target}};
+    const std::vector<token_id> prompt{2, 3};
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        std::size_t rejections = 0, shallow_leaves = 0;
+        std::vector<std::size_t> reached;
+        specdec::tree_decode_options options;
+        options.shape = {.branching = {2, 1}, .max_nodes = 3};
+        options.scheme = scheme;
+        options.max_new_tokens = 400;
+        options.sampling = {.temperature = 1.0f};
+        options.on_step = [&](const specdec::tree_step_event& e) {
+            const auto& parents = e.tree->parents;
+            const bool has_children = std::find(parents.begin(), parents.end(), e.last_node) != parents.end();
+            rejections += has_children;
+            shallow_leaves += !has_children && e.accepted < static_cast<std::size_t>(e.tree->max_depth());
+            const std::size_t depth_reached = e.accepted + (has_children ? 1 : 0);
+            if (reached.size() < depth_reached) reached.resize(depth_reached, 0);
+            for (std::size_t i = 0; i < depth_reached; ++i) ++reached[i];
+        };
+        std::mt19937_64 rng(7);
+        const auto out = specdec::speculative_decode_tree(draft, verifier, prompt, options, rng);
+        CHECK(shallow_leaves > 0);  // the case under test happened
+        CHECK(out.stats.rejected_tokens == rejections);
+        reached.resize(out.stats.reached_at_position.size(), 0);
+        CHECK(out.stats.reached_at_position == reached);
+    }
 }

@@ -211,4 +211,22 @@ concept Drafter = BlockDrafter<D> || LanguageModel<D>;
 template <class V>
 concept Verifier = BatchVerifier<V> || LanguageModel<V>;
 
+namespace detail {
+
+/// Target forward passes behind one scoring of n draft tokens, for decode_stats::target_calls:
+/// a plain model is called n + 1 times; a BatchVerifier once, unless it says otherwise with
+/// `calls_per_score(n)` (as model_verifier does when it wraps a plain model).
+template <Verifier V>
+std::size_t score_calls(V& verifier, std::size_t n) {
+    if constexpr (BatchVerifier<V>) {
+        if constexpr (requires { { verifier.calls_per_score(n) } -> std::convertible_to<std::size_t>; })
+            return static_cast<std::size_t>(verifier.calls_per_score(n));
+        return 1;
+    } else {
+        return n + 1;
+    }
+}
+
+}  // namespace detail
+
 }  // namespace specdec

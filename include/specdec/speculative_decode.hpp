@@ -111,14 +111,15 @@ struct decode_options {
     /// with a TreeVerifier; one pass per root-to-leaf path otherwise) and verifies the tree
     /// exactly with `tree_scheme` (see speculative_decode_tree, which this forwards to). The
     /// shape's depth replaces gamma; policy, controller, estimate_acceptance,
-    /// draft_stop_below, draft_sampling and lenience apply to chains only and must keep their
-    /// defaults (std::invalid_argument otherwise). Unset (the default): chains of gamma tokens.
+    /// draft_stop_below, draft_sampling, lenience and scheme apply to chains only and must keep
+    /// their defaults (std::invalid_argument otherwise). Unset (the default): chains of gamma tokens.
     std::optional<tree_shape> tree{};
     /// How trees are verified when `tree` is set: traversal verification (the default) or
     /// recursive rejection sampling. Both are exact.
     tree_verification_scheme tree_scheme = tree_verification_scheme::traversal;
     /// Called after every step with what it produced (for streaming); may be empty. For a
-    /// tree step, `draft` is the accepted path and `gamma` the tree's depth.
+    /// tree step, `draft` is the accepted path and `gamma` the depth the step asked for (the
+    /// drafter's tree may be shallower).
     std::function<void(const step_event&)> on_step{};
 };
 

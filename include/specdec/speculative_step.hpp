@@ -169,20 +169,6 @@ std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
     return vt;
 }
 
-/// Target forward passes behind one scoring of n draft tokens, for decode_stats::target_calls:
-/// a plain model is called n + 1 times; a BatchVerifier once, unless it says otherwise with
-/// `calls_per_score(n)` (as model_verifier does when it wraps a plain model).
-template <Verifier V>
-std::size_t score_calls(V& verifier, std::size_t n) {
-    if constexpr (BatchVerifier<V>) {
-        if constexpr (requires { { verifier.calls_per_score(n) } -> std::convertible_to<std::size_t>; })
-            return static_cast<std::size_t>(verifier.calls_per_score(n));
-        return 1;
-    } else {
-        return n + 1;
-    }
-}
-
 /// Step phase 1, before drafting: empties the block and sets its draft-side stop. Nothing of
 /// the last step's block (made by this drafter or another) reaches this one: a drafter that
 /// writes only tokens makes point-mass drafts, one that sets no scales has none, and

@@ -456,7 +456,8 @@ namespace detail {
 /// Scores a tree with a verifier that has no score_tree(): a plain LanguageModel is called
 /// once per column (tree.size() + 1 calls); a BatchVerifier once per root-to-leaf path, each
 /// path's columns copied to its nodes (correct, and slower: shared prefixes are scored again).
-/// Returns the number of target passes spent.
+/// Returns the number of target passes spent (a BatchVerifier's score() counts as its
+/// calls_per_score() says, as in chain decoding).
 template <class V>
 std::size_t score_tree_by_paths(V& v, std::span<const token_id> context, const draft_tree& tree, Eigen::MatrixXf& out,
                                 std::vector<token_id>& path, std::vector<char>& is_leaf, Eigen::VectorXf& logits,
@@ -473,13 +474,13 @@ std::size_t score_tree_by_paths(V& v, std::span<const token_id> context, const d
             const Eigen::MatrixXf s = v.score(context, std::span<const token_id>{});
             if (s.rows() != vocab || s.cols() != 1) fail_invalid(where, ": score() returned ", s.rows(), " x ", s.cols(), "; expected ", vocab, " x 1");
             out.col(0) = s.col(0);
-            return 1;
+            return score_calls(v, 0);
         }
         for (std::size_t leaf = 0; leaf < n; ++leaf) {
             if (!is_leaf[leaf]) continue;
             path_tokens(tree, static_cast<std::int32_t>(leaf), path);
             const Eigen::MatrixXf s = v.score(context, std::span<const token_id>(path));
-            ++passes;
+            passes += score_calls(v, path.size());  // as a chain's scoring counts (calls_per_score)
             if (s.rows() != vocab || s.cols() != static_cast<Eigen::Index>(path.size() + 1))
                 fail_invalid(where, ": score() returned ", s.rows(), " x ", s.cols(), "; expected ", vocab, " x ",
                              path.size() + 1);

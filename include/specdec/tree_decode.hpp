@@ -33,6 +33,7 @@ struct tree_step_event {
     token_id next_token = 0;               ///< the token drawn after the accepted path
     std::span<const token_id> emitted;     ///< what this step appended (cut after a stop token)
     std::size_t target_passes = 0;         ///< target passes this step cost
+    std::size_t depth = 0;                 ///< the depth this step asked for (the tree may be shallower)
 };
 
 /// Settings of speculative_decode_tree. Aggregate: `{.shape = {.branching = {3, 2, 1, 1}}}`.
@@ -99,9 +100,10 @@ void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t 
         } else if constexpr (BlockDrafter<D>) {
             ws.block.clear();
             drafter.draft(context, depth, sampling, uniforms, ws.block);
-            if (ws.block.tokens.size() > depth)
-                fail_invalid(where, ": the drafter proposed ", ws.block.tokens.size(),
-                                     " tokens; at most ", depth, " were asked for");
+            // Checked as a chain's block is (length, token range, the sizes of probs and scales,
+            // the scales' values) before tree_from_block reads its columns; a block that ends at
+            // its own draft-side stop (draft_block::stop_below) keeps the tokens up to it.
+            ws.block.tokens.resize(check_draft(ws.block, depth, vocab, where));
             tree_from_block(ws.block, ws.tree);
         } else {
             // Sampled from the model's own checked rows: in range and well formed by construction.
@@ -133,8 +135,10 @@ std::size_t score_tree_step(V& verifier, std::span<const token_id> context, tree
 }
 
 /// Adds one tree step to the statistics: per depth, as decode_stats counts a chain's positions,
-/// the tree's own depth (the drafter may propose fewer levels than asked), a rejection where a
-/// level below the accepted node was tested and failed; steps_at_gamma counts the depth asked.
+/// the tree's own depth (the drafter may propose fewer levels than asked), and a rejection
+/// (and a reached position below the accepted path) only where the accepted node has children,
+/// which were then tested and failed; an accepted leaf, however shallow, had nothing below it
+/// to test. steps_at_gamma counts the depth asked.
 inline void count_tree_step(decode_stats& st, const tree_verify_result& r, const draft_tree& tree, std::size_t depth,
                             std::size_t passes) {
     st.steps += 1;
@@ -143,13 +147,14 @@ inline void count_tree_step(decode_stats& st, const tree_verify_result& r, const
     st.drafted_tokens += tree.size();
     st.accepted_tokens += r.accepted;
     const auto tree_depth = static_cast<std::size_t>(tree.max_depth());
-    if (r.accepted < tree_depth) st.rejected_tokens += 1;
+    const bool tested_below = std::find(tree.parents.begin(), tree.parents.end(), r.last_node) != tree.parents.end();
+    if (tested_below) st.rejected_tokens += 1;
     if (st.accepted_at_position.size() < tree_depth) {
         st.accepted_at_position.resize(tree_depth, 0);
         st.reached_at_position.resize(tree_depth, 0);
     }
     for (std::size_t i = 0; i < r.accepted; ++i) ++st.accepted_at_position[i];
-    for (std::size_t i = 0; i < std::min(tree_depth, r.accepted + 1); ++i) ++st.reached_at_position[i];
+    for (std::size_t i = 0; i < r.accepted + (tested_below ? 1 : 0); ++i) ++st.reached_at_position[i];
     if (st.steps_at_gamma.size() <= depth) st.steps_at_gamma.resize(depth + 1, 0);
     ++st.steps_at_gamma[depth];
 }
@@ -223,7 +228,7 @@ decode_result speculative_decode_tree(D& drafter, V& verifier, std::span<const t
         generated += appended;
         if (options.on_step)
             options.on_step(tree_step_event{&ws.tree, r.accepted, r.last_node, r.next_token,
-                                            std::span<const token_id>(sequence).last(appended), passes});
+                                            std::span<const token_id>(sequence).last(appended), passes, depth});
         if (stopped) {
             result.stop = stop_reason::stop_token;
             break;
@@ -250,6 +255,8 @@ decode_result decode_with_trees(D& drafter, V& verifier, std::span<const token_i
     if (options.draft_stop_below != 0.0f) chains_only("draft_stop_below", "it ends a chain's draft early");
     if (options.draft_sampling) chains_only("draft_sampling", "trees are drafted with options.sampling");
     if (options.lenience != 1.0f) chains_only("lenience", "trees are verified exactly only");
+    if (options.scheme != verification_scheme::block)
+        chains_only("scheme", "trees are verified with options.tree_scheme");
     tree_decode_options t{.shape = *options.tree,
                           .scheme = options.tree_scheme,
                           .max_new_tokens = options.max_new_tokens,
@@ -265,7 +272,7 @@ decode_result decode_with_trees(D& drafter, V& verifier, std::span<const token_i
                                        .next_token = e.next_token,
                                        .emitted = e.emitted,
                                        .acceptance = {},
-                                       .gamma = static_cast<std::size_t>(std::max(e.tree->max_depth(), 0))});
+                                       .gamma = e.depth});
         };
     }
     return speculative_decode_tree(drafter, verifier, prompt, t, rng);
