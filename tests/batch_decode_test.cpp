@@ -302,6 +302,56 @@ TEST_CASE("A sequence whose own step throws is reported and left unchanged; the 
     CHECK(dec.generated(good).size() == 10);
 }
 
+TEST_CASE("An on_step that throws leaves every sequence of the step settled (review finding)", "[batch][multi][errors]") {
+    // on_step used to run inside the loop that settles each sequence: when it threw for the
+    // first sequence, the second kept its new token unsettled, so it stepped again past its
+    // budget of one token.
+    const auto target = markov_model::random(8, 2, 5);
+    multi_markov_verifier verifier{&target};
+    multi_markov_drafter drafter{&target};
+    std::size_t calls = 0;
+    specdec::batch_decoder<multi_markov_drafter, multi_markov_verifier, std::mt19937_64> dec(
+        drafter, verifier,
+        {.gamma = 4, .max_new_tokens = 1, .on_step = [&](std::size_t, const specdec::step_event&) {
+             if (++calls == 1) throw std::runtime_error("consumer failure");
+         }});
+    const auto a = dec.add(std::vector<token_id>{1}, std::mt19937_64(1));
+    const auto b = dec.add(std::vector<token_id>{2}, std::mt19937_64(2));
+    CHECK_THROWS_WITH(dec.step(), contains("consumer failure"));
+    CHECK(calls == 1);  // the callbacks after the throwing one are skipped
+    CHECK(dec.active() == 0);
+    dec.run();
+    for (const auto id : {a, b}) {
+        const auto r = dec.take(id);
+        CHECK(r.tokens.size() == 1);
+        CHECK(r.stats.steps == 1);
+        CHECK(r.stats.steps_at_gamma.size() == 1);  // γ = min(4, budget − 1) = 0
+    }
+}
+
+TEST_CASE("A verifier that reshapes its packed logits is refused by name (review finding)", "[batch][multi][errors]") {
+    // The loops read each sequence's columns by the layout they shaped; a verifier that reshaped
+    // the packed logits made them read past the end of the offsets.
+    struct reshaping_verifier : multi_markov_verifier {
+        void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+            multi_markov_verifier::score_batch(batch, out);
+            out.shape(out.vocab(), batch.first(1));
+        }
+    };
+    const auto target = markov_model::random(8, 2, 6);
+    reshaping_verifier verifier{{&target}};
+    multi_markov_drafter drafter{&target};
+    specdec::batch_decoder<multi_markov_drafter, reshaping_verifier, std::mt19937_64> dec(
+        drafter, verifier, {.gamma = 3, .max_new_tokens = 10});
+    const auto a = dec.add(std::vector<token_id>{1}, std::mt19937_64(1));
+    const auto b = dec.add(std::vector<token_id>{2}, std::mt19937_64(2));
+    CHECK_THROWS_WITH(dec.step(), contains("score_batch changed the layout of its packed_logits") &&
+                                      contains("1 sequences of 8 rows") && contains("shaped for 2 sequences"));
+    CHECK(dec.generated(a).empty());
+    CHECK(dec.generated(b).empty());
+    CHECK(dec.stats(a).steps == 0);
+}
+
 TEST_CASE("The adaptive policy in the batch loop keeps every sequence's budget and stops", "[batch][multi][adaptive]") {
     const auto target = markov_model::random(10, 2, 11);
     const auto draft = target;  // p == q: every draft is accepted, so speculation pays

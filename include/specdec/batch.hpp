@@ -327,6 +327,8 @@ struct multi_item {
     std::exception_ptr error{};             // what this sequence's step threw
     bool stepped = false;                   // the step was committed
     step_result result{};
+    std::size_t appended = 0;               // tokens the settled step added (after a stop-token cut)
+    bool settled = false;                   // settled in this call of settle, its on_step not yet run
 };
 
 /// What multi_step measured (steady clock) when asked to.
@@ -406,6 +408,8 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
         if (!buf.scores.empty()) {
             buf.logits.shape(static_cast<Eigen::Index>(vocab), buf.scores);
             verifier.score_batch(std::span<const score_request>(buf.scores), buf.logits);
+            check_packed_layout(buf.logits, std::span<const score_request>(buf.scores),
+                                static_cast<Eigen::Index>(vocab), where);
         }
     } else {
         for (std::size_t k = 0; k < buf.scores.size(); ++k) {

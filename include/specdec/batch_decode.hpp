@@ -197,10 +197,13 @@ public:
     /// sequence on `executor` (see BatchExecutor), then each sequence's stop tokens and budget.
     /// \returns the number of sequences still active.
     /// \throws the exception of draft_batch or score_batch (no sequence changed; the
-    ///         generators of sequences that drafted have advanced); else, after every other
-    ///         sequence has stepped, the exception of the lowest-id sequence whose step threw
-    ///         (that sequence unchanged, still active: step again, or remove it). Either way
-    ///         the decoder stays usable; the adaptive policy has not observed the step.
+    ///         generators of sequences that drafted have advanced; the adaptive policy has not
+    ///         observed the step); else, after every other sequence has stepped, the exception
+    ///         of the lowest-id sequence whose step threw (that sequence unchanged, still
+    ///         active: step again, or remove it; the adaptive policy has observed the sequences
+    ///         that stepped). An exception from on_step propagates once every sequence of the
+    ///         step is settled (its tokens, budget and stop); the callbacks of the sequences
+    ///         after it in that step are skipped. Either way the decoder stays usable.
     template <BatchExecutor E>
     std::size_t step(E& executor) {
         constexpr const char* where = "specdec::batch_decoder::step";
@@ -281,7 +284,9 @@ private:
         return *entries_[id];
     }
 
-    /// Stop tokens and budgets of the sequences that stepped (as speculative_decode's loop).
+    /// Stop tokens and budgets of the sequences that stepped (as speculative_decode's loop),
+    /// all of them first; then on_step for each, so that a callback that throws (or takes or
+    /// removes a sequence) leaves no sequence of the step half settled.
     void settle(std::span<detail::multi_item<G>> items) {
         for (auto& it : items) {
             if (!it.stepped) continue;
@@ -291,8 +296,9 @@ private:
             if (e.stats.steps_at_gamma.size() <= it.gamma) e.stats.steps_at_gamma.resize(it.gamma + 1, 0);
             ++e.stats.steps_at_gamma[it.gamma];
             const bool stopped = detail::cut_at_stop(e.sequence, r.emitted(), e.options.stop_tokens);
-            const std::size_t appended = e.sequence.size() - e.prompt - e.generated;
-            e.generated += appended;
+            it.appended = e.sequence.size() - e.prompt - e.generated;
+            it.settled = true;
+            e.generated += it.appended;
             if (stopped) {
                 e.stop = stop_reason::stop_token;
                 e.done = true;
@@ -300,10 +306,17 @@ private:
                 e.stop = stop_reason::max_new_tokens;
                 e.done = true;
             }
-            if (options_.on_step)
-                options_.on_step(it.slot, step_event{r.draft, r.accepted, r.next_token,
-                                                     std::span<const token_id>(e.sequence).last(appended), r.acceptance,
-                                                     it.gamma});
+        }
+        for (auto& it : items) {
+            if (!it.settled) continue;
+            it.settled = false;
+            const entry* e = entries_[it.slot].get();
+            // (None, or an earlier callback took the sequence out, or put another in its slot.)
+            if (!options_.on_step || e == nullptr || it.tokens != &e->sequence) continue;
+            const step_result& r = it.result;
+            options_.on_step(it.slot, step_event{r.draft, r.accepted, r.next_token,
+                                                 std::span<const token_id>(e->sequence).last(it.appended),
+                                                 r.acceptance, it.gamma});
         }
     }
 

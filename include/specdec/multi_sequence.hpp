@@ -111,6 +111,24 @@ private:
     std::vector<Eigen::Index> offsets_;   // size() + 1 entries, offsets_[0] = 0
 };
 
+namespace detail {
+
+/// After a verifier's score_batch: `out` still has the layout shape() gave it for `requests`
+/// (a verifier writes the columns and must not reshape them; the loops read each sequence's
+/// columns by that layout). \throws std::invalid_argument naming the difference.
+inline void check_packed_layout(const packed_logits& out, std::span<const score_request> requests, Eigen::Index vocab,
+                                const char* where) {
+    bool same = out.size() == requests.size() && out.vocab() == vocab;
+    for (std::size_t k = 0; same && k < requests.size(); ++k)
+        same = out.columns(k) == static_cast<Eigen::Index>(requests[k].draft.size()) + 1;
+    if (!same)
+        fail_invalid(where, ": score_batch changed the layout of its packed_logits (", out.size(), " sequences of ",
+                     out.vocab(), " rows, ", out.total_columns(), " columns; shaped for ", requests.size(),
+                     " sequences of ", vocab, " rows); a verifier writes the columns and must not reshape them");
+}
+
+}  // namespace detail
+
 /// One sequence's part of a multi-sequence draft.
 struct draft_request {
     std::size_t slot = 0;              ///< which per-sequence state (KV cache) of the model to use
