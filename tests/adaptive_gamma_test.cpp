@@ -399,3 +399,19 @@ TEST_CASE("Adaptive decoding at temperature 0 is greedy decoding, token for toke
         CHECK(used >= 2);
     }
 }
+
+TEST_CASE("A time estimate of 0 does not cap later times at 0 (review finding)", "[adaptive]") {
+    // The catch-up cost of a draft model is often measured as 0 for a few steps (cheap, or timing
+    // noise clamped at 0). The cap of 3x the estimate against preempted steps then held it at 0
+    // for good, and the controller ignored the catch-up cost when resuming speculation.
+    specdec::detail::running_estimate e;
+    for (int i = 0; i < 4; ++i) e.add_time(0.0, 32);
+    CHECK(e.value == 0.0);
+    for (int i = 0; i < 50; ++i) e.add_time(1.0, 32);
+    CHECK(e.value > 0.5);
+    // A positive estimate still caps an outlier at 3x.
+    specdec::detail::running_estimate f;
+    for (int i = 0; i < 4; ++i) f.add_time(1.0, 4);
+    f.add_time(100.0, 4);
+    CHECK(f.value == Approx(1.0 + (3.0 - 1.0) / 4.0));
+}

@@ -232,6 +232,47 @@ TEST_CASE("the two-sample chi-square test accepts one law and rejects two", "[co
     CHECK(specdec_test::chi_square_test(a, p).p_value == kit::chi_square_test(a, p).p_value);
 }
 
+TEST_CASE("the chi-square test tests a pool of rare cells that is still small exactly, on its own",
+          "[conformance][statistical]") {
+    // 2000 draws from a confident law: the third cell is expected 0.0226 times. As a chi-square
+    // cell of its own (before this was mended) one legitimate draw there gave chi-square 42 and
+    // p = 8e-11; the review that found it measured 8 failures in 400 runs of the equivalence
+    // check of a correct pair, against a stated 1e-4.
+    const std::vector<double> p{0.5, 0.4999887, 0.0000113};
+    const auto rare = kit::chi_square_test({1000, 999, 1}, p);
+    CHECK(rare.degrees_of_freedom == 1);      // the two common cells
+    CHECK(rare.p_value > 0.05);               // 2 · min(chi-square part, 2 · P(Poisson(0.0226) >= 1))
+    CHECK(rare.p_value < 0.1);
+    CHECK(kit::chi_square_test({1000, 1000, 0}, p).p_value > 0.5);
+    // Exactly the Poisson tail: P(X >= 1) = 1 - exp(-0.0226).
+    CHECK(kit::poisson_two_sided_p(1.0, 0.0226) == Approx(2.0 * (1.0 - std::exp(-0.0226))).epsilon(1e-9));
+    CHECK(kit::poisson_two_sided_p(0.0, 0.0226) == 1.0);
+    CHECK(kit::poisson_two_sided_p(10.0, 10.0) == Approx(1.0).margin(1e-12));
+    // A pool large enough is one more chi-square cell; a count in a cell of probability 0 fails.
+    const std::vector<double> q{0.5, 0.49, 0.002, 0.002, 0.002, 0.002, 0.002};
+    CHECK(kit::chi_square_test({1000, 980, 4, 4, 4, 4, 4}, q).degrees_of_freedom == 2);
+    CHECK(kit::chi_square_test({1000, 999, 1}, {0.5, 0.5, 0.0}).p_value == 0.0);
+    // Negative controls: a rare token seen far too often, and a shifted law, are still caught.
+    CHECK(kit::chi_square_test({960, 960, 80}, p).p_value < 1e-4);
+    CHECK(kit::chi_square_test({1100, 899, 1}, p).p_value < 1e-4);
+    // The false-alarm rate on a correct sampler with rare cells (a pool expected twice), measured:
+    // at the level 1e-2, over 2000 runs of 2000 draws, the alarms stay near or below 1e-2.
+    std::mt19937_64 g(9);
+    const std::vector<double> law{0.6, 0.39, 0.009, 0.0009, 0.0001};
+    std::size_t alarms = 0;
+    for (int run = 0; run < 2000; ++run) {
+        std::vector<std::size_t> c(law.size(), 0);
+        for (int i = 0; i < 2000; ++i) {
+            double u = specdec::uniform01(g);
+            std::size_t k = 0;
+            while (k + 1 < law.size() && u >= law[k]) u -= law[k++];
+            ++c[k];
+        }
+        alarms += kit::chi_square_test(c, law).p_value < 1e-2;
+    }
+    CHECK(alarms <= 40);  // 40 of 2000 at a true rate of 1e-2: P(more) < 1e-4 (binomial tail)
+}
+
 // ---- correct adapters pass ----
 
 TEST_CASE("the kit passes on a correct cached adapter and a plain-model drafter", "[conformance][statistical]") {

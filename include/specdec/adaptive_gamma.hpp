@@ -71,6 +71,28 @@ struct adaptive_gamma_options {
     std::function<double(std::size_t positions)> pass_cost{};
 };
 
+namespace detail {
+
+/// A running mean over the last `window` observations (all of them until there are that many).
+struct running_estimate {
+    double value = 0.0;
+    std::size_t count = 0;
+    /// A time: after a few observations, one above 3x a positive estimate counts as 3x, so that
+    /// a step another process preempted does not swing the estimate. (An estimate of 0, as
+    /// from a few steps that cost nothing extra, caps nothing: 3x 0 would hold it at 0 forever.)
+    void add_time(double x, std::size_t window) {
+        if (count >= 4 && value > 0.0) x = std::min(x, 3.0 * value);
+        add(x, window);
+    }
+    void add(double x, std::size_t window) {
+        ++count;
+        const double w = 1.0 / static_cast<double>(std::min(count, window));
+        value += w * (x - value);
+    }
+};
+
+}  // namespace detail
+
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
 /// pass your own through decode_options::controller to keep its estimates across calls
 /// (successive requests of one model pair, say). Not thread-safe: one controller per
@@ -247,21 +269,7 @@ public:
     [[nodiscard]] std::span<const std::size_t> choices() const noexcept { return chosen_; }
 
 private:
-    struct estimate {
-        double value = 0.0;
-        std::size_t count = 0;
-        /// A time: after a few observations, one above 3x the estimate counts as 3x, so that
-        /// a step another process preempted does not swing the estimate.
-        void add_time(double x, std::size_t window) {
-            if (count >= 4) x = std::min(x, 3.0 * value);
-            add(x, window);
-        }
-        void add(double x, std::size_t window) {
-            ++count;
-            const double w = 1.0 / static_cast<double>(std::min(count, window));
-            value += w * (x - value);
-        }
-    };
+    using estimate = detail::running_estimate;
 
     /// The predicted time an exploring step at γ = `other` loses against one at `best`: its
     /// cost beyond what `best` needs for as many expected tokens, plus a draft model's catch-up

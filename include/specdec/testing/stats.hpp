@@ -67,9 +67,28 @@ struct gof_result {
     std::size_t samples = 0;             ///< observations (both samples, for a two-sample test)
 };
 
+/// Two-sided exact p-value of `observed` events where a Poisson law expects `expected` > 0:
+/// 2 · min(P(X >= observed), P(X <= observed)), at most 1.
+[[nodiscard]] inline double poisson_two_sided_p(double observed, double expected) {
+    // P(X >= o) = P(o, λ) (o >= 1), P(X <= o) = Q(o + 1, λ), the regularized incomplete gammas.
+    const double upper = observed <= 0.0 ? 1.0
+                         : expected < observed + 1.0 ? gamma_p_series(observed, expected)
+                                                     : 1.0 - gamma_q_fraction(observed, expected);
+    const double lower = chi_square_sf(2.0 * expected, 2.0 * (observed + 1.0));
+    return std::min(1.0, 2.0 * std::min(upper, lower));
+}
+
 /// Pearson chi-square test of `counts` against `probs`. Cells whose expected count is below
-/// `min_expected` (5 by default) are pooled into one cell, so that the chi-square approximation
-/// holds; a count in a cell of probability 0 makes the statistic infinite and the p-value 0.
+/// `min_expected` (5 by default) are pooled, so that the chi-square approximation holds:
+///  - a pool expected at least `min_expected` times is one more cell of the test;
+///  - a smaller pool (rare tokens only) is tested on its own, exactly: its count against a
+///    Poisson law, two-sided; the other cells by chi-square given their total (their
+///    expected counts scaled to what the pool left); the p-value is twice the smaller of the
+///    two (Bonferroni), so the false-alarm rate stays at most the level. A rare token seen far
+///    too often is still caught, and one legitimate draw of a token expected 0.02 times no
+///    longer adds about 50 to the statistic. `statistic` and `degrees_of_freedom` are then
+///    those of the chi-square part.
+/// A count in a cell of probability 0 makes the statistic infinite and the p-value 0.
 /// \throws std::invalid_argument when the two vectors differ in size.
 [[nodiscard]] inline gof_result chi_square_test(const std::vector<std::size_t>& counts,
                                                 const std::vector<double>& probs, double min_expected = 5.0) {
@@ -79,11 +98,8 @@ struct gof_result {
     gof_result r;
     for (auto c : counts) r.samples += c;
     const double n = static_cast<double>(r.samples);
-    double pooled_expected = 0.0, pooled_observed = 0.0;
-    std::size_t cells = 0;
+    double pooled_expected = 0.0, pooled_observed = 0.0, pooled_prob = 0.0;
     for (std::size_t i = 0; i < counts.size(); ++i) {
-        const double e = probs[i] * n;
-        const double o = static_cast<double>(counts[i]);
         if (probs[i] == 0.0) {
             if (counts[i] != 0) {
                 r.statistic = std::numeric_limits<double>::infinity();
@@ -92,20 +108,32 @@ struct gof_result {
             }
             continue;
         }
-        if (e < min_expected) {
-            pooled_expected += e;
-            pooled_observed += o;
-            continue;
+        if (probs[i] * n < min_expected) {
+            pooled_expected += probs[i] * n;
+            pooled_observed += static_cast<double>(counts[i]);
+            pooled_prob += probs[i];
         }
-        r.statistic += (o - e) * (o - e) / e;
+    }
+    const bool pool_alone = pooled_expected > 0.0 && pooled_expected < min_expected;
+    // The other cells: against n · p_i, or, beside a pool tested alone, given their total.
+    const double scale = pool_alone && pooled_prob < 1.0 ? (n - pooled_observed) / (n * (1.0 - pooled_prob)) : 1.0;
+    std::size_t cells = 0;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+        if (probs[i] == 0.0 || probs[i] * n < min_expected) continue;
+        const double e = probs[i] * n * scale, o = static_cast<double>(counts[i]);
+        if (e > 0.0) r.statistic += (o - e) * (o - e) / e;
         ++cells;
     }
-    if (pooled_expected > 0.0) {
+    if (pooled_expected > 0.0 && !pool_alone) {
         r.statistic += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
         ++cells;
     }
     r.degrees_of_freedom = cells > 0 ? cells - 1 : 0;
     r.p_value = r.degrees_of_freedom == 0 ? 1.0 : chi_square_sf(r.statistic, static_cast<double>(r.degrees_of_freedom));
+    if (pool_alone) {
+        const double pool_p = poisson_two_sided_p(pooled_observed, pooled_expected);
+        r.p_value = r.degrees_of_freedom == 0 ? pool_p : std::min(1.0, 2.0 * std::min(r.p_value, pool_p));
+    }
     return r;
 }
 
