@@ -1171,7 +1171,8 @@ template <Drafter D>
 /// 20 of the pooled sequences share; a partition that does not depend on which sampler drew what).
 ///
 /// False-alarm rate: `o.significance` per scheme and config (the report states the total), up
-/// to the error of the χ² approximation (cells expected fewer than 5 times are pooled; for the
+/// to the error of the χ² approximation (cells expected fewer than 5 times are pooled, and a
+/// pool still that small is tested exactly on its own, see testing::chi_square_test; for the
 /// same test specdec's distribution suite measured 1-2 × 10^-4 at a nominal 10^-4).
 template <Drafter D, Verifier V>
 [[nodiscard]] report check_equivalence(D& drafter, V& target, const conformance_options& o = {}) {
