@@ -481,7 +481,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         rs.upfront_invalid = !fuzz::valid_sampling(o.sampling) || vocab_lie || prompt_out_of_range ||
                              rs.prompt.empty() || stop_out_of_range || o.tree->depth() == 0 ||
                              o.policy != specdec::gamma_policy::fixed || o.estimate_acceptance ||
-                             o.draft_stop_below != 0.0f || o.lenience != 1.0f;
+                             o.draft_stop_below != 0.0f || o.lenience != 1.0f ||
+                             o.scheme != specdec::verification_scheme::block;
     } else if (!rs.step_mode) {
         rs.upfront_invalid = rs.upfront_invalid || stop_out_of_range ||
                              !(o.draft_stop_below >= 0.0f && o.draft_stop_below <= 1.0f) ||
