@@ -229,7 +229,9 @@ private:
     const void* scratch_tag_ = nullptr;
 };
 
-/// One speculative step (Leviathan et al. 2023, Alg. 1) on each of B sequences: sequence i
+namespace detail {
+
+/// (Internal; the public batch loop is batch_decoder.) One speculative step (Leviathan et al. 2023, Alg. 1) on each of B sequences: sequence i
 /// is drafted by drafters[i], scored by verifiers[i] and sampled with sequences[i].rng.
 ///
 /// \returns nothing; each sequence's tokens and stats are updated as speculative_step does.
@@ -246,13 +248,12 @@ private:
 template <Drafter D, Verifier V, random_generator G, BatchExecutor E>
 void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::span<batch_sequence<G>> sequences,
                             const step_options& opts, batch_workspace& ws, E& executor) {
-    [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_speculative_call<D, V, G>();  // logits of float
     constexpr const char* where = "specdec::speculative_step_batch";
     if (drafters.size() != sequences.size() || verifiers.size() != sequences.size())
-        detail::fail_invalid(where, ": ", drafters.size(), " drafters, ", verifiers.size(), " verifiers and ",
+        fail_invalid(where, ": ", drafters.size(), " drafters, ", verifiers.size(), " verifiers and ",
                              sequences.size(), " sequences; one of each per sequence is needed");
-    detail::check_step_options(opts.gamma, opts.sampling, opts.lenience, opts.scheme, where);
-    detail::check_draft_sampling(opts.draft_sampling, where);
+    check_step_options(opts.gamma, opts.sampling, opts.lenience, opts.scheme, where);
+    check_draft_sampling(opts.draft_sampling, where);
     for (std::size_t i = 0; i < sequences.size(); ++i) (void)ws.sequence(i);  // workspaces exist before threads run
     auto& errors = ws.multi().errors;
     errors.assign(sequences.size(), nullptr);
@@ -271,11 +272,11 @@ void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::
         try {
             auto& s = c->sequences[i];
             if (s.tokens.empty())
-                detail::fail_invalid(step_name, ": sequence ", i, " has no tokens; each needs a context of at least one token");
-            const std::ptrdiff_t vocab = detail::checked_vocab(c->drafters[i], c->verifiers[i], step_name);
-            detail::check_token_range(s.tokens, vocab, step_name, "sequence tokens");
-            detail::step_extras extras{.draft_sampling = c->opts.draft_sampling ? &*c->opts.draft_sampling : nullptr};
-            detail::step_impl(c->drafters[i], c->verifiers[i], s.tokens, s.stats, c->opts.gamma, c->opts.sampling,
+                fail_invalid(step_name, ": sequence ", i, " has no tokens; each needs a context of at least one token");
+            const std::ptrdiff_t vocab = checked_vocab(c->drafters[i], c->verifiers[i], step_name);
+            check_token_range(s.tokens, vocab, step_name, "sequence tokens");
+            step_extras extras{.draft_sampling = c->opts.draft_sampling ? &*c->opts.draft_sampling : nullptr};
+            step_impl(c->drafters[i], c->verifiers[i], s.tokens, s.stats, c->opts.gamma, c->opts.sampling,
                               c->opts.lenience, c->opts.scheme, s.rng, c->ws.sequence(i), vocab, step_name, &extras);
         } catch (...) {
             c->errors[i] = std::current_exception();
@@ -293,14 +294,6 @@ void speculative_step_batch(std::span<D> drafters, std::span<V> verifiers, std::
     speculative_step_batch(drafters, verifiers, sequences, opts, ws, ws);
 }
 
-/// Chosen only when a drafter, verifier or generator type misses a requirement: reports which
-/// one, and the fix, in a static_assert (see diagnostics.hpp).
-template <class D, class V, class G>
-void speculative_step_batch(std::span<D>, std::span<V>, std::span<batch_sequence<G>>, const step_options&,
-                            batch_workspace&) {
-    detail::reject_speculative_call<D, V, G>();
-}
-
 /// The same with the drafters, verifiers and sequences in vectors (the usual case), so that
 /// no std::span needs to be spelled out.
 template <class D, class V, class G>
@@ -311,231 +304,6 @@ void speculative_step_batch(std::vector<D>& drafters, std::vector<V>& verifiers,
 }
 
 
-
-namespace detail {
-
-/// One sequence of a multi-sequence step, as multi_step sees it.
-template <class G>
-struct multi_item {
-    std::size_t slot = 0;                   // the models' per-sequence state to use
-    std::vector<token_id>* tokens = nullptr;
-    decode_stats* stats = nullptr;
-    G* rng = nullptr;
-    step_workspace* ws = nullptr;
-    std::size_t gamma = 0;                  // this sequence's γ (0: a plain target step)
-    step_extras* extras = nullptr;          // may be null
-    std::exception_ptr error{};             // what this sequence's step threw
-    bool stepped = false;                   // the step was committed
-    step_result result{};
-    std::size_t appended = 0;               // tokens the settled step added (after a stop-token cut)
-    bool settled = false;                   // settled in this call of settle, its on_step not yet run
-};
-
-/// What multi_step measured (steady clock) when asked to.
-struct multi_timing {
-    bool time = false;
-    double draft_seconds = 0.0;  // the drafting phase, all sequences
-    double pass_seconds = 0.0;   // the target pass, all sequences
-};
-
-/// One speculative step (Leviathan et al. 2023, Alg. 1) of every item: the drafts of all (one
-/// draft_batch call with a MultiSequenceDrafter, else the shared drafter once per sequence),
-/// one target pass for all (score_batch with a MultiSequenceVerifier, else the shared verifier
-/// once per sequence), then verification and commit per sequence on the executor, each with
-/// its own generator and workspace. So each sequence draws exactly the uniforms, in the same
-/// order, that a one-sequence step with its generator draws, and its result equals that
-/// step's.
-///
-/// Errors: an exception of a per-sequence call (drafting, checks, scoring, verification) is
-/// recorded in that item, whose sequence stays unchanged; the others step. An exception of a
-/// call that serves all sequences (draft_batch, score_batch) propagates before any sequence
-/// changes. An exception of the executor propagates after what was committed (see
-/// multi_item::stepped). Options must have been checked.
-template <class D, class V, class G, BatchExecutor E>
-void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const sampling_config& sampling,
-                float lenience, verification_scheme scheme, std::ptrdiff_t vocab, multi_buffers& buf, E& executor,
-                const char* where, multi_timing* timing = nullptr) {
-    for (auto& it : items) {
-        it.error = nullptr;
-        it.stepped = false;
-        begin_draft(it.ws->draft, it.extras);
-    }
-    const bool timed = timing && timing->time;
-    auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
-
-    // Alg. 1, first loop, for every sequence.
-    if constexpr (MultiSequenceDrafter<D>) {
-        buf.drafts.clear();
-        for (auto& it : items)
-            if (it.gamma > 0)
-                buf.drafts.push_back({it.slot, std::span<const token_id>(*it.tokens), it.gamma, uniform_source(*it.rng),
-                                      &it.ws->draft});
-        if (!buf.drafts.empty()) drafter.draft_batch(std::span<draft_request>(buf.drafts), sampling);
-    } else {
-        for (auto& it : items) {
-            try {
-                uniform_source uniforms(*it.rng);
-                run_drafter(drafter, std::span<const token_id>(*it.tokens), it.gamma, sampling, uniforms, *it.ws);
-            } catch (...) {
-                it.error = std::current_exception();
-            }
-        }
-    }
-    for (auto& it : items) {
-        if (it.error) continue;
-        try {
-            (void)check_draft(it.ws->draft, it.gamma, vocab, where);
-        } catch (...) {
-            it.error = std::current_exception();
-        }
-    }
-    if (timed) {
-        timing->draft_seconds = seconds_since(t0);
-        t0 = std::chrono::steady_clock::now();
-    }
-
-    // Alg. 1: run M_p on every sequence's γ+1 prefixes, all in one pass.
-    buf.scores.clear();
-    buf.scored.clear();
-    for (std::size_t i = 0; i < items.size(); ++i) {
-        if (items[i].error) continue;
-        buf.scores.push_back({items[i].slot, std::span<const token_id>(*items[i].tokens),
-                              std::span<const token_id>(items[i].ws->draft.tokens)});
-        buf.scored.push_back(i);
-    }
-    constexpr bool packed = MultiSequenceVerifier<V>;
-    if constexpr (packed) {
-        if (!buf.scores.empty()) {
-            buf.logits.shape(static_cast<Eigen::Index>(vocab), buf.scores);
-            verifier.score_batch(std::span<const score_request>(buf.scores), buf.logits);
-            check_packed_layout(buf.logits, std::span<const score_request>(buf.scores),
-                                static_cast<Eigen::Index>(vocab), where);
-        }
-    } else {
-        for (std::size_t k = 0; k < buf.scores.size(); ++k) {
-            auto& it = items[buf.scored[k]];
-            try {
-                run_verifier(verifier, buf.scores[k].context, buf.scores[k].draft, *it.ws, vocab);
-            } catch (...) {
-                it.error = std::current_exception();
-            }
-        }
-    }
-    if (timed) timing->pass_seconds = seconds_since(t0);
-
-    // Modified rejection sampling per sequence, with its own generator, on the executor. The
-    // job captures one pointer, so std::function stores it without allocating.
-    struct context_t {
-        std::span<multi_item<G>> items;
-        multi_buffers& buf;
-        V& verifier;
-        const sampling_config& sampling;
-        float lenience;
-        verification_scheme scheme;
-        std::ptrdiff_t vocab;
-        const char* where;
-    } ctx{items, buf, verifier, sampling, lenience, scheme, vocab, where};
-    const std::function<void(std::size_t)> job = [c = &ctx](std::size_t k) {
-        auto& it = c->items[c->buf.scored[k]];
-        if (it.error) return;  // a per-sequence scoring call failed
-        try {
-            const std::size_t n = it.ws->draft.tokens.size();
-            std::size_t calls = 1;
-            if constexpr (!packed) calls = score_calls(c->verifier, n);
-            if constexpr (packed) {
-                it.result = finish_step(c->buf.logits.sequence(k), *it.tokens, *it.stats, calls, c->sampling,
-                                        c->lenience, c->scheme, *it.rng, *it.ws, c->vocab, c->where, it.extras);
-            } else {
-                it.result = finish_step(it.ws->target_logits, *it.tokens, *it.stats, calls, c->sampling, c->lenience,
-                                        c->scheme, *it.rng, *it.ws, c->vocab, c->where, it.extras);
-            }
-            it.stepped = true;
-        } catch (...) {
-            it.error = std::current_exception();
-        }
-    };
-    executor.parallel_for(buf.scored.size(), job);
-}
-
-/// The exception of the lowest-numbered item that failed, if any.
-template <class G>
-void rethrow_first(std::span<multi_item<G>> items) {
-    for (const auto& it : items)
-        if (it.error) std::rethrow_exception(it.error);
-}
-
 }  // namespace detail
-
-/// One speculative step on each of B sequences with one target pass for all of them: the
-/// drafts of all sequences (one draft_batch call when the drafter is a MultiSequenceDrafter,
-/// else the one drafter is called once per sequence, on the calling thread), one score_batch
-/// call of the MultiSequenceVerifier over every sequence's context and ragged draft, then
-/// verification per sequence on `executor`, sequence i with sequences[i].rng and slot i of the
-/// models. Each sequence gets exactly what speculative_step with its own generator gives (for
-/// a drafter whose blocks do not depend on the batch, as MultiSequenceDrafter requires).
-///
-/// \returns nothing; each sequence's tokens and stats are updated as speculative_step does
-///          (stats.target_calls counts the shared pass once per sequence).
-/// \throws std::invalid_argument for invalid options, a vocabulary mismatch or a sequence
-///         token out of range (before anything changes); the exception of draft_batch or
-///         score_batch (no sequence changed); else the exception of the lowest-numbered
-///         sequence whose step threw, after the others stepped (that sequence is unchanged).
-///         The drafter, verifier and `ws` stay usable. See BatchExecutor for an executor's
-///         own exceptions.
-///
-/// \code
-/// llama2::batch_transformer target(weights);             // a MultiSequenceVerifier
-/// std::vector<specdec::batch_sequence<std::mt19937_64>> seqs = ...;
-/// specdec::batch_workspace ws;
-/// specdec::speculative_step_batch(drafter, target, std::span(seqs), {.gamma = 3}, ws);
-/// \endcode
-template <class D, MultiSequenceVerifier V, random_generator G, BatchExecutor E>
-    requires(MultiSequenceDrafter<D> || Drafter<D>)
-void speculative_step_batch(D& drafter, V& verifier, std::span<batch_sequence<G>> sequences, const step_options& opts,
-                            batch_workspace& ws, E& executor) {
-    constexpr const char* where = "specdec::speculative_step_batch";
-    detail::check_step_options(opts.gamma, opts.sampling, opts.lenience, opts.scheme, where);
-    if (opts.draft_sampling)
-        detail::fail_invalid(where, ": draft_sampling is not supported by the multi-sequence step yet; leave it unset"
-                                    " (the draft then samples with `sampling`)");
-    const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
-    const auto vocab = static_cast<std::ptrdiff_t>(verifier.vocab_size());
-    if (vd != vocab)
-        detail::fail_invalid(where, ": draft vocab_size() = ", vd, " differs from target vocab_size() = ", vocab,
-                             "; both models must share one vocabulary");
-    if (vocab <= 0) detail::fail_invalid(where, ": vocab_size() = ", vocab, " must be positive");
-    for (std::size_t i = 0; i < sequences.size(); ++i) {
-        if (sequences[i].tokens.empty())
-            detail::fail_invalid(where, ": sequence ", i, " has no tokens; each needs a context of at least one token");
-        detail::check_token_range(sequences[i].tokens, vocab, where, "sequence tokens");
-    }
-    auto& items = ws.scratch<std::vector<detail::multi_item<G>>>();
-    items.resize(sequences.size());
-    for (std::size_t i = 0; i < sequences.size(); ++i) {
-        auto& s = sequences[i];
-        items[i] = detail::multi_item<G>{.slot = i, .tokens = &s.tokens, .stats = &s.stats, .rng = &s.rng,
-                                         .ws = &ws.sequence(i), .gamma = opts.gamma};
-    }
-    const std::span<detail::multi_item<G>> all(items);
-    detail::multi_step(drafter, verifier, all, opts.sampling, opts.lenience, opts.scheme, vocab, ws.multi(), executor,
-                       where);
-    detail::rethrow_first(all);
-}
-
-/// The same on the workspace's own threads.
-template <class D, MultiSequenceVerifier V, random_generator G>
-    requires(MultiSequenceDrafter<D> || Drafter<D>)
-void speculative_step_batch(D& drafter, V& verifier, std::span<batch_sequence<G>> sequences, const step_options& opts,
-                            batch_workspace& ws) {
-    speculative_step_batch(drafter, verifier, sequences, opts, ws, ws);
-}
-
-/// The same with the sequences in a vector.
-template <class D, MultiSequenceVerifier V, random_generator G>
-    requires(MultiSequenceDrafter<D> || Drafter<D>)
-void speculative_step_batch(D& drafter, V& verifier, std::vector<batch_sequence<G>>& sequences,
-                            const step_options& opts, batch_workspace& ws) {
-    speculative_step_batch(drafter, verifier, std::span<batch_sequence<G>>(sequences), opts, ws, ws);
-}
 
 }  // namespace specdec

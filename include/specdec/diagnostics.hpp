@@ -3,8 +3,8 @@
 /// Compile-time diagnosis of the entry points' requirements: which part of a concept a type
 /// misses, in a static_assert message that names the requirement and the fix.
 ///
-/// The entry points (speculative_decode, autoregressive_decode, speculative_step,
-/// speculative_step_batch) are constrained on the concepts of concepts.hpp; each also has an
+/// The entry points (speculative_decode, batch_decoder, autoregressive_decode,
+/// speculative_step) are constrained on the concepts of concepts.hpp; each also has an
 /// unconstrained overload, chosen only when a constraint fails, whose body runs these checks
 /// in order and stops at the first that fails. So a call with, say, a `next_logits` that
 /// returns std::vector<float> reports
@@ -22,7 +22,9 @@
 #include <vector>
 
 #include "concepts.hpp"
+#include "multi_sequence.hpp"
 #include "random.hpp"
+#include "tree.hpp"
 #include "types.hpp"
 
 namespace specdec::detail {
@@ -305,6 +307,50 @@ template <class M, class G>
 constexpr void reject_autoregressive_call() {
     static_assert(diagnose_autoregressive_call<M, G>() || (Verifier<M> && random_generator<G>),
                   "specdec: the model must be a Verifier and rng a random generator (see specdec/concepts.hpp)");
+}
+
+/// The arguments of speculative_decode and batch_decoder: a drafter that drafts chains or
+/// trees for one sequence (Drafter, TreeDrafter) or chains for many (MultiSequenceDrafter), a
+/// verifier likewise, and a generator; up to the first requirement that fails.
+template <class D, class V, class G>
+constexpr bool diagnose_decoder_call() {
+    using UD = std::remove_const_t<D>;
+    using UV = std::remove_const_t<V>;
+    constexpr bool drafter_ok = TreeDrafter<D> || MultiSequenceDrafter<D>;
+    constexpr bool verifier_ok = TreeVerifier<V> || MultiSequenceVerifier<V>;
+    if constexpr (!Drafter<D> && !drafter_ok && std::is_const_v<D> &&
+                  (TreeDrafter<UD> || MultiSequenceDrafter<UD>)) {
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter is const: its member functions must be const, or pass a non-const "
+                      "drafter (models keep state such as a KV cache, so they are taken by non-const reference)");
+        return true;
+    } else if constexpr (!drafter_ok && diagnose_drafter<D>()) {
+        return true;
+    } else if constexpr (!Verifier<V> && !verifier_ok && std::is_const_v<V> &&
+                         (TreeVerifier<UV> || MultiSequenceVerifier<UV>)) {
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier is const: its member functions must be const, or pass a non-const "
+                      "verifier (models keep state such as a KV cache, so they are taken by non-const reference)");
+        return true;
+    } else if constexpr (!verifier_ok && diagnose_verifier<V>()) {
+        return true;
+    } else if constexpr (Drafter<D> && !BlockDrafter<D> && !drafter_ok &&
+                         diagnose_logits_vector<next_logits_result<D>>()) {
+        return true;
+    } else {
+        return diagnose_generator<G>();
+    }
+}
+
+/// The body of speculative_decode's unconstrained fallback overload (see reject_speculative_call).
+template <class D, class V, class G>
+constexpr void reject_decoder_call() {
+    static_assert(diagnose_decoder_call<D, V, G>() ||
+                      ((Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>) &&
+                       (Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V>) && random_generator<G>),
+                  "specdec: the drafter must be a Drafter, TreeDrafter or MultiSequenceDrafter, the verifier a "
+                  "Verifier, TreeVerifier or MultiSequenceVerifier, and rng a random generator (see "
+                  "specdec/concepts.hpp, tree.hpp, multi_sequence.hpp)");
 }
 
 }  // namespace specdec::detail

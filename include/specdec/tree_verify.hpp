@@ -249,6 +249,32 @@ struct tree_verification_run {
 
 }  // namespace detail
 
+namespace detail {
+
+/// verify_tree, its errors naming `where` (the call the user made: a decoding loop's).
+template <class G>
+tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, const draft_tree& tree,
+                                   const sampling_config& sampling, G& rng, tree_verify_workspace& ws,
+                                   const tree_verify_options& opts, const char* where) {
+    validate(sampling, where);
+    const auto vocab = target_logits.rows();
+    if (vocab <= 0) fail_invalid(where, ": target_logits has ", vocab, " rows; one per token is needed");
+    check_tree(tree, vocab, opts.check_draft_distributions && !tree.standardized, where);
+    const std::size_t n = tree.size();
+    if (target_logits.cols() != static_cast<Eigen::Index>(n + 1))
+        fail_invalid(where, ": target_logits has ", target_logits.cols(),
+                             " columns; expected one for the root and one per node = ", n + 1);
+    const auto levels = static_cast<Eigen::Index>(
+        opts.scheme == tree_verification_scheme::traversal ? tree.max_depth() + 1 : 1);
+    tree_verification_run<G>::prepare(ws, tree, vocab, levels);
+    tree_verification_run<G> run{target_logits, tree, sampling, rng, ws, where};
+    if (opts.scheme == tree_verification_scheme::traversal) run.traverse(-1, 0, 1.0);
+    else run.recursive_rejection();
+    return run.result;
+}
+
+}  // namespace detail
+
 /// Verifies a draft tree against the target's logits at the root and at every node, and draws
 /// the token after the accepted path. The accepted path and the token together have exactly
 /// the target's distribution, under either scheme (see the file comment for the algorithms and
@@ -275,22 +301,7 @@ template <random_generator G>
 tree_verify_result verify_tree(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, const draft_tree& tree,
                                const sampling_config& sampling, G&& rng, tree_verify_workspace& ws,
                                const tree_verify_options& opts = {}) {
-    constexpr const char* where = "specdec::verify_tree";
-    validate(sampling, where);
-    const auto vocab = target_logits.rows();
-    if (vocab <= 0) detail::fail_invalid(where, ": target_logits has ", vocab, " rows; one per token is needed");
-    detail::check_tree(tree, vocab, opts.check_draft_distributions && !tree.standardized, where);
-    const std::size_t n = tree.size();
-    if (target_logits.cols() != static_cast<Eigen::Index>(n + 1))
-        detail::fail_invalid(where, ": target_logits has ", target_logits.cols(),
-                             " columns; expected one for the root and one per node = ", n + 1);
-    const auto levels = static_cast<Eigen::Index>(
-        opts.scheme == tree_verification_scheme::traversal ? tree.max_depth() + 1 : 1);
-    detail::tree_verification_run<std::remove_reference_t<G>>::prepare(ws, tree, vocab, levels);
-    detail::tree_verification_run<std::remove_reference_t<G>> run{target_logits, tree, sampling, rng, ws, where};
-    if (opts.scheme == tree_verification_scheme::traversal) run.traverse(-1, 0, 1.0);
-    else run.recursive_rejection();
-    return run.result;
+    return detail::verify_tree_for(target_logits, tree, sampling, rng, ws, opts, "specdec::verify_tree");
 }
 
 }  // namespace specdec
