@@ -243,14 +243,14 @@ TEST_CASE("gamma_controller and the adaptive options reject invalid settings wit
     auto draft = markov_model::random(4, 2, 2);
     std::mt19937_64 rng(1);
     specdec::gamma_controller three(3);
-    specdec::decode_options o{.gamma = 4, .max_new_tokens = 8};
-    o.policy = specdec::gamma_policy::adaptive;
-    o.controller = &three;
+    specdec::decode_options o{.step = specdec::chain{.gamma = 4}, .budget = {.max_new_tokens = 8}};
+    o.length.policy = specdec::gamma_policy::adaptive;
+    o.length.controller = &three;
     const std::vector<token_id> prompt{0};
     CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, o, rng), Contains("gamma_max() = 3"));
-    o.controller = nullptr;
-    o.draft_stop_below = -0.5f;
-    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, o, rng), Contains("draft_stop_below"));
+    o.length.controller = nullptr;
+    o.draft.stop_below = -0.5f;
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, o, rng), Contains("draft.stop_below"));
 }
 
 TEST_CASE("Acceptance estimates: each reported beta is sum min(p, q) of the tested row", "[adaptive]") {
@@ -262,8 +262,8 @@ TEST_CASE("Acceptance estimates: each reported beta is sum min(p, q) of the test
         for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
             std::size_t checked = 0;
             std::vector<token_id> context{0};
-            specdec::decode_options o{.gamma = 3, .max_new_tokens = 40, .sampling = s, .scheme = scheme};
-            o.estimate_acceptance = true;
+            specdec::decode_options o{.step = specdec::chain{.gamma = 3, .scheme = scheme}, .sampling = s, .budget = {.max_new_tokens = 40}};
+            std::get<specdec::chain>(o.step).estimate_acceptance = true;
             o.on_step = [&](const specdec::step_event& e) {
                 REQUIRE(e.acceptance.size() == std::min(e.draft.size(), e.accepted + 1));
                 std::vector<token_id> prefix = context;
@@ -289,8 +289,8 @@ TEST_CASE("Acceptance estimates: each reported beta is sum min(p, q) of the test
         auto target = markov_model::random(4, 2, 7);
         shift_drafter drafter{4, 1};
         std::vector<token_id> context{0};
-        specdec::decode_options o{.gamma = 2, .max_new_tokens = 30};
-        o.estimate_acceptance = true;
+        specdec::decode_options o{.step = specdec::chain{.gamma = 2}, .budget = {.max_new_tokens = 30}};
+        std::get<specdec::chain>(o.step).estimate_acceptance = true;
         std::size_t checked = 0;
         o.on_step = [&](const specdec::step_event& e) {
             std::vector<token_id> prefix = context;
@@ -311,7 +311,7 @@ TEST_CASE("Acceptance estimates: each reported beta is sum min(p, q) of the test
         auto draft = markov_model::random(4, 2, 8);
         std::mt19937_64 rng(3);
         const std::vector<token_id> prompt{0};
-        const auto r = specdec::speculative_decode(draft, target, prompt, {.gamma = 2, .max_new_tokens = 20}, rng);
+        const auto r = specdec::speculative_decode(draft, target, prompt, {.step = specdec::chain{.gamma = 2}, .budget = {.max_new_tokens = 20}}, rng);
         CHECK(r.stats.expected_accepted_at_position.empty());
         CHECK(r.stats.estimated_acceptance() == 0.0);
     }
@@ -323,8 +323,8 @@ TEST_CASE("The mean beta estimates the acceptance rate of token verification", "
     // Σ β(1 − β) <= n/4. Fails when |Σ accepts − Σ β| > 4.9 sd (false alarm about 1e-6).
     auto target = markov_model::random(4, 2, 41);
     auto draft = markov_model::random(4, 2, 42);
-    specdec::decode_options o{.gamma = 3, .max_new_tokens = 20000, .scheme = specdec::verification_scheme::token};
-    o.estimate_acceptance = true;
+    specdec::decode_options o{.step = specdec::chain{.gamma = 3, .scheme = specdec::verification_scheme::token}, .budget = {.max_new_tokens = 20000}};
+    std::get<specdec::chain>(o.step).estimate_acceptance = true;
     double var = 0;
     o.on_step = [&](const specdec::step_event& e) {
         for (float b : e.acceptance) var += static_cast<double>(b) * (1.0 - static_cast<double>(b));
@@ -348,8 +348,8 @@ TEST_CASE("The draft-side stop ends each block after the first token below the t
         INFO((block_drafter ? "model_drafter (stops drafting itself)" : "plain model drafter"));
         std::vector<token_id> context{0};
         std::size_t stopped = 0, full = 0;
-        specdec::decode_options o{.gamma = 4, .max_new_tokens = 400};
-        o.draft_stop_below = threshold;
+        specdec::decode_options o{.step = specdec::chain{.gamma = 4}, .budget = {.max_new_tokens = 400}};
+        o.draft.stop_below = threshold;
         o.on_step = [&](const specdec::step_event& e) {
             std::vector<token_id> prefix = context;
             for (std::size_t i = 0; i < e.draft.size(); ++i) {
@@ -383,11 +383,11 @@ TEST_CASE("Adaptive decoding at temperature 0 is greedy decoding, token for toke
     auto draft = markov_model::random(5, 2, 62);
     const specdec::sampling_config greedy{.temperature = 0.0f};
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
-        specdec::decode_options o{.gamma = 5, .max_new_tokens = 200, .sampling = greedy, .scheme = scheme};
-        o.policy = specdec::gamma_policy::adaptive;
-        o.adaptive = known_costs(0.05);
-        o.adaptive.explore_every = 3;
-        o.draft_stop_below = 0.5f;
+        specdec::decode_options o{.step = specdec::chain{.gamma = 5, .scheme = scheme}, .sampling = greedy, .budget = {.max_new_tokens = 200}};
+        o.length.policy = specdec::gamma_policy::adaptive;
+        o.length.adaptive = known_costs(0.05);
+        o.length.adaptive.explore_every = 3;
+        o.draft.stop_below = 0.5f;
         std::mt19937_64 a(1), b(2);
         const std::vector<token_id> prompt{0, 3};
         const auto spec = specdec::speculative_decode(draft, target, prompt, o, a);

@@ -191,9 +191,9 @@ TEST_CASE("With gamma = 1 block verification is token verification, draw for dra
         for (std::uint64_t seed = 0; seed < 20; ++seed) {
             std::mt19937_64 a(seed), b(seed);
             const auto token = specdec::speculative_decode(
-                draft, target, prompt, {.gamma = 1, .max_new_tokens = 40, .sampling = s, .scheme = verification_scheme::token}, a);
+                draft, target, prompt, {.step = specdec::chain{.gamma = 1, .scheme = verification_scheme::token}, .sampling = s, .budget = {.max_new_tokens = 40}}, a);
             const auto block = specdec::speculative_decode(
-                draft, target, prompt, {.gamma = 1, .max_new_tokens = 40, .sampling = s, .scheme = verification_scheme::block}, b);
+                draft, target, prompt, {.step = specdec::chain{.gamma = 1, .scheme = verification_scheme::block}, .sampling = s, .budget = {.max_new_tokens = 40}}, b);
             CHECK(token.tokens == block.tokens);
             CHECK(token.stats.accepted_tokens == block.stats.accepted_tokens);
             CHECK(a() == b());  // the generators advanced identically
@@ -207,9 +207,9 @@ TEST_CASE("Block verification with point-mass drafts and at temperature 0 matche
     shift_drafter shift{12, 1};
     const std::vector<token_id> prompt{0, 5};
     std::mt19937_64 g(1);
-    const auto greedy = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 50, .sampling = {.temperature = 0.0f}}, g);
+    const auto greedy = specdec::autoregressive_decode(target, prompt, {.sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 50}}, g);
     for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
-        const specdec::decode_options opts{.gamma = gamma, .max_new_tokens = 50, .sampling = {.temperature = 0.0f}};
+        const specdec::decode_options opts{.step = specdec::chain{.gamma = gamma}, .sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 50}};
         CHECK(specdec::speculative_decode(draft, target, prompt, opts, g).tokens == greedy.tokens);
         CHECK(specdec::speculative_decode(shift, target, prompt, opts, g).tokens == greedy.tokens);
     }
@@ -410,8 +410,8 @@ TEST_CASE("Lenience with block verification is rejected with a clear error", "[b
     auto target = markov_model::random(4, 2, 1);
     const std::vector<token_id> prompt{0};
     std::mt19937_64 rng(1);
-    CHECK_THROWS_WITH(specdec::speculative_decode(target, target, prompt, {.lenience = 0.5f}, rng),
+    CHECK_THROWS_WITH(specdec::speculative_decode(target, target, prompt, {.step = specdec::chain{.lenience = 0.5f}}, rng),
                       contains("token verification only"));
     CHECK_NOTHROW(specdec::speculative_decode(target, target, prompt,
-                                              {.lenience = 0.5f, .scheme = verification_scheme::token}, rng));
+                                              {.step = specdec::chain{.scheme = verification_scheme::token, .lenience = 0.5f}}, rng));
 }

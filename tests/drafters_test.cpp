@@ -124,9 +124,8 @@ TEST_CASE("Speculative decoding with an empty draft block still produces one tok
     specdec::prompt_lookup_drafter lookup(6, 3, 3);  // a 3-gram rarely recurs in a short context
     const std::vector<token_id> prompt{0};
     std::mt19937_64 a(2), b(2);
-    const auto r = specdec::speculative_decode(lookup, target, prompt, {.gamma = 4, .max_new_tokens = 30,
-                                                                        .sampling = {.temperature = 0.0f}}, a);
-    const auto g = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 30, .sampling = {.temperature = 0.0f}}, b);
+    const auto r = specdec::speculative_decode(lookup, target, prompt, {.step = specdec::chain{.gamma = 4}, .sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 30}}, a);
+    const auto g = specdec::autoregressive_decode(target, prompt, {.sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 30}}, b);
     CHECK(r.tokens == g.tokens);
     CHECK(r.stats.steps <= 30);
 }
@@ -165,7 +164,7 @@ TEST_CASE("A fallback chain refers to lvalue drafters and owns temporaries", "[d
     CHECK(owning.vocab_size() == 10);
     auto target = markov_model::random(10, 2, 5);
     std::mt19937_64 rng(3);
-    const auto r = specdec::speculative_decode(owning, target, {1, 2, 3}, {.max_new_tokens = 20}, rng);
+    const auto r = specdec::speculative_decode(owning, target, {1, 2, 3}, {.budget = {.max_new_tokens = 20}}, rng);
     CHECK(r.tokens.size() == 20);
     CHECK_THROWS_WITH((specdec::fallback_drafter(lookup, markov_model::random(11, 2, 4))),
                       contains("different vocab_size"));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 #include <random>
+#include <variant>
 #include <vector>
 
 using namespace specdec_test;
@@ -58,7 +59,7 @@ TEST_CASE("At temperature 0 speculative decoding is token-identical to greedy de
         for (auto& x : close.table) x += n(g);
     }
     const std::vector<token_id> prompt{1, 2, 3};
-    const specdec::decode_options greedy{.max_new_tokens = 60, .sampling = {.temperature = 0.0f}};
+    const specdec::decode_options greedy{.sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 60}};
     std::mt19937_64 rng0(1);
     const auto baseline = specdec::autoregressive_decode(target, prompt, greedy, rng0).tokens;
     REQUIRE(baseline.size() == 60);
@@ -68,13 +69,68 @@ TEST_CASE("At temperature 0 speculative decoding is token-identical to greedy de
     for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
         INFO("gamma = " << gamma);
         auto opts = greedy;
-        opts.gamma = gamma;
+        opts.step = specdec::chain{.gamma = gamma};
         std::mt19937_64 rng(gamma);
         CHECK(specdec::speculative_decode(other, target, prompt, opts, rng).tokens == baseline);
         CHECK(specdec::speculative_decode(close, target, prompt, opts, rng).tokens == baseline);
         CHECK(specdec::speculative_decode(target, target, prompt, opts, rng).tokens == baseline);
         CHECK(specdec::speculative_decode(shift, target, prompt, opts, rng).tokens == baseline);
         CHECK(specdec::speculative_decode(constant, batched, prompt, opts, rng).tokens == baseline);
+    }
+}
+
+TEST_CASE("At temperature 0 every composition of the one engine is token-identical to greedy decoding",
+          "[decode][greedy][compose]") {
+    // Chains of every length (0: plain target steps), trees under both schemes, the adaptive
+    // length (known costs) for chains and trees, draft-side sampling at another temperature, the
+    // draft-side stop, and several sequences in one batch_decoder: at T = 0 the target's
+    // distribution is a point mass, so each must reproduce greedy decoding token for token.
+    const int vocab = 16;
+    auto target = markov_model::random(vocab, 2, 100);
+    auto close = target;
+    {
+        std::mt19937_64 g(9);
+        std::normal_distribution<float> n(0.0f, 0.5f);
+        for (auto& x : close.table) x += n(g);
+    }
+    const std::vector<token_id> prompt{1, 2, 3};
+    const specdec::decode_options greedy{.sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 50}};
+    std::mt19937_64 rng0(1);
+    const auto baseline = specdec::autoregressive_decode(target, prompt, greedy, rng0).tokens;
+    REQUIRE(baseline.size() == 50);
+    const specdec::adaptive_gamma_options known{.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); },
+                                                .pass_cost = [](std::size_t) { return 1.0; }};
+    std::vector<specdec::step_shape> shapes{specdec::chain{.gamma = 0}, specdec::chain{.gamma = 1},
+                                            specdec::chain{.gamma = 5, .scheme = specdec::verification_scheme::token}};
+    for (auto scheme : {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection})
+        for (auto branching : {std::vector<std::size_t>{1}, std::vector<std::size_t>{2, 1}, std::vector<std::size_t>{3, 2, 1}})
+            for (auto draws : {specdec::sibling_draws::iid, specdec::sibling_draws::without_replacement})
+                shapes.push_back(specdec::tree{.shape = {.branching = branching, .draws = draws}, .scheme = scheme});
+    std::uint64_t seed = 0;
+    for (const auto& shape : shapes) {
+        const bool is_tree = std::holds_alternative<specdec::tree>(shape);
+        for (int variant = 0; variant < 4; ++variant) {
+            INFO("shape " << shape.index() << " " << (is_tree ? std::get<specdec::tree>(shape).shape.depth() : std::get<specdec::chain>(shape).gamma)
+                          << ", variant " << variant);
+            specdec::decode_options opts = greedy;
+            opts.step = shape;
+            if (variant == 1) opts.draft.sampling = specdec::sampling_config{.temperature = 1.0f};
+            if (variant == 2) opts.draft = {.sampling = specdec::sampling_config{.temperature = 0.8f}, .stop_below = 0.3f};
+            const bool adaptive_ok = is_tree || std::get<specdec::chain>(shape).gamma > 0;
+            if (variant == 3 && adaptive_ok) opts.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known};
+            std::mt19937_64 rng(++seed);
+            CHECK(specdec::speculative_decode(close, target, prompt, opts, rng).tokens == baseline);
+            // Three sequences in one decoder, one joining after the first step.
+            specdec::batch_decoder dec(close, target, opts);
+            const auto a = dec.add(prompt, std::mt19937_64(seed + 100));
+            const auto b = dec.add(prompt, std::mt19937_64(seed + 200), {.max_new_tokens = 20});
+            (void)dec.step();
+            const auto c = dec.add(prompt, std::mt19937_64(seed + 300));
+            dec.run();
+            CHECK(dec.take(a).tokens == baseline);
+            CHECK(dec.take(b).tokens == std::vector<token_id>(baseline.begin(), baseline.begin() + 20));
+            CHECK(dec.take(c).tokens == baseline);
+        }
     }
 }
 
@@ -121,7 +177,7 @@ TEST_CASE("The same seed gives the same output, different seeds give different o
     auto target = markov_model::random(16, 2, 3);
     auto draft = markov_model::random(16, 2, 4);
     const std::vector<token_id> prompt{0};
-    const specdec::decode_options opts{.gamma = 4, .max_new_tokens = 64};
+    const specdec::decode_options opts{.step = specdec::chain{.gamma = 4}, .budget = {.max_new_tokens = 64}};
     std::mt19937_64 a(42), b(42), c(43);
     const auto ra = specdec::speculative_decode(draft, target, prompt, opts, a);
     const auto rb = specdec::speculative_decode(draft, target, prompt, opts, b);
@@ -139,14 +195,14 @@ TEST_CASE("Exactly max_new_tokens tokens are returned, and no draft work is wast
     const std::vector<token_id> prompt{0};
     for (std::size_t n : {1u, 2u, 5u, 17u}) {
         std::mt19937_64 rng(n);
-        const auto r = specdec::speculative_decode(draft, target, prompt, {.gamma = 4, .max_new_tokens = n}, rng);
+        const auto r = specdec::speculative_decode(draft, target, prompt, {.step = specdec::chain{.gamma = 4}, .budget = {.max_new_tokens = n}}, rng);
         CHECK(r.tokens.size() == n);
         CHECK(r.stop == specdec::stop_reason::max_new_tokens);
         // Draft equal to target accepts everything, so every drafted token is used.
         CHECK(r.stats.accepted_tokens + r.stats.steps == n);
     }
     std::mt19937_64 rng(1);
-    CHECK(specdec::speculative_decode(draft, target, prompt, {.max_new_tokens = 0}, rng).tokens.empty());
+    CHECK(specdec::speculative_decode(draft, target, prompt, {.budget = {.max_new_tokens = 0}}, rng).tokens.empty());
 }
 
 TEST_CASE("A stop token ends the run and is included", "[decode]") {
@@ -156,10 +212,10 @@ TEST_CASE("A stop token ends the run and is included", "[decode]") {
     std::size_t stopped = 0;
     for (std::uint64_t seed = 0; seed < 50; ++seed) {
         std::mt19937_64 a(seed), b(seed);
-        const specdec::decode_options opts{.gamma = 3, .max_new_tokens = 40, .stop_tokens = {5}};
+        const specdec::decode_options opts{.step = specdec::chain{.gamma = 3}, .budget = {.max_new_tokens = 40, .stop_tokens = {5}}};
         const auto r = specdec::speculative_decode(draft, target, prompt, opts, a);
         const auto full =
-            specdec::speculative_decode(draft, target, prompt, {.gamma = 3, .max_new_tokens = 40}, b).tokens;
+            specdec::speculative_decode(draft, target, prompt, {.step = specdec::chain{.gamma = 3}, .budget = {.max_new_tokens = 40}}, b).tokens;
         const auto first = std::find(full.begin(), full.end(), 5);
         if (first == full.end()) {
             CHECK(r.stop == specdec::stop_reason::max_new_tokens);
@@ -179,7 +235,7 @@ TEST_CASE("The per-step callback streams exactly the generated tokens", "[decode
     const std::vector<token_id> prompt{0};
     std::vector<token_id> streamed;
     std::size_t steps = 0, accepted = 0;
-    specdec::decode_options opts{.gamma = 3, .max_new_tokens = 30};
+    specdec::decode_options opts{.step = specdec::chain{.gamma = 3}, .budget = {.max_new_tokens = 30}};
     opts.on_step = [&](const specdec::step_event& e) {
         ++steps;
         accepted += e.accepted;
@@ -200,7 +256,7 @@ TEST_CASE("Autoregressive decoding samples with one uniform per token from the s
     auto target = markov_model::random(8, 2, 3);
     const std::vector<token_id> prompt{0};
     std::mt19937_64 a(5), b(5);
-    const auto r = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 20}, a);
+    const auto r = specdec::autoregressive_decode(target, prompt, {.budget = {.max_new_tokens = 20}}, a);
     std::vector<token_id> seq = prompt;
     for (std::size_t i = 0; i < 20; ++i) {
         const auto p = ref_standardize(target.next_logits(seq), {});
@@ -222,14 +278,22 @@ TEST_CASE("speculative_decode validates its options before any model call", "[de
     auto draft = markov_model::random(8, 2, 4);
     const std::vector<token_id> prompt{0};
     std::mt19937_64 rng(1);
-    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.gamma = 0}, rng), contains("gamma = 0"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(
+                          draft, target, prompt,
+                          {.step = specdec::chain{.gamma = 0}, .length = {.policy = specdec::gamma_policy::adaptive}}, rng),
+                      contains("specdec::speculative_decode: step.gamma = 0 with the adaptive policy"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt,
+                                                  {.step = specdec::tree{.shape = {.branching = {}}}}, rng),
+                      contains("specdec::speculative_decode: options.step is a tree whose shape.branching has depth 0"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.draft = {.stop_below = 2.0f}}, rng),
+                      contains("draft.stop_below = 2"));
     CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.sampling = {.temperature = -1.0f}}, rng),
                       contains("temperature"));
     CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.sampling = {.top_p = 2.0f}}, rng),
                       contains("top_p"));
-    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.lenience = 0.0f}, rng), contains("lenience"));
-    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.stop_tokens = {8}}, rng),
-                      contains("stop_tokens[0] = 8"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.step = specdec::chain{.lenience = 0.0f}}, rng), contains("lenience"));
+    CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt, {.budget = {.stop_tokens = {8}}}, rng),
+                      contains("budget.stop_tokens[0] = 8"));
     auto small = markov_model::random(4, 2, 5);
     CHECK_THROWS_WITH(specdec::speculative_decode(small, target, prompt, {}, rng), contains("vocab_size"));
     // A prompt token out of range is caught before any model sees it.
@@ -248,8 +312,8 @@ TEST_CASE("A huge token budget ended by a stop token does not allocate the budge
     const std::vector<token_id> prompt{0};
     // Every token stops the run, so one step is taken; reserving 2^40 tokens up front would
     // throw std::bad_alloc (or abort under a sanitizer).
-    specdec::decode_options opts{.gamma = 3, .max_new_tokens = std::size_t{1} << 40, .stop_tokens = {}};
-    for (token_id t = 0; t < 8; ++t) opts.stop_tokens.push_back(t);
+    specdec::decode_options opts{.step = specdec::chain{.gamma = 3}, .budget = {.max_new_tokens = std::size_t{1} << 40, .stop_tokens = {}}};
+    for (token_id t = 0; t < 8; ++t) opts.budget.stop_tokens.push_back(t);
     std::mt19937_64 a(1), b(1);
     const auto r = specdec::speculative_decode(draft, target, prompt, opts, a);
     CHECK(r.stop == specdec::stop_reason::stop_token);
@@ -287,11 +351,11 @@ TEST_CASE("A braced prompt works as a prompt span", "[decode]") {
     auto draft = markov_model::random(8, 2, 4);
     const std::vector<token_id> prompt{0, 3, 5};
     std::mt19937_64 a(7), b(7);
-    const auto braced = specdec::speculative_decode(draft, target, {0, 3, 5}, {.max_new_tokens = 12}, a);
-    const auto spanned = specdec::speculative_decode(draft, target, prompt, {.max_new_tokens = 12}, b);
+    const auto braced = specdec::speculative_decode(draft, target, {0, 3, 5}, {.budget = {.max_new_tokens = 12}}, a);
+    const auto spanned = specdec::speculative_decode(draft, target, prompt, {.budget = {.max_new_tokens = 12}}, b);
     CHECK(braced.tokens == spanned.tokens);
-    const auto base_braced = specdec::autoregressive_decode(target, {0, 3, 5}, {.max_new_tokens = 5}, a);
-    const auto base_spanned = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 5}, b);
+    const auto base_braced = specdec::autoregressive_decode(target, {0, 3, 5}, {.budget = {.max_new_tokens = 5}}, a);
+    const auto base_spanned = specdec::autoregressive_decode(target, prompt, {.budget = {.max_new_tokens = 5}}, b);
     CHECK(base_braced.tokens == base_spanned.tokens);
 }
 
@@ -321,12 +385,12 @@ TEST_CASE("The draft samples with draft_sampling when it is set, with the target
     const specdec::sampling_config draft_settings{.temperature = 1.3f, .top_p = 0.8f};
     std::mt19937_64 rng(3);
     recording_drafter d{8, {}, {}};
-    (void)specdec::speculative_decode(d, target, prompt, {.max_new_tokens = 10, .sampling = target_settings}, rng);
+    (void)specdec::speculative_decode(d, target, prompt, {.sampling = target_settings, .budget = {.max_new_tokens = 10}}, rng);
     REQUIRE(!d.seen.empty());
     for (const auto& s : d.seen) CHECK(same_settings(s, target_settings));
     d.seen.clear();
     (void)specdec::speculative_decode(
-        d, target, prompt, {.max_new_tokens = 10, .sampling = target_settings, .draft_sampling = draft_settings}, rng);
+        d, target, prompt, {.sampling = target_settings, .draft = {.sampling = draft_settings}, .budget = {.max_new_tokens = 10}}, rng);
     REQUIRE(!d.seen.empty());
     for (const auto& s : d.seen) CHECK(same_settings(s, draft_settings));
     // speculative_step passes step_options::draft_sampling the same way.
@@ -348,7 +412,7 @@ TEST_CASE("A plain draft model proposes from its distribution under draft_sampli
     // argmax after the context (later ones too, but the first is easy to check).
     std::vector<token_id> sequence = prompt;
     std::size_t checked = 0;
-    specdec::decode_options opts{.gamma = 3, .max_new_tokens = 40, .draft_sampling = specdec::sampling_config{.temperature = 0.0f}};
+    specdec::decode_options opts{.step = specdec::chain{.gamma = 3}, .draft = {.sampling = specdec::sampling_config{.temperature = 0.0f}}, .budget = {.max_new_tokens = 40}};
     opts.on_step = [&](const specdec::step_event& e) {
         if (!e.draft.empty()) {
             auto copy = draft;
@@ -366,9 +430,9 @@ TEST_CASE("A plain draft model proposes from its distribution under draft_sampli
     CHECK(r.stats.rejected_tokens > 0);  // the target still samples: some greedy drafts fail
     // Setting draft_sampling to the target's own settings changes nothing.
     std::mt19937_64 a(12), b(12);
-    const auto unset = specdec::speculative_decode(draft, target, prompt, {.max_new_tokens = 30}, a);
+    const auto unset = specdec::speculative_decode(draft, target, prompt, {.budget = {.max_new_tokens = 30}}, a);
     const auto same = specdec::speculative_decode(
-        draft, target, prompt, {.max_new_tokens = 30, .draft_sampling = specdec::sampling_config{}}, b);
+        draft, target, prompt, {.draft = {.sampling = specdec::sampling_config{}}, .budget = {.max_new_tokens = 30}}, b);
     CHECK(unset.tokens == same.tokens);
 }
 
@@ -378,9 +442,9 @@ TEST_CASE("Invalid draft_sampling is rejected, naming the field", "[decode][erro
     const std::vector<token_id> prompt{0};
     std::mt19937_64 rng(1);
     CHECK_THROWS_WITH(specdec::speculative_decode(draft, target, prompt,
-                                                  {.draft_sampling = specdec::sampling_config{.temperature = -1.0f}},
+                                                  {.draft = {.sampling = specdec::sampling_config{.temperature = -1.0f}}},
                                                   rng),
-                      contains("specdec::speculative_decode: draft_sampling.temperature = -1"));
+                      contains("specdec::speculative_decode: draft.sampling.temperature = -1"));
     std::vector<token_id> sequence{0};
     specdec::decode_stats stats;
     specdec::step_workspace ws;
@@ -395,7 +459,7 @@ TEST_CASE("draft_calls counts reported model calls, else one per draft() that pr
     auto target = markov_model::random(8, 2, 3);
     const std::vector<token_id> prompt{0};
     std::size_t proposing_steps = 0;
-    specdec::decode_options opts{.gamma = 3, .max_new_tokens = 25};
+    specdec::decode_options opts{.step = specdec::chain{.gamma = 3}, .budget = {.max_new_tokens = 25}};
     opts.on_step = [&](const specdec::step_event& e) { proposing_steps += !e.draft.empty(); };
     std::mt19937_64 rng(2);
     SECTION("a BlockDrafter that does not report: one call per block it proposed") {

@@ -525,7 +525,7 @@ public:
             detail::fail_invalid(where, ": options.length.policy = ", static_cast<int>(options_.length.policy),
                                  " is neither gamma_policy::fixed nor gamma_policy::adaptive");
         validate(options_.sampling, where);
-        detail::check_draft_sampling(options_.draft.sampling, where);
+        detail::check_draft_sampling(options_.draft.sampling, where, "draft.");
         if (!(options_.draft.stop_below >= 0.0f && options_.draft.stop_below <= 1.0f))
             detail::fail_invalid(where, ": draft.stop_below = ", options_.draft.stop_below,
                                  " must lie in [0, 1] (0 is off)");

@@ -309,6 +309,13 @@ constexpr void reject_autoregressive_call() {
                   "specdec: the model must be a Verifier and rng a random generator (see specdec/concepts.hpp)");
 }
 
+/// A plain LanguageModel drafter's logits must be float (checked only for that kind).
+template <class D, bool other_kind>
+constexpr bool diagnose_decoder_logits() {
+    if constexpr (other_kind || !Drafter<D> || BlockDrafter<D>) return false;
+    else return diagnose_logits_vector<next_logits_result<D>>();
+}
+
 /// The arguments of speculative_decode and batch_decoder: a drafter that drafts chains or
 /// trees for one sequence (Drafter, TreeDrafter) or chains for many (MultiSequenceDrafter), a
 /// verifier likewise, and a generator; up to the first requirement that fails.
@@ -334,8 +341,7 @@ constexpr bool diagnose_decoder_call() {
         return true;
     } else if constexpr (!verifier_ok && diagnose_verifier<V>()) {
         return true;
-    } else if constexpr (Drafter<D> && !BlockDrafter<D> && !drafter_ok &&
-                         diagnose_logits_vector<next_logits_result<D>>()) {
+    } else if constexpr (diagnose_decoder_logits<D, drafter_ok>()) {
         return true;
     } else {
         return diagnose_generator<G>();

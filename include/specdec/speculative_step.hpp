@@ -145,15 +145,16 @@ inline void check_step_options(std::size_t gamma, const sampling_config& samplin
                      " is defined for token verification only; set scheme = verification_scheme::token");
 }
 
-/// Checks decode_options::draft_sampling / step_options::draft_sampling as validate() does,
-/// naming the field draft_sampling in the message.
-inline void check_draft_sampling(const std::optional<sampling_config>& draft, const char* where) {
+/// Checks step_options::draft_sampling (or decode_options::draft.sampling, with prefix
+/// "draft.") as validate() does, naming the field in the message.
+inline void check_draft_sampling(const std::optional<sampling_config>& draft, const char* where,
+                                 const char* prefix = "draft_") {
     if (!draft) return;
     try {
         validate(*draft, where);
     } catch (const std::invalid_argument& e) {
         std::string message = e.what();
-        if (const auto at = message.find("sampling."); at != std::string::npos) message.insert(at, "draft_");
+        if (const auto at = message.find("sampling."); at != std::string::npos) message.insert(at, prefix);
         throw std::invalid_argument(message);
     }
 }
