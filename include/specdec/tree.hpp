@@ -46,6 +46,15 @@ enum class sibling_draws : std::uint8_t {
     without_replacement,
 };
 
+namespace detail {
+/// True for the two enumerators of sibling_draws; a value cast from any other number is
+/// neither, and is refused wherever a tree or a shape is checked (one reader taking it for
+/// i.i.d. and another for without replacement would break exactness).
+constexpr bool known_draws(sibling_draws d) noexcept {
+    return d == sibling_draws::iid || d == sibling_draws::without_replacement;
+}
+}  // namespace detail
+
 /// A tree of draft tokens after a context (the root).
 ///
 /// Node i holds `tokens[i]`, its parent `parents[i]` (−1: a child of the root; otherwise a
@@ -88,11 +97,15 @@ struct draft_tree {
     }
 
     /// Appends a node below `parent` (−1 for the root) and returns its index.
-    /// \throws std::invalid_argument when parent is not −1 or an existing node.
+    /// \throws std::invalid_argument when parent is not −1 or an existing node, or `how` is
+    ///         neither enumerator of sibling_draws.
     std::int32_t add(std::int32_t parent, token_id token, sibling_draws how = sibling_draws::iid) {
         if (parent < -1 || parent >= static_cast<std::int32_t>(tokens.size()))
             detail::fail_invalid("specdec::draft_tree::add: parent = ", parent, " is neither -1 (the root) nor one of the ",
                                  tokens.size(), " nodes");
+        if (!detail::known_draws(how))
+            detail::fail_invalid("specdec::draft_tree::add: how = ", static_cast<unsigned>(how),
+                                 " is neither sibling_draws::iid nor sibling_draws::without_replacement");
         if (draws.size() < tokens.size()) draws.resize(tokens.size(), sibling_draws::iid);
         tokens.push_back(token);
         parents.push_back(parent);
@@ -234,8 +247,32 @@ inline double sum_min_in_double(const float* x, const float* y, Eigen::Index n) 
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+/// The mass of column i of tree.probs left when the tokens of node i's earlier siblings (the
+/// nodes in [first_sibling, i) with its parent, each token once) are removed: the sum, in
+/// double, of the entries that remain. Summed over what remains rather than computed as the
+/// column's sum minus the removed entries: that subtraction of nearly equal doubles cancels
+/// when the earlier siblings took nearly all the mass (q ≈ {1, 2e-19}: 1 + 2e-19 − 1 is 0 in
+/// double), which refused, or would have divided by 0, a tree drawn correctly. check_tree
+/// requires it to be positive and tree verification renormalizes by it, so the two agree.
+/// \pre the tree's structure is checked (tokens in range) and it has columns.
+inline double mass_left_after_siblings(const draft_tree& tree, std::size_t i, std::size_t first_sibling) {
+    const auto col = tree.probs.col(static_cast<Eigen::Index>(i));
+    const Eigen::Index v = col.size();
+    const std::int32_t par = tree.parents[i];
+    double left = 0.0;
+    for (Eigen::Index from = 0;;) {
+        Eigen::Index cut = v;  // the smallest removed token at or after `from` (v: none)
+        for (std::size_t j = first_sibling; j < i; ++j)
+            if (tree.parents[j] == par && tree.tokens[j] >= from && tree.tokens[j] < cut) cut = tree.tokens[j];
+        left += sum_in_double(col.data() + from, cut - from);
+        if (cut == v) return left;
+        from = cut + 1;
+    }
+}
+
 /// The structural part of check_tree: consistent array sizes, parents before children, depths
-/// that follow the parents, tokens in range (what must hold before a model is shown the tree).
+/// that follow the parents, tokens in range, each node's draws one of the two enumerators of
+/// sibling_draws (what must hold before a model is shown the tree).
 inline void check_tree_structure(const draft_tree& tree, std::ptrdiff_t vocab, const char* where) {
     const std::size_t n = tree.tokens.size();
     if (tree.parents.size() != n || tree.depths.size() != n || (!tree.draws.empty() && tree.draws.size() != n))
@@ -253,14 +290,18 @@ inline void check_tree_structure(const draft_tree& tree, std::ptrdiff_t vocab, c
             fail_invalid(where, ": node ", i, " has depth ", tree.depths[i], "; its parent ", par, " makes it ", want);
         if (tree.tokens[i] < 0 || tree.tokens[i] >= vocab)
             fail_invalid(where, ": node ", i, " has token ", tree.tokens[i], ", out of range [0, vocab_size = ", vocab, ")");
+        if (!known_draws(tree.draws_of(i)))
+            fail_invalid(where, ": node ", i, " has draws = ", static_cast<unsigned>(tree.draws_of(i)),
+                         ", neither sibling_draws::iid nor sibling_draws::without_replacement");
     }
 }
 
 /// Throws std::invalid_argument unless `tree` is well formed for a vocabulary of `vocab`:
 /// consistent array sizes, parents before children, depths that follow the parents, tokens in
-/// range, columns of the right shape; and, for nodes with columns, a positive probability of
-/// its token under the distribution it was drawn from (for without-replacement draws: positive
-/// mass left after removing earlier siblings, and the token not among them). When
+/// range, each node's draws iid or without_replacement, columns of the right shape; and, for
+/// nodes with columns, a positive probability of its token under the distribution it was drawn
+/// from (for without-replacement draws: positive mass left after removing earlier siblings,
+/// and the token not among them). When
 /// `check_columns`, columns must be distributions (non-negative, summing to 1 within
 /// draft_probability_tolerance = 1e-3).
 inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_columns, const char* where) {
@@ -280,20 +321,14 @@ inline void check_tree(const draft_tree& tree, std::ptrdiff_t vocab, bool check_
                              sum, ")");
         }
         double mass = 1.0, own = col[tree.tokens[i]];
-        bool first = true;
-        for (std::size_t j = 0; j < i && first; ++j) first = tree.parents[j] != tree.parents[i];
-        if (tree.draws_of(i) == sibling_draws::without_replacement && !first) {
-            mass = sum_in_double(col.data(), col.size());  // what verification renormalizes by
-            for (std::size_t j = 0; j < i; ++j) {
-                if (tree.parents[j] != tree.parents[i]) continue;
-                if (tree.tokens[j] == tree.tokens[i])
+        std::size_t first_sibling = 0;
+        while (first_sibling < i && tree.parents[first_sibling] != tree.parents[i]) ++first_sibling;
+        if (tree.draws_of(i) == sibling_draws::without_replacement && first_sibling < i) {
+            for (std::size_t j = first_sibling; j < i; ++j)
+                if (tree.parents[j] == tree.parents[i] && tree.tokens[j] == tree.tokens[i])
                     fail_invalid(where, ": node ", i, " (token ", tree.tokens[i],
                                  ") is drawn without replacement but repeats its earlier sibling ", j);
-                bool seen = false;  // a token removed once counts once
-                for (std::size_t k = 0; k < j; ++k)
-                    seen = seen || (tree.parents[k] == tree.parents[i] && tree.tokens[k] == tree.tokens[j]);
-                if (!seen) mass -= col[tree.tokens[j]];
-            }
+            mass = mass_left_after_siblings(tree, i, first_sibling);  // what verification renormalizes by
         }
         if (!(own > 0.0) || !(mass > 0.0))
             fail_invalid(where, ": node ", i, " has token ", tree.tokens[i], " of draft probability ", own,
@@ -348,6 +383,9 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
                        std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
                        Eigen::VectorXf& scratch, sampling_workspace& sws, LevelScores&& level_scores_of) {
     constexpr const char* where = "specdec::draft_tree_from_model";
+    if (!known_draws(shape.draws))
+        fail_invalid(where, ": shape.draws = ", static_cast<unsigned>(shape.draws),
+                     " is neither sibling_draws::iid nor sibling_draws::without_replacement");
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.clear();
     const std::size_t total = shape.nodes(), depth = shape.depth();

@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <type_traits>
 #include <vector>
@@ -141,32 +142,28 @@ struct tree_verification_run {
         if (!tree.has_distributions()) return 1.0;
         const auto col = tree.probs.col(c);
         const token_id x = tree.tokens[ci];
-        if (tree.draws_of(ci) == sibling_draws::iid) {
+        if (tree.draws_of(ci) != sibling_draws::without_replacement) {  // i.i.d. (check_tree refuses other values)
             if (fill) ws.q_ = col;
             return col[x];
         }
         // Without replacement: the column with the earlier siblings' tokens removed, renormalized
-        // (Jeon et al. 2024, Sec. 3.2) by what is left of the column's own sum, as the drafter's
+        // (Jeon et al. 2024, Sec. 3.2) by the sum of what is left of the column, as the drafter's
         // draw from the remaining weights did (not by 1 − the removed mass: a column sums to 1
-        // only up to rounding, which would matter when little mass is left).
+        // only up to rounding, which would matter when little mass is left), summed over the
+        // entries left as check_tree sums it (see mass_left_after_siblings: the column's sum
+        // minus the removed entries cancels to 0 when almost nothing is left).
         const std::int32_t par = tree.parents[ci];
-        if (ws.first_child_[static_cast<std::size_t>(par + 1)] == c) {
+        const std::int32_t first = ws.first_child_[static_cast<std::size_t>(par + 1)];
+        if (first == c) {
             if (fill) ws.q_ = col;
             return col[x];
         }
-        double left = detail::sum_in_double(col.data(), col.size());
-        for (std::int32_t s = ws.first_child_[static_cast<std::size_t>(par + 1)]; s != c;
-             s = ws.next_sibling_[static_cast<std::size_t>(s + 1)]) {
-            bool seen = false;
-            for (std::int32_t t = ws.first_child_[static_cast<std::size_t>(par + 1)]; t != s;
-                 t = ws.next_sibling_[static_cast<std::size_t>(t + 1)])
-                seen = seen || tree.tokens[static_cast<std::size_t>(t)] == tree.tokens[static_cast<std::size_t>(s)];
-            if (!seen) left -= col[tree.tokens[static_cast<std::size_t>(s)]];
-        }
+        const double left = detail::mass_left_after_siblings(tree, ci, static_cast<std::size_t>(first));
         if (fill) {
-            ws.q_ = col * static_cast<float>(1.0 / left);
-            for (std::int32_t s = ws.first_child_[static_cast<std::size_t>(par + 1)]; s != c;
-                 s = ws.next_sibling_[static_cast<std::size_t>(s + 1)])
+            const double scale = 1.0 / left;
+            if (scale <= static_cast<double>(std::numeric_limits<float>::max())) ws.q_ = col * static_cast<float>(scale);
+            else ws.q_ = (col.cast<double>() * scale).cast<float>();  // so little left that 1 / left overflows a float
+            for (std::int32_t s = first; s != c; s = ws.next_sibling_[static_cast<std::size_t>(s + 1)])
                 ws.q_[tree.tokens[static_cast<std::size_t>(s)]] = 0.0f;
         }
         return col[x] / left;

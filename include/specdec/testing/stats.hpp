@@ -15,6 +15,26 @@
 
 #include "../error.hpp"
 
+namespace specdec::detail {
+
+/// `total` plus the sum of `counts`, exactly, in a std::size_t.
+/// \throws std::invalid_argument naming `where` and `what` when the sum does not fit (a
+///         std::size_t would wrap silently, and a double total converted back is undefined
+///         behaviour from 2^64 on).
+inline std::size_t add_counts(std::size_t total, const std::vector<std::size_t>& counts, const char* where,
+                              const char* what) {
+    constexpr std::size_t most = std::numeric_limits<std::size_t>::max();
+    for (const std::size_t c : counts) {
+        if (c > most - total)
+            fail_invalid(where, ": ", what, " sum to more than a std::size_t holds (", most,
+                         "); the test needs the number of samples");
+        total += c;
+    }
+    return total;
+}
+
+}  // namespace specdec::detail
+
 namespace specdec::testing {
 
 /// Regularized lower incomplete gamma P(a, x) by its power series (accurate for x < a + 1).
@@ -89,14 +109,15 @@ struct gof_result {
 ///    longer adds about 50 to the statistic. `statistic` and `degrees_of_freedom` are then
 ///    those of the chi-square part.
 /// A count in a cell of probability 0 makes the statistic infinite and the p-value 0.
-/// \throws std::invalid_argument when the two vectors differ in size.
+/// \throws std::invalid_argument when the two vectors differ in size, or the counts sum to
+///         more than a std::size_t holds.
 [[nodiscard]] inline gof_result chi_square_test(const std::vector<std::size_t>& counts,
                                                 const std::vector<double>& probs, double min_expected = 5.0) {
+    constexpr const char* where = "specdec::testing::chi_square_test";
     if (counts.size() != probs.size())
-        detail::fail_invalid("specdec::testing::chi_square_test: counts has ", counts.size(), " cells but probs has ",
-                             probs.size());
+        detail::fail_invalid(where, ": counts has ", counts.size(), " cells but probs has ", probs.size());
     gof_result r;
-    for (auto c : counts) r.samples += c;
+    r.samples = detail::add_counts(0, counts, where, "the counts");
     const double n = static_cast<double>(r.samples);
     double pooled_expected = 0.0, pooled_observed = 0.0, pooled_prob = 0.0;
     for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -141,20 +162,24 @@ struct gof_result {
 /// distribution? The 2 x K contingency table test; cells whose expected count in the smaller
 /// sample is below `min_expected` are pooled into one cell, and cells empty in both samples are
 /// ignored. Degrees of freedom: the cells left, minus one.
-/// \throws std::invalid_argument when the two vectors differ in size.
+/// \throws std::invalid_argument when the two vectors differ in size, or the counts of both
+///         samples sum to more than a std::size_t holds.
 [[nodiscard]] inline gof_result chi_square_two_sample_test(const std::vector<std::size_t>& a,
                                                            const std::vector<std::size_t>& b,
                                                            double min_expected = 5.0) {
+    constexpr const char* where = "specdec::testing::chi_square_two_sample_test";
     if (a.size() != b.size())
-        detail::fail_invalid("specdec::testing::chi_square_two_sample_test: a has ", a.size(), " cells but b has ",
-                             b.size());
+        detail::fail_invalid(where, ": a has ", a.size(), " cells but b has ", b.size());
     gof_result r;
+    // Counted exactly in integers (a double total converted back is undefined from 2^64 on,
+    // and rounds up to 2^64 just below it).
+    r.samples = detail::add_counts(detail::add_counts(0, a, where, "the counts of a and b"), b, where,
+                                   "the counts of a and b");
     double na = 0.0, nb = 0.0;
     for (std::size_t i = 0; i < a.size(); ++i) {
         na += static_cast<double>(a[i]);
         nb += static_cast<double>(b[i]);
     }
-    r.samples = static_cast<std::size_t>(na + nb);
     if (na == 0.0 || nb == 0.0) return r;
     const double n = na + nb, small = std::min(na, nb);
     double statistic = 0.0, pa = 0.0, pb = 0.0;
