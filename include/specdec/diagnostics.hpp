@@ -309,6 +309,63 @@ constexpr void reject_autoregressive_call() {
                   "specdec: the model must be a Verifier and rng a random generator (see specdec/concepts.hpp)");
 }
 
+template <class M>
+concept names_propose_tree = requires { &M::propose_tree; };
+template <class M>
+concept names_score_tree = requires { &M::score_tree; };
+template <class M>
+concept names_draft_batch = requires { &M::draft_batch; };
+template <class M>
+concept names_score_batch = requires { &M::score_batch; };
+
+/// A drafter that names a member of one of the other drafter concepts (propose_tree,
+/// draft_batch) but misses it: which signature was expected.
+template <class D>
+constexpr bool diagnose_other_drafter() {
+    using U = std::remove_const_t<D>;
+    if constexpr (names_propose_tree<U> && !TreeDrafter<U>) {
+        if constexpr (diagnose_vocab_size<D>()) return true;
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter's propose_tree has the wrong signature; a TreeDrafter needs `void "
+                      "propose_tree(std::span<const specdec::token_id> context, const specdec::tree_shape& shape, "
+                      "const specdec::sampling_config& sampling, specdec::uniform_source& uniforms, "
+                      "specdec::draft_tree& out)`");
+        return true;
+    } else if constexpr (names_draft_batch<U> && !MultiSequenceDrafter<U>) {
+        if constexpr (diagnose_vocab_size<D>()) return true;
+        static_assert(dependent_false<D>,
+                      "specdec: the drafter's draft_batch has the wrong signature; a MultiSequenceDrafter needs "
+                      "`void draft_batch(std::span<specdec::draft_request> requests, const "
+                      "specdec::sampling_config& sampling)`");
+        return true;
+    } else {
+        return false;
+    }
+}
+
+/// The same for a verifier (score_tree, score_batch).
+template <class V>
+constexpr bool diagnose_other_verifier() {
+    using U = std::remove_const_t<V>;
+    if constexpr (names_score_tree<U> && !TreeVerifier<U>) {
+        if constexpr (diagnose_vocab_size<V>()) return true;
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier's score_tree has the wrong signature; a TreeVerifier needs `void "
+                      "score_tree(std::span<const specdec::token_id> context, const specdec::draft_tree& tree, "
+                      "Eigen::MatrixXf& out)` (out: vocab_size() x (tree.size() + 1), the root first)");
+        return true;
+    } else if constexpr (names_score_batch<U> && !MultiSequenceVerifier<U>) {
+        if constexpr (diagnose_vocab_size<V>()) return true;
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier's score_batch has the wrong signature; a MultiSequenceVerifier needs "
+                      "`void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& "
+                      "out)`");
+        return true;
+    } else {
+        return false;
+    }
+}
+
 /// A plain LanguageModel drafter's logits must be float (checked only for that kind).
 template <class D, bool other_kind>
 constexpr bool diagnose_decoder_logits() {
@@ -331,6 +388,8 @@ constexpr bool diagnose_decoder_call() {
                       "specdec: the drafter is const: its member functions must be const, or pass a non-const "
                       "drafter (models keep state such as a KV cache, so they are taken by non-const reference)");
         return true;
+    } else if constexpr (!Drafter<D> && !drafter_ok && diagnose_other_drafter<D>()) {
+        return true;
     } else if constexpr (!drafter_ok && diagnose_drafter<D>()) {
         return true;
     } else if constexpr (!Verifier<V> && !verifier_ok && std::is_const_v<V> &&
@@ -338,6 +397,8 @@ constexpr bool diagnose_decoder_call() {
         static_assert(dependent_false<V>,
                       "specdec: the verifier is const: its member functions must be const, or pass a non-const "
                       "verifier (models keep state such as a KV cache, so they are taken by non-const reference)");
+        return true;
+    } else if constexpr (!Verifier<V> && !verifier_ok && diagnose_other_verifier<V>()) {
         return true;
     } else if constexpr (!verifier_ok && diagnose_verifier<V>()) {
         return true;
