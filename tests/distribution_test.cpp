@@ -108,7 +108,7 @@ void check_equivalence(D& drafter, V& verifier, const markov_model& target, cons
     for (const auto scheme : kSchemes) {
         INFO(name(scheme));
         std::vector<std::size_t> rejected_at(c.gamma, 0);
-        specdec::decode_options opts{.gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
+        specdec::decode_options opts{.step = specdec::chain{.gamma = c.gamma, .scheme = scheme}, .sampling = c.sampling, .budget = {.max_new_tokens = kLength}};
         opts.on_step = [&](const specdec::step_event& e) {
             if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
         };
@@ -203,7 +203,7 @@ TEST_CASE("Prompt-lookup, n-gram and fallback drafters keep the target distribut
 
 namespace {
 
-/// The draft with sampling settings of its own (decode_options::draft_sampling): the output
+/// The draft with sampling settings of its own (decode_options::draft.sampling): the output
 /// must still have the target's distribution under the target's settings.
 void check_draft_settings(const equivalence_case& c, const specdec::sampling_config& draft_sampling,
                           std::size_t rejection_positions = 3) {
@@ -212,7 +212,7 @@ void check_draft_settings(const equivalence_case& c, const specdec::sampling_con
     std::size_t steps = 0;
     check_equivalence(draft, target, target, c, rejection_positions, {0}, [](token_id t) { return t; },
                       1000 + c.target_seed, kSamples, [&](specdec::decode_options& o) {
-                          o.draft_sampling = draft_sampling;
+                          o.draft.sampling = draft_sampling;
                           auto count = o.on_step;
                           o.on_step = [&steps, count](const specdec::step_event& e) {
                               ++steps;
@@ -283,7 +283,7 @@ TEST_CASE("Negative control: reporting the target's settings as q while sampling
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
     for (const auto scheme : kSchemes) {
-        const specdec::decode_options opts{.gamma = 3, .max_new_tokens = kLength, .scheme = scheme};
+        const specdec::decode_options opts{.step = specdec::chain{.gamma = 3, .scheme = scheme}, .budget = {.max_new_tokens = kLength}};
         const auto r = sequence_test(
             [&](std::mt19937_64& rng) { return specdec::speculative_decode(d, target, prompt, opts, rng).tokens; },
             exact, 4, 5151);
@@ -342,8 +342,7 @@ TEST_CASE("A draft equal to the target is always accepted and keeps the target d
     for (const auto scheme : kSchemes) {
     INFO(name(scheme));
     specdec::decode_stats total;
-    const specdec::decode_options opts{
-        .gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
+    const specdec::decode_options opts{.step = specdec::chain{.gamma = c.gamma, .scheme = scheme}, .sampling = c.sampling, .budget = {.max_new_tokens = kLength}};
     const auto r = sequence_test(
         [&](std::mt19937_64& rng) {
             auto out = specdec::speculative_decode(draft, target, prompt, opts, rng);
@@ -371,8 +370,7 @@ TEST_CASE("A draft with support disjoint from the target's is always rejected an
     for (const auto scheme : kSchemes) {
     INFO(name(scheme));
     std::size_t accepted = 0;
-    const specdec::decode_options opts{
-        .gamma = c.gamma, .max_new_tokens = kLength, .sampling = c.sampling, .scheme = scheme};
+    const specdec::decode_options opts{.step = specdec::chain{.gamma = c.gamma, .scheme = scheme}, .sampling = c.sampling, .budget = {.max_new_tokens = kLength}};
     const auto r = sequence_test(
         [&](std::mt19937_64& rng) {
             auto out = specdec::speculative_decode(draft, target, prompt, opts, rng);
@@ -410,8 +408,9 @@ struct adaptive_setup {
     }
     std::function<void(specdec::decode_options&)> customize() {
         return [this](specdec::decode_options& o) {
-            o.policy = specdec::gamma_policy::adaptive;
-            o.controller = o.scheme == specdec::verification_scheme::token ? &token_ctl : &block_ctl;
+            o.length.policy = specdec::gamma_policy::adaptive;
+            o.length.controller =
+                std::get<specdec::chain>(o.step).scheme == specdec::verification_scheme::token ? &token_ctl : &block_ctl;
             auto count = o.on_step;
             o.on_step = [this, count](const specdec::step_event& e) {
                 ++used[e.gamma];
@@ -450,7 +449,7 @@ TEST_CASE("The draft-side stop keeps the target distribution", "[statistical][di
     std::size_t short_blocks = 0;
     check_equivalence(draft, target, target, c, 2, {0}, [](token_id t) { return t; }, 1141, kSamples,
                       [&](specdec::decode_options& o) {
-                          o.draft_stop_below = 0.4f;
+                          o.draft.stop_below = 0.4f;
                           auto count = o.on_step;
                           o.on_step = [&short_blocks, count](const specdec::step_event& e) {
                               short_blocks += e.draft.size() < e.gamma;
@@ -464,7 +463,7 @@ TEST_CASE("The draft-side stop keeps the target distribution", "[statistical][di
     check_equivalence(draft, target, target, c, 2, {0}, [](token_id t) { return t; }, 2141, kSamples,
                       [&](specdec::decode_options& o) {
                           adaptive(o);
-                          o.draft_stop_below = 0.4f;
+                          o.draft.stop_below = 0.4f;
                       });
 }
 
@@ -513,7 +512,7 @@ gof_result biased_length_test(bool drop_low, specdec::verification_scheme scheme
     biased_length_drafter d{&draft, &target, drop_low};
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
-    const specdec::decode_options opts{.gamma = 3, .max_new_tokens = kLength, .scheme = scheme};
+    const specdec::decode_options opts{.step = specdec::chain{.gamma = 3, .scheme = scheme}, .budget = {.max_new_tokens = kLength}};
     return sequence_test(
         [&](std::mt19937_64& rng) { return specdec::speculative_decode(d, target, prompt, opts, rng).tokens; },
         exact, 4, drop_low ? 3141 : 4141);
@@ -600,8 +599,7 @@ TEST_CASE("Negative control: lenience below 1 changes the distribution, and the 
     auto draft = markov_model::random(4, 2, 12);
     const std::vector<token_id> prompt{0};
     const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
-    const specdec::decode_options opts{
-        .gamma = 3, .max_new_tokens = kLength, .lenience = 0.3f, .scheme = specdec::verification_scheme::token};
+    const specdec::decode_options opts{.step = specdec::chain{.gamma = 3, .scheme = specdec::verification_scheme::token, .lenience = 0.3f}, .budget = {.max_new_tokens = kLength}};
     const auto r = sequence_test(
         [&](std::mt19937_64& rng) { return specdec::speculative_decode(draft, target, prompt, opts, rng).tokens; },
         exact, 4, 3031);
@@ -615,11 +613,7 @@ TEST_CASE("Negative control: lenience 0.3 is detected under each sampling config
     // the other configurations too (same models, seeds and sample sizes as their cases): the
     // library's own lenient sampling, whose distribution is not the target's, must fail.
     const auto lenient = [](const equivalence_case& c) {
-        return specdec::decode_options{.gamma = c.gamma,
-                                       .max_new_tokens = kLength,
-                                       .sampling = c.sampling,
-                                       .lenience = 0.3f,
-                                       .scheme = specdec::verification_scheme::token};
+        return specdec::decode_options{.step = specdec::chain{.gamma = c.gamma, .scheme = specdec::verification_scheme::token, .lenience = 0.3f}, .sampling = c.sampling, .budget = {.max_new_tokens = kLength}};
     };
     const equivalence_case cases[] = {
         {.sampling = {.temperature = 0.6f}, .target_seed = 21, .draft_seed = 22},

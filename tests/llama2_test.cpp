@@ -648,15 +648,14 @@ TEST_CASE("llama2: speculative decoding at temperature 0 is token-identical to g
     const llama2::tokenizer tok(*dir / tokenizer_file, 512);
     llama2::transformer target(load(*dir / target_file)), draft(load(*dir / draft_file));
     const tokens prompt = tok.encode("Once upon a time", true, false);
-    const specdec::decode_options greedy{.max_new_tokens = 150, .sampling = {.temperature = 0.0f}};
+    const specdec::decode_options greedy{.sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 150}};
     std::mt19937_64 rng(1);
     const auto baseline = specdec::autoregressive_decode(target, prompt, greedy, rng);
     REQUIRE(baseline.tokens.size() == 150);
     for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
         for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
             auto opts = greedy;
-            opts.gamma = gamma;
-            opts.scheme = scheme;
+            opts.step = specdec::chain{.gamma = gamma, .scheme = scheme};
             const auto r = specdec::speculative_decode(draft, target, prompt, opts, rng);
             INFO("gamma " << gamma);
             CHECK(r.tokens == baseline.tokens);
@@ -673,12 +672,12 @@ TEST_CASE("llama2: adaptive gamma (measured costs) at temperature 0 is token-ide
     llama2::context_limited_drafter<llama2::transformer> limited(draft);
     const tokens prompt{llama2::tokenizer::bos_id};
     std::mt19937_64 rng(1);
-    specdec::decode_options opts{.gamma = 8, .max_new_tokens = 300, .sampling = {.temperature = 0.0f}};
+    specdec::decode_options opts{.step = specdec::chain{.gamma = 8}, .sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 300}};
     const auto g = specdec::autoregressive_decode(target, prompt, opts, rng);
-    opts.policy = specdec::gamma_policy::adaptive;
+    opts.length.policy = specdec::gamma_policy::adaptive;
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
-        opts.scheme = scheme;
-        opts.draft_stop_below = scheme == specdec::verification_scheme::token ? 0.0f : 0.3f;
+        opts.step = specdec::chain{.gamma = 8, .scheme = scheme};
+        opts.draft.stop_below = scheme == specdec::verification_scheme::token ? 0.0f : 0.3f;
         target.clear_cache();
         draft.clear_cache();
         const auto r = specdec::speculative_decode(limited, target, prompt, opts, rng);
@@ -698,7 +697,7 @@ TEST_CASE("llama2: drafting stops at the draft's 256-token window and generation
     llama2::context_limited_drafter<llama2::transformer> limited(draft);
     const tokens prompt{llama2::tokenizer::bos_id};
     // No stop tokens: exactly 400 tokens, well past the draft's 256.
-    const specdec::decode_options opts{.gamma = 4, .max_new_tokens = 400, .sampling = {.temperature = 0.0f}};
+    const specdec::decode_options opts{.step = specdec::chain{.gamma = 4}, .sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 400}};
     std::mt19937_64 rng(1);
     const auto r = specdec::speculative_decode(limited, target, prompt, opts, rng);
     const auto g = specdec::autoregressive_decode(target, prompt, opts, rng);

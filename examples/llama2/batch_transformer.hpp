@@ -6,8 +6,9 @@
 /// (a matrix-matrix product), so a pass over B·(γ+1) positions costs far less than B passes;
 /// attention, which reads each sequence's own cache, runs per sequence.
 ///
-/// It models specdec's MultiSequenceVerifier (score_batch) and MultiSequenceDrafter
-/// (draft_batch). Determinism carries over from transformer.hpp: every dot product is
+/// It models specdec's MultiSequenceVerifier (score_batch), MultiSequenceTreeVerifier
+/// (score_tree_batch: every sequence's draft tree in the same pass, tree attention per
+/// sequence) and MultiSequenceDrafter (draft_batch). Determinism carries over from transformer.hpp: every dot product is
 /// accumulated in one fixed order whatever the number of packed positions, so sequence i's
 /// logits from a pass are bit-for-bit those its own transformer::score() returns.
 ///
@@ -94,8 +95,44 @@ public:
                                         " rows; " + std::to_string(requests.size()) + " requests of " +
                                         std::to_string(vocab_size()) + " rows need packed_logits::shape first");
         jobs_.clear();
-        for (const auto& r : requests) jobs_.push_back({r.slot, r.context, r.draft});
+        for (const auto& r : requests) jobs_.push_back({r.slot, r.context, r.draft, nullptr});
         forward_batch("score_batch", out.data());
+    }
+
+    /// specdec's MultiSequenceTreeVerifier: for each request i, out.sequence(i) column 0 = the
+    /// logits after requests[i].context, column k + 1 = those after the context and the path to
+    /// node k of requests[i].tree, from one pass over every request's un-cached context positions
+    /// and every node (a node at depth d takes RoPE position context.size() - 1 + d and attends
+    /// to the context and its own ancestors, as transformer::score_tree). Every node counts
+    /// against seq_len. Afterwards slot i's cache holds the context (the nodes are dropped; the
+    /// accepted path is recomputed with the next request).
+    void score_tree_batch(std::span<const specdec::tree_score_request> requests, specdec::packed_logits& out) {
+        if (out.size() != requests.size() || out.vocab() != vocab_size())
+            throw std::invalid_argument("llama2::batch_transformer::score_tree_batch: out is shaped for " +
+                                        std::to_string(out.size()) + " sequences of " + std::to_string(out.vocab()) +
+                                        " rows; " + std::to_string(requests.size()) + " requests of " +
+                                        std::to_string(vocab_size()) + " rows need packed_logits::shape first");
+        jobs_.clear();
+        for (const auto& r : requests) {
+            if (r.tree == nullptr)
+                throw std::invalid_argument("llama2::batch_transformer::score_tree_batch: request " +
+                                            std::to_string(jobs_.size()) + " has no tree");
+            const auto& t = *r.tree;
+            const auto n = std::ptrdiff_t(t.tokens.size());
+            if (std::ptrdiff_t(t.parents.size()) != n || std::ptrdiff_t(t.depths.size()) != n)
+                throw std::invalid_argument("llama2::batch_transformer::score_tree_batch: a tree of " +
+                                            std::to_string(n) + " tokens has " + std::to_string(t.parents.size()) +
+                                            " parents and " + std::to_string(t.depths.size()) + " depths");
+            for (std::ptrdiff_t i = 0; i < n; ++i) {
+                const std::int32_t par = t.parents[std::size_t(i)];
+                if (par < -1 || par >= i || t.depths[std::size_t(i)] != (par < 0 ? 1 : t.depths[std::size_t(par)] + 1))
+                    throw std::invalid_argument("llama2::batch_transformer::score_tree_batch: node " +
+                                                std::to_string(i) + " has parent " + std::to_string(par) +
+                                                "; parents come first and depth is the parent's + 1");
+            }
+            jobs_.push_back({r.slot, r.context, std::span<const std::int32_t>(t.tokens.data(), t.tokens.size()), r.tree});
+        }
+        forward_batch("score_tree_batch", out.data());
     }
 
     /// specdec's MultiSequenceDrafter: γ_i tokens for each request, sampled from the model's
@@ -148,7 +185,8 @@ public:
 private:
     struct job {
         std::size_t slot;
-        std::span<const std::int32_t> context, draft;
+        std::span<const std::int32_t> context, draft;  // a tree job's draft: its nodes' tokens
+        const specdec::draft_tree* tree = nullptr;     // null: a chain
     };
     struct plan {
         transformer* m;
@@ -224,11 +262,15 @@ private:
                 const std::ptrdiff_t S = m.capacity_;
                 float* kc = m.key_cache_.data() + l * S * KV;
                 float* vc = m.value_cache_.data() + l * S * KV;
-                // RoPE (run.c) at the sequence's own positions, then k and v into its cache.
+                const specdec::draft_tree* tree = jobs_[std::size_t(&pl - plans_.data())].tree;
+                // RoPE (run.c) at the sequence's own positions (a tree node's: nc - 1 + its depth),
+                // then k and v into its cache (a node's at slot nc + its index).
                 for (std::ptrdiff_t pos = pl.p; pos < pl.n; ++pos) {
                     const std::ptrdiff_t t = pl.base + pos - pl.p;
-                    const float* cs = m.rope_cos_.data() + pos * half;
-                    const float* sn = m.rope_sin_.data() + pos * half;
+                    const std::ptrdiff_t rope =
+                        tree && pos >= pl.nc ? pl.nc - 1 + std::ptrdiff_t(tree->depths[std::size_t(pos - pl.nc)]) : pos;
+                    const float* cs = m.rope_cos_.data() + rope * half;
+                    const float* sn = m.rope_sin_.data() + rope * half;
                     auto rotate = [&](float* v, std::ptrdiff_t len) {
                         for (std::ptrdiff_t i = 0; i < len; i += 2) {
                             const std::ptrdiff_t f = (i % hs) / 2;
@@ -242,26 +284,39 @@ private:
                     std::copy_n(k_.col(t).data(), KV, kc + pos * KV);
                     std::copy_n(v_.col(t).data(), KV, vc + pos * KV);
                 }
-                // Causal attention over the sequence's own cache.
+                // Causal attention over the sequence's own cache; a tree node attends to the whole
+                // context, then its ancestors, then itself (the order of transformer::score_tree).
                 for (std::ptrdiff_t pos = pl.p; pos < pl.n; ++pos) {
                     const std::ptrdiff_t t = pl.base + pos - pl.p;
+                    attend_.clear();
+                    if (!tree || pos < pl.nc) {
+                        for (std::ptrdiff_t s = 0; s <= pos; ++s) attend_.push_back(s);
+                    } else {
+                        for (std::ptrdiff_t s = 0; s < pl.nc; ++s) attend_.push_back(s);
+                        const std::size_t mark = attend_.size();
+                        for (std::ptrdiff_t v = pos - pl.nc; v >= 0; v = tree->parents[std::size_t(v)])
+                            attend_.push_back(pl.nc + v);
+                        std::reverse(attend_.begin() + std::ptrdiff_t(mark), attend_.end());
+                    }
+                    const auto na = std::ptrdiff_t(attend_.size());
                     for (std::ptrdiff_t h = 0; h < c.n_heads; ++h) {
                         const float* qh = q_.col(t).data() + h * hs;
                         const std::ptrdiff_t off = (h / group) * hs;
                         float* att = m.att_.data();
                         float mx = -std::numeric_limits<float>::infinity();
-                        for (std::ptrdiff_t s = 0; s <= pos; ++s) {
-                            att[s] = detail::dot(qh, kc + s * KV + off, hs) / sqrt_hs;
-                            mx = std::max(mx, att[s]);
+                        for (std::ptrdiff_t j = 0; j < na; ++j) {
+                            att[j] = detail::dot(qh, kc + attend_[std::size_t(j)] * KV + off, hs) / sqrt_hs;
+                            mx = std::max(mx, att[j]);
                         }
                         float sum = 0.0f;
-                        for (std::ptrdiff_t s = 0; s <= pos; ++s) {
-                            att[s] = std::exp(att[s] - mx);
-                            sum += att[s];
+                        for (std::ptrdiff_t j = 0; j < na; ++j) {
+                            att[j] = std::exp(att[j] - mx);
+                            sum += att[j];
                         }
                         float* o = xb_.col(t).data() + h * hs;
                         std::fill_n(o, hs, 0.0f);
-                        for (std::ptrdiff_t s = 0; s <= pos; ++s) detail::axpy(att[s] / sum, vc + s * KV + off, o, hs);
+                        for (std::ptrdiff_t j = 0; j < na; ++j)
+                            detail::axpy(att[j] / sum, vc + attend_[std::size_t(j)] * KV + off, o, hs);
                     }
                 }
             }
@@ -287,7 +342,9 @@ private:
         matmul_streamed_once(w.classifier(), V, D, xb_.data(), D, n_out, out, V);
         for (std::size_t i = 0; i < plans_.size(); ++i) {
             const plan& pl = plans_[i];
-            for (std::ptrdiff_t pos = pl.p; pos < pl.n; ++pos)
+            // (A tree's nodes are not a sequence: only the context stays cached.)
+            const std::ptrdiff_t kept = jobs_[i].tree ? pl.nc : pl.n;
+            for (std::ptrdiff_t pos = pl.p; pos < kept; ++pos)
                 pl.m->cached_.push_back(pos < pl.nc ? jobs_[i].context[std::size_t(pos)]
                                                     : jobs_[i].draft[std::size_t(pos - pl.nc)]);
             ++pl.m->passes_;
@@ -302,6 +359,7 @@ private:
     std::vector<plan> plans_;
     std::vector<std::vector<std::int32_t>> drafted_;  // draft_batch: context + tokens drafted so far
     std::vector<bool> open_;
+    std::vector<std::ptrdiff_t> attend_;              // the cache slots one position attends to
     std::vector<std::size_t> order_;
     Eigen::MatrixXf x_, xb_, q_, y_, h1_, h3_, k_, v_;  // activations, one column per packed position
     Eigen::MatrixXf logits_;                            // draft_batch: one column per drafting sequence

@@ -139,6 +139,7 @@ private:
 struct multi_buffers {
     packed_logits logits;                // the target's scores, all sequences
     std::vector<score_request> scores;   // the requests of the target pass
+    std::vector<tree_score_request> tree_scores;  // the requests of a multi-sequence tree pass
     std::vector<draft_request> drafts;   // the requests of a multi-sequence draft
     std::vector<std::size_t> scored;     // the items behind `scores`, in order
     std::vector<std::exception_ptr> errors;  // per sequence, the per-model overload's

@@ -76,10 +76,11 @@ concept AnyTreeVerifier = TreeVerifier<V> || Verifier<V>;
 template <class D>
 concept DecodeDrafter = Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>;
 
-/// What batch_decoder and speculative_decode can verify with: a Verifier, a TreeVerifier, or a
-/// MultiSequenceVerifier (chains of all sequences in one pass).
+/// What batch_decoder and speculative_decode can verify with: a Verifier, a TreeVerifier, a
+/// MultiSequenceVerifier (chains of all sequences in one pass), or a MultiSequenceTreeVerifier
+/// (trees of all sequences in one pass).
 template <class V>
-concept DecodeVerifier = Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V>;
+concept DecodeVerifier = Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
 
 namespace detail {
 
@@ -295,10 +296,11 @@ struct step_settings {
 /// Verifies a tree step's scores and commits the accepted path and the drawn token. Strong
 /// guarantee: if anything throws, the sequence and stats are as they were.
 template <class G>
-void finish_tree_step(multi_item<G>& it, const step_settings& s, const char* where) {
+void finish_tree_step(const Eigen::Ref<const Eigen::MatrixXf>& scores, multi_item<G>& it, const step_settings& s,
+                      const char* where) {
     tree_workspace& ws = *it.tws;
     const tree_verify_result r =
-        verify_tree_for(ws.scores, ws.tree, *s.sampling, *it.rng, ws.verify,
+        verify_tree_for(scores, ws.tree, *s.sampling, *it.rng, ws.verify,
                         tree_verify_options{.scheme = s.tree_scheme, .check_draft_distributions = true}, where);
     std::vector<token_id>& sequence = *it.tokens;
     path_tokens(ws.tree, r.last_node, ws.accepted);
@@ -385,13 +387,19 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
 
     // Alg. 1: run M_p on every sequence's γ+1 prefixes (or tree nodes), all in one pass.
     buf.scores.clear();
+    buf.tree_scores.clear();
     buf.scored.clear();
     constexpr bool packed = MultiSequenceVerifier<V>;
+    constexpr bool tree_packed = MultiSequenceTreeVerifier<V>;
     for (std::size_t i = 0; i < items.size(); ++i) {
         auto& it = items[i];
         if (it.error) continue;
         if (it.tree) {
-            if constexpr (AnyTreeVerifier<V>) {
+            if constexpr (tree_packed) {
+                it.packed = buf.tree_scores.size();
+                it.passes = 1;
+                buf.tree_scores.push_back({it.slot, std::span<const token_id>(*it.tokens), &it.tws->tree});
+            } else if constexpr (AnyTreeVerifier<V>) {
                 try {
                     it.passes = score_tree_step(verifier, std::span<const token_id>(*it.tokens), *it.tws, vocab, where);
                 } catch (...) {
@@ -421,6 +429,15 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
                                 static_cast<Eigen::Index>(vocab), where);
         }
     }
+    // (A step's items are all chains or all trees: the two packed passes never share buf.logits.)
+    if constexpr (tree_packed) {
+        if (!buf.tree_scores.empty()) {
+            buf.logits.shape(static_cast<Eigen::Index>(vocab), buf.tree_scores);
+            verifier.score_tree_batch(std::span<const tree_score_request>(buf.tree_scores), buf.logits);
+            check_packed_layout(buf.logits, std::span<const tree_score_request>(buf.tree_scores),
+                                static_cast<Eigen::Index>(vocab), where);
+        }
+    }
     if (timed) timing->pass_seconds = seconds_since(t0);
 
     // Verification per sequence, with its own generator, on the executor. The job captures one
@@ -438,7 +455,8 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
         if (it.error) return;  // drafting or a per-sequence scoring call failed
         try {
             if (it.tree) {
-                finish_tree_step(it, c->s, c->where);
+                if constexpr (tree_packed) finish_tree_step(c->buf.logits.sequence(it.packed), it, c->s, c->where);
+                else finish_tree_step(it.tws->scores, it, c->s, c->where);
             } else {
                 const std::size_t n = it.ws->draft.tokens.size();
                 if constexpr (packed) {
@@ -484,7 +502,8 @@ struct entry_point {
 ///           alone: a stateless drafter, or a model whose cache follows the context), or a
 ///           MultiSequenceDrafter (chain drafts of all sequences in one call)
 /// \tparam V a verifier: a Verifier or TreeVerifier shared the same way, or a
-///           MultiSequenceVerifier (chain steps of all sequences in one target pass)
+///           MultiSequenceVerifier (chain steps of all sequences in one target pass) and/or a
+///           MultiSequenceTreeVerifier (tree steps of all sequences in one target pass)
 /// \tparam G the sequences' generator type (std::mt19937_64 unless named; see
 ///           make_batch_decoder)
 ///
@@ -551,7 +570,7 @@ public:
                 detail::fail_invalid(where, ": options.step is a tree, and the drafter proposes chains for many "
                                             "sequences only (draft_batch); give it propose_tree(), draft() or "
                                             "next_logits() for one sequence, or use specdec::chain");
-            if constexpr (!AnyTreeVerifier<V>)
+            if constexpr (!AnyTreeVerifier<V> && !MultiSequenceTreeVerifier<V>)
                 detail::fail_invalid(where, ": options.step is a tree, and the verifier scores chains of many "
                                             "sequences only (score_batch); give it score_tree(), score() or "
                                             "next_logits() for one sequence, or use specdec::chain");
@@ -572,7 +591,7 @@ public:
                                                 "(propose_tree); use specdec::tree, or give it draft()");
             if constexpr (!Verifier<V> && !MultiSequenceVerifier<V>)
                 detail::fail_invalid(where, ": options.step is a chain, and the verifier only scores trees "
-                                            "(score_tree); use specdec::tree, or give it score()");
+                                            "(score_tree or score_tree_batch); use specdec::tree, or give it score()");
         }
         const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
         vocab_ = static_cast<std::ptrdiff_t>(verifier.vocab_size());

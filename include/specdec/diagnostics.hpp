@@ -317,6 +317,8 @@ template <class M>
 concept names_draft_batch = requires { &M::draft_batch; };
 template <class M>
 concept names_score_batch = requires { &M::score_batch; };
+template <class M>
+concept names_score_tree_batch = requires { &M::score_tree_batch; };
 
 /// A drafter that names a member of one of the other drafter concepts (propose_tree,
 /// draft_batch) but misses it: which signature was expected.
@@ -354,6 +356,13 @@ constexpr bool diagnose_other_verifier() {
                       "score_tree(std::span<const specdec::token_id> context, const specdec::draft_tree& tree, "
                       "Eigen::MatrixXf& out)` (out: vocab_size() x (tree.size() + 1), the root first)");
         return true;
+    } else if constexpr (names_score_tree_batch<U> && !MultiSequenceTreeVerifier<U>) {
+        if constexpr (diagnose_vocab_size<V>()) return true;
+        static_assert(dependent_false<V>,
+                      "specdec: the verifier's score_tree_batch has the wrong signature; a "
+                      "MultiSequenceTreeVerifier needs `void score_tree_batch(std::span<const "
+                      "specdec::tree_score_request> requests, specdec::packed_logits& out)`");
+        return true;
     } else if constexpr (names_score_batch<U> && !MultiSequenceVerifier<U>) {
         if constexpr (diagnose_vocab_size<V>()) return true;
         static_assert(dependent_false<V>,
@@ -366,43 +375,63 @@ constexpr bool diagnose_other_verifier() {
     }
 }
 
-/// A plain LanguageModel drafter's logits must be float (checked only for that kind).
-template <class D, bool other_kind>
-constexpr bool diagnose_decoder_logits() {
-    if constexpr (other_kind || !Drafter<D> || BlockDrafter<D>) return false;
-    else return diagnose_logits_vector<next_logits_result<D>>();
-}
-
 /// The arguments of speculative_decode and batch_decoder: a drafter that drafts chains or
 /// trees for one sequence (Drafter, TreeDrafter) or chains for many (MultiSequenceDrafter), a
 /// verifier likewise, and a generator; up to the first requirement that fails.
+/// Runs Check::run() only when `run` holds (a class template's member function is
+/// instantiated only when called, unlike a function template named as an argument).
+template <bool run, class Check>
+constexpr bool diagnose_if() {
+    if constexpr (run) return Check::run();
+    else return false;
+}
+template <class D>
+struct drafter_check {
+    static constexpr bool run() { return diagnose_drafter<D>(); }
+};
+template <class D>
+struct other_drafter_check {
+    static constexpr bool run() { return diagnose_other_drafter<D>(); }
+};
+template <class V>
+struct verifier_check {
+    static constexpr bool run() { return diagnose_verifier<V>(); }
+};
+template <class V>
+struct other_verifier_check {
+    static constexpr bool run() { return diagnose_other_verifier<V>(); }
+};
+
 template <class D, class V, class G>
 constexpr bool diagnose_decoder_call() {
     using UD = std::remove_const_t<D>;
     using UV = std::remove_const_t<V>;
-    constexpr bool drafter_ok = TreeDrafter<D> || MultiSequenceDrafter<D>;
-    constexpr bool verifier_ok = TreeVerifier<V> || MultiSequenceVerifier<V>;
-    if constexpr (!Drafter<D> && !drafter_ok && std::is_const_v<D> &&
-                  (TreeDrafter<UD> || MultiSequenceDrafter<UD>)) {
+    constexpr bool drafter_ok = Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>;
+    constexpr bool verifier_ok =
+        Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
+    // (Each check runs only when its condition holds: a check is a function template whose
+    // static_assert fires once instantiated, so `condition && check()` would not do.)
+    if constexpr (!drafter_ok && std::is_const_v<D> && (TreeDrafter<UD> || MultiSequenceDrafter<UD>)) {
         static_assert(dependent_false<D>,
                       "specdec: the drafter is const: its member functions must be const, or pass a non-const "
                       "drafter (models keep state such as a KV cache, so they are taken by non-const reference)");
         return true;
-    } else if constexpr (!Drafter<D> && !drafter_ok && diagnose_other_drafter<D>()) {
+    } else if constexpr (diagnose_if<!drafter_ok, other_drafter_check<D>>()) {
         return true;
-    } else if constexpr (!drafter_ok && diagnose_drafter<D>()) {
-        return true;
-    } else if constexpr (!Verifier<V> && !verifier_ok && std::is_const_v<V> &&
-                         (TreeVerifier<UV> || MultiSequenceVerifier<UV>)) {
+    } else if constexpr (diagnose_if<!drafter_ok || (Drafter<D> && !TreeDrafter<D> && !MultiSequenceDrafter<D>),
+                                     drafter_check<D>>()) {
+        return true;  // (for a plain LanguageModel drafter: the scalar type of its logits)
+    } else if constexpr (!verifier_ok && std::is_const_v<V> &&
+                         (TreeVerifier<UV> || MultiSequenceVerifier<UV> || MultiSequenceTreeVerifier<UV>)) {
         static_assert(dependent_false<V>,
                       "specdec: the verifier is const: its member functions must be const, or pass a non-const "
                       "verifier (models keep state such as a KV cache, so they are taken by non-const reference)");
         return true;
-    } else if constexpr (!Verifier<V> && !verifier_ok && diagnose_other_verifier<V>()) {
+    } else if constexpr (diagnose_if<!verifier_ok, other_verifier_check<V>>()) {
         return true;
-    } else if constexpr (!verifier_ok && diagnose_verifier<V>()) {
-        return true;
-    } else if constexpr (diagnose_decoder_logits<D, drafter_ok>()) {
+    } else if constexpr (diagnose_if<!verifier_ok || (Verifier<V> && !TreeVerifier<V> && !MultiSequenceVerifier<V> &&
+                                                      !MultiSequenceTreeVerifier<V>),
+                                     verifier_check<V>>()) {
         return true;
     } else {
         return diagnose_generator<G>();
@@ -414,7 +443,8 @@ template <class D, class V, class G>
 constexpr void reject_decoder_call() {
     static_assert(diagnose_decoder_call<D, V, G>() ||
                       ((Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>) &&
-                       (Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V>) && random_generator<G>),
+                       (Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>) &&
+                       random_generator<G>),
                   "specdec: the drafter must be a Drafter, TreeDrafter or MultiSequenceDrafter, the verifier a "
                   "Verifier, TreeVerifier or MultiSequenceVerifier, and rng a random generator (see "
                   "specdec/concepts.hpp, tree.hpp, multi_sequence.hpp)");

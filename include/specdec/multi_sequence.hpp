@@ -9,6 +9,7 @@
 /// |------------------------|---------------------------------------------------------|
 /// | MultiSequenceVerifier  | `vocab_size()`, `score_batch(requests, packed_logits&)`  |
 /// | MultiSequenceDrafter   | `vocab_size()`, `draft_batch(requests, sampling)`        |
+/// | MultiSequenceTreeVerifier | `vocab_size()`, `score_tree_batch(requests, packed_logits&)` |
 ///
 /// Layout of the scores: one packed matrix with offsets (packed_logits), not one matrix per
 /// sequence. Sequence i's logits are the columns [offset(i), offset(i) + columns(i)) of one
@@ -34,11 +35,13 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "concepts.hpp"
 #include "error.hpp"
 #include "random.hpp"
+#include "tree.hpp"
 #include "types.hpp"
 
 namespace specdec {
@@ -48,6 +51,13 @@ struct score_request {
     std::size_t slot = 0;                ///< which per-sequence state (KV cache) of the model to use
     std::span<const token_id> context;   ///< the sequence so far (prompt first)
     std::span<const token_id> draft;     ///< the draft to score; may be empty
+};
+
+/// One sequence's part of a multi-sequence tree pass.
+struct tree_score_request {
+    std::size_t slot = 0;                ///< which per-sequence state (KV cache) of the model to use
+    std::span<const token_id> context;   ///< the sequence so far (prompt first)
+    const draft_tree* tree = nullptr;    ///< the tree to score (not null; may have no nodes)
 };
 
 /// The scores of a multi-sequence pass, packed: sequence i owns columns
@@ -63,24 +73,11 @@ public:
     /// unspecified. \throws std::invalid_argument for vocab <= 0 or more entries than an
     /// Eigen::Index can count; std::bad_alloc (then the layout is unchanged).
     void shape(Eigen::Index vocab, std::span<const score_request> requests) {
-        constexpr const char* where = "specdec::packed_logits::shape";
-        if (vocab <= 0) detail::fail_invalid(where, ": vocab = ", vocab, " must be positive");
-        Eigen::Index total = 0;
-        for (const auto& r : requests) {
-            const auto cols = static_cast<Eigen::Index>(r.draft.size()) + 1;
-            if (cols > std::numeric_limits<Eigen::Index>::max() / vocab - total)
-                detail::fail_invalid(where, ": ", requests.size(), " sequences' columns of ", vocab,
-                                     " entries are more than an Eigen::Index can count");
-            total += cols;
-        }
-        if (storage_.rows() != vocab || storage_.cols() < total) {
-            const Eigen::Index have = storage_.rows() == vocab ? storage_.cols() : 0;
-            Eigen::MatrixXf grown(vocab, std::max(total, 2 * have));  // allocated before anything changes
-            storage_.swap(grown);
-        }
-        offsets_.reserve(requests.size() + 1);
-        offsets_.assign(1, 0);
-        for (const auto& r : requests) offsets_.push_back(offsets_.back() + static_cast<Eigen::Index>(r.draft.size()) + 1);
+        shape_by(vocab, requests.size(), [&](std::size_t i) { return static_cast<Eigen::Index>(requests[i].draft.size()) + 1; });
+    }
+    /// The same for a tree pass: tree->size() + 1 columns per request (the root, then each node).
+    void shape(Eigen::Index vocab, std::span<const tree_score_request> requests) {
+        shape_by(vocab, requests.size(), [&](std::size_t i) { return static_cast<Eigen::Index>(requests[i].tree->size()) + 1; });
     }
 
     /// Number of sequences in the current layout.
@@ -107,6 +104,28 @@ public:
     [[nodiscard]] float* data() noexcept { return storage_.data(); }
 
 private:
+    template <class Columns>
+    void shape_by(Eigen::Index vocab, std::size_t n, Columns columns) {
+        constexpr const char* where = "specdec::packed_logits::shape";
+        if (vocab <= 0) detail::fail_invalid(where, ": vocab = ", vocab, " must be positive");
+        Eigen::Index total = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const Eigen::Index cols = columns(i);
+            if (cols > std::numeric_limits<Eigen::Index>::max() / vocab - total)
+                detail::fail_invalid(where, ": ", n, " sequences' columns of ", vocab,
+                                     " entries are more than an Eigen::Index can count");
+            total += cols;
+        }
+        if (storage_.rows() != vocab || storage_.cols() < total) {
+            const Eigen::Index have = storage_.rows() == vocab ? storage_.cols() : 0;
+            Eigen::MatrixXf grown(vocab, std::max(total, 2 * have));  // allocated before anything changes
+            storage_.swap(grown);
+        }
+        offsets_.reserve(n + 1);
+        offsets_.assign(1, 0);
+        for (std::size_t i = 0; i < n; ++i) offsets_.push_back(offsets_.back() + columns(i));
+    }
+
     Eigen::MatrixXf storage_;             // vocab x capacity columns
     std::vector<Eigen::Index> offsets_;   // size() + 1 entries, offsets_[0] = 0
 };
@@ -116,13 +135,17 @@ namespace detail {
 /// After a verifier's score_batch: `out` still has the layout shape() gave it for `requests`
 /// (a verifier writes the columns and must not reshape them; the loops read each sequence's
 /// columns by that layout). \throws std::invalid_argument naming the difference.
-inline void check_packed_layout(const packed_logits& out, std::span<const score_request> requests, Eigen::Index vocab,
-                                const char* where) {
+template <class Request>
+void check_packed_layout(const packed_logits& out, std::span<const Request> requests, Eigen::Index vocab,
+                         const char* where) {
+    const auto columns = [&](std::size_t k) {
+        if constexpr (std::is_same_v<Request, tree_score_request>) return static_cast<Eigen::Index>(requests[k].tree->size()) + 1;
+        else return static_cast<Eigen::Index>(requests[k].draft.size()) + 1;
+    };
     bool same = out.size() == requests.size() && out.vocab() == vocab;
-    for (std::size_t k = 0; same && k < requests.size(); ++k)
-        same = out.columns(k) == static_cast<Eigen::Index>(requests[k].draft.size()) + 1;
+    for (std::size_t k = 0; same && k < requests.size(); ++k) same = out.columns(k) == columns(k);
     if (!same)
-        fail_invalid(where, ": score_batch changed the layout of its packed_logits (", out.size(), " sequences of ",
+        fail_invalid(where, ": the verifier changed the layout of its packed_logits (", out.size(), " sequences of ",
                      out.vocab(), " rows, ", out.total_columns(), " columns; shaped for ", requests.size(),
                      " sequences of ", vocab, " rows); a verifier writes the columns and must not reshape them");
 }
@@ -160,6 +183,24 @@ template <class V>
 concept MultiSequenceVerifier = requires(V& v, std::span<const score_request> requests, packed_logits& out) {
     { v.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
     v.score_batch(requests, out);
+};
+
+/// A target model that scores the draft trees of B sequences in one pass (tree attention over
+/// every sequence's nodes, as serving engines run trees: each sequence's nodes attend to its
+/// context and to their own ancestors).
+///
+/// Syntactic requirements: `v.vocab_size()` and `v.score_tree_batch(requests, out)` with a
+/// `std::span<const tree_score_request>` and a `packed_logits&`.
+///
+/// Semantic requirements: as MultiSequenceVerifier's, with sequence i's columns laid out as
+/// TreeVerifier::score_tree writes them: column 0 the logits after requests[i].context (the
+/// root), column k + 1 those after the context and the path from the root to node k. Trees may
+/// have no nodes (then one column). decode_stats::target_calls counts the pass once for each
+/// sequence that took part.
+template <class V>
+concept MultiSequenceTreeVerifier = requires(V& v, std::span<const tree_score_request> requests, packed_logits& out) {
+    { v.vocab_size() } -> std::convertible_to<std::ptrdiff_t>;
+    v.score_tree_batch(requests, out);
 };
 
 /// A drafter that proposes the drafts of B sequences together (one draft-model forward per
