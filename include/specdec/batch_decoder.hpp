@@ -593,12 +593,7 @@ public:
                 detail::fail_invalid(where, ": options.step is a chain, and the verifier only scores trees "
                                             "(score_tree or score_tree_batch); use specdec::tree, or give it score()");
         }
-        const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
-        vocab_ = static_cast<std::ptrdiff_t>(verifier.vocab_size());
-        if (vd != vocab_)
-            detail::fail_invalid(where, ": draft vocab_size() = ", vd, " differs from target vocab_size() = ", vocab_,
-                                 "; both models must share one vocabulary");
-        if (vocab_ <= 0) detail::fail_invalid(where, ": vocab_size() = ", vocab_, " must be positive");
+        vocab_ = detail::checked_vocab(drafter, verifier, where);
         detail::check_token_range(options_.budget.stop_tokens, vocab_, where, "budget.stop_tokens");
         if (adaptive) {
             if (options_.length.controller) {

@@ -38,8 +38,47 @@
 
 namespace specdec {
 
+namespace detail {
+
+/// The column storage of draft_block and draft_tree: `probs` (vocab rows, one column per draft
+/// token or node, or 0 columns for point masses) and the storage clear() keeps, which
+/// resize_probs() takes back when the shape repeats, so drafting allocates nothing after warm-up.
+class draft_columns {
+public:
+    /// The draft distributions (see draft_block::probs and draft_tree::probs).
+    Eigen::MatrixXf probs;
+
+    /// True when the draft carries its distributions.
+    [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }
+
+    /// Sizes probs to rows x cols for the drafter to fill (contents unspecified), taking back
+    /// the storage that clear() kept when it has that size: no allocation once the shape repeats.
+    /// \throws std::invalid_argument for a negative size, or more entries than an Eigen::Index
+    ///         can count (a huge gamma); std::bad_alloc when memory runs out.
+    Eigen::MatrixXf& resize_probs(Eigen::Index rows, Eigen::Index cols) {
+        if (rows < 0 || cols < 0 || (cols > 0 && rows > std::numeric_limits<Eigen::Index>::max() / cols))
+            fail_invalid("specdec::resize_probs: ", rows, " x ", cols,
+                         " is not a valid size (negative, or more entries than an Eigen::Index can count)");
+        if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
+        reshape(probs, rows, cols);
+        return probs;
+    }
+
+protected:
+    /// Empties probs (0 columns), keeping its storage for resize_probs().
+    void clear_columns() {
+        if (probs.size() != 0) probs.swap(kept_);
+        probs.resize(0, 0);
+    }
+
+private:
+    Eigen::MatrixXf kept_;  // the storage of the last columns clear() removed
+};
+
+}  // namespace detail
+
 /// A block of draft tokens and, optionally, the draft distributions they were sampled from.
-struct draft_block {
+struct draft_block : detail::draft_columns {
     /// The proposed tokens x_1..x_n (n <= the gamma asked for; n may be 0).
     std::vector<token_id> tokens;
     /// Draft distributions: vocab_size() rows, tokens.size() columns; column i is q_i, the
@@ -49,8 +88,8 @@ struct draft_block {
     /// p_i(x_i), and the residual is p_i with x_i removed. speculative_step() hands the block
     /// to draft() with no tokens and 0 columns (clear()); size it with resize_probs(), which
     /// reuses the storage of an earlier step's columns, so that drafting allocates nothing
-    /// after warm-up.
-    Eigen::MatrixXf probs;
+    /// after warm-up. (Declared in detail::draft_columns.)
+    using detail::draft_columns::probs;
     /// Optional factors of the columns of probs: empty, or one per column, each finite and
     /// positive; then q_i = scales[i] · probs.col(i), and probs may hold weights that do not sum
     /// to 1 (such as the exponentials of standardize_weights_and_sample, which saves the pass
@@ -82,35 +121,15 @@ struct draft_block {
     /// as it is.
     float stop_below = 0.0f;
 
-    /// True when the block carries its draft distributions.
-    [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }
-
-    /// Sizes probs to rows x cols for the drafter to fill (contents unspecified), taking back
-    /// the storage that clear() kept when it has that size: no allocation once the shape repeats.
-    /// \throws std::invalid_argument for a negative size, or more entries than an Eigen::Index
-    ///         can count (a huge gamma); std::bad_alloc when memory runs out.
-    Eigen::MatrixXf& resize_probs(Eigen::Index rows, Eigen::Index cols) {
-        if (rows < 0 || cols < 0 || (cols > 0 && rows > std::numeric_limits<Eigen::Index>::max() / cols))
-            detail::fail_invalid("specdec::draft_block::resize_probs: ", rows, " x ", cols,
-                                 " is not a valid size (negative, or more entries than an Eigen::Index can count)");
-        if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
-        detail::reshape(probs, rows, cols);
-        return probs;
-    }
-
     /// An empty block: no tokens, probs with 0 columns (point masses), no scales, not
     /// standardized, model calls not reported. The storage of probs is kept for resize_probs().
     void clear() {
         tokens.clear();
-        if (probs.size() != 0) probs.swap(kept_);
-        probs.resize(0, 0);
+        clear_columns();
         scales.clear();
         standardized = false;
         model_calls.reset();
     }
-
-private:
-    Eigen::MatrixXf kept_;  // the storage of the last columns clear() removed
 };
 
 /// A plain autoregressive language model.

@@ -109,8 +109,7 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
     [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_autoregressive_call<M, G>();  // logits of float
     constexpr const char* where = "specdec::autoregressive_decode";
     validate(options.sampling, where);
-    const auto vocab = static_cast<Eigen::Index>(model.vocab_size());
-    if (vocab <= 0) detail::fail_invalid(where, ": vocab_size() = ", vocab, " must be positive");
+    const auto vocab = static_cast<Eigen::Index>(detail::checked_vocab(model, where));
     detail::check_prompt_and_stop_tokens(prompt, options.budget.stop_tokens, vocab, where);
 
     decode_result result;

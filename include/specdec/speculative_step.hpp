@@ -159,15 +159,22 @@ inline void check_draft_sampling(const std::optional<sampling_config>& draft, co
     }
 }
 
-template <Drafter D, Verifier V>
+/// The one vocabulary check of every entry point: a model's vocab_size() must be positive, and
+/// a drafter's must equal the target's. Returns the vocabulary size.
+template <class M>
+std::ptrdiff_t checked_vocab(M& model, const char* where) {
+    const auto v = static_cast<std::ptrdiff_t>(model.vocab_size());
+    if (v <= 0) fail_invalid(where, ": vocab_size() = ", v, " must be positive");
+    return v;
+}
+template <class D, class V>
 std::ptrdiff_t checked_vocab(D& drafter, V& verifier, const char* where) {
     const auto vd = static_cast<std::ptrdiff_t>(drafter.vocab_size());
     const auto vt = static_cast<std::ptrdiff_t>(verifier.vocab_size());
     if (vd != vt)
         fail_invalid(where, ": draft vocab_size() = ", vd, " differs from target vocab_size() = ", vt,
                      "; both models must share one vocabulary");
-    if (vt <= 0) fail_invalid(where, ": vocab_size() = ", vt, " must be positive");
-    return vt;
+    return checked_vocab(verifier, where);
 }
 
 /// Step phase 1, before drafting: empties the block and sets its draft-side stop. Nothing of

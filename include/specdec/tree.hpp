@@ -67,14 +67,14 @@ constexpr bool known_draws(sibling_draws d) noexcept {
 ///
 /// Build one with add() (which keeps depths and draws consistent) after clear(); clear() keeps
 /// the storage, so a drafter that refills the same tree allocates nothing once shapes repeat.
-struct draft_tree {
+struct draft_tree : detail::draft_columns {
     std::vector<token_id> tokens;       ///< token of each node
     std::vector<std::int32_t> parents;  ///< parent of each node, −1 for the root
     std::vector<std::int32_t> depths;   ///< 1 + the parent's depth (the root's is 0)
     std::vector<sibling_draws> draws;   ///< per node, or empty: all i.i.d.
     /// V x nodes draft distributions (see above), or 0 columns for point masses. Size it with
-    /// resize_probs() so that storage is reused.
-    Eigen::MatrixXf probs;
+    /// resize_probs() so that storage is reused. (Declared in detail::draft_columns.)
+    using detail::draft_columns::probs;
     /// True when every column was written by standardize() or a sampling variant: then
     /// verification does not check that the columns are distributions.
     bool standardized = false;
@@ -83,8 +83,6 @@ struct draft_tree {
 
     /// Number of draft nodes (the root not counted).
     [[nodiscard]] std::size_t size() const noexcept { return tokens.size(); }
-    /// True when the tree carries draft distributions.
-    [[nodiscard]] bool has_distributions() const noexcept { return probs.cols() != 0; }
     /// The largest depth (0 for an empty tree).
     [[nodiscard]] std::int32_t max_depth() const noexcept {
         std::int32_t d = 0;
@@ -114,29 +112,16 @@ struct draft_tree {
         return static_cast<std::int32_t>(tokens.size() - 1);
     }
 
-    /// Sizes probs to rows x cols (contents unspecified), reusing the storage clear() kept.
-    Eigen::MatrixXf& resize_probs(Eigen::Index rows, Eigen::Index cols) {
-        if (rows < 0 || cols < 0 || (cols > 0 && rows > std::numeric_limits<Eigen::Index>::max() / cols))
-            detail::fail_invalid("specdec::draft_tree::resize_probs: ", rows, " x ", cols, " is not a valid size");
-        if (probs.size() != rows * cols && kept_.size() == rows * cols) probs.swap(kept_);
-        detail::reshape(probs, rows, cols);
-        return probs;
-    }
-
     /// An empty tree; the storage of every array is kept.
     void clear() {
         tokens.clear();
         parents.clear();
         depths.clear();
         draws.clear();
-        if (probs.size() != 0) probs.swap(kept_);
-        probs.resize(0, 0);
+        clear_columns();
         standardized = false;
         model_calls = 0;
     }
-
-private:
-    Eigen::MatrixXf kept_;
 };
 
 /// Writes the tokens on the path from the root to `node` (−1: none) into `out`, root first.
