@@ -11,41 +11,8 @@
 ///
 /// Headers never log, abort, exit or read the environment. Exceptions thrown by
 /// user adapters propagate unchanged.
+///
+/// The helpers (SPECDEC_ASSERT, which the caller may define before including specdec, and
+/// detail::fail_invalid) are in detail/error_helpers.hpp, which the core includes as well.
 
-#include <cassert>
-#include <charconv>
-#include <stdexcept>
-#include <string>
-#include <string_view>
-#include <type_traits>
-
-/// Checks an internal invariant in debug builds. Define SPECDEC_ASSERT before
-/// including any specdec header to route it elsewhere (as FMT_ASSERT / eigen_assert).
-#ifndef SPECDEC_ASSERT
-#define SPECDEC_ASSERT(cond, msg) assert((cond) && (msg))
-#endif
-
-namespace specdec::detail {
-
-inline void append_piece(std::string& s, std::string_view v) { s += v; }
-inline void append_piece(std::string& s, const char* v) { s += v; }
-inline void append_piece(std::string& s, const std::string& v) { s += v; }
-template <class T>
-    requires std::is_arithmetic_v<T>
-void append_piece(std::string& s, T v) {
-    // Shortest round-trip form, so messages show 1e-09 rather than 0.000000.
-    char buf[64];
-    const auto res = std::to_chars(buf, buf + sizeof buf, v);
-    s.append(buf, res.ptr);
-}
-
-/// Throws std::invalid_argument with the pieces concatenated:
-/// fail_invalid("specdec::verify: ", "gamma = ", 0, " must be >= 1").
-template <class... Pieces>
-[[noreturn]] void fail_invalid(const Pieces&... pieces) {
-    std::string msg;
-    (append_piece(msg, pieces), ...);
-    throw std::invalid_argument(msg);
-}
-
-}  // namespace specdec::detail
+#include "detail/error_helpers.hpp"

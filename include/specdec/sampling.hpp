@@ -16,8 +16,10 @@
 #include <limits>
 
 #include "detail/buffers.hpp"
+#include "detail/sampling_checks.hpp"
 #include "detail/sampling_core.hpp"
 #include "error.hpp"
+#include "isa.hpp"
 #include "types.hpp"
 
 namespace specdec {
@@ -27,18 +29,7 @@ namespace specdec {
 ///         temperature < 0 or not finite, top_k < 0, top_p outside (0, 1], or
 ///         min_p outside [0, 1].
 inline void validate(const sampling_config& s, const char* where = "specdec::validate") {
-    if (!(s.temperature >= 0.0f) || !std::isfinite(s.temperature))
-        detail::fail_invalid(where, ": sampling.temperature = ", s.temperature, " must be finite and >= 0");
-    // Exponents are scaled by 1/T (times log2(e), or 2): it must stay a finite float.
-    if (s.temperature > 0.0f && !std::isfinite(2.0f / s.temperature))
-        detail::fail_invalid(where, ": sampling.temperature = ", s.temperature,
-                             " is too small: 2 / temperature overflows a float (below about 5.9e-39);"
-                             " use 0 for greedy (argmax) decoding");
-    if (s.top_k < 0) detail::fail_invalid(where, ": sampling.top_k = ", s.top_k, " must be >= 0 (0 disables it)");
-    if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
-        detail::fail_invalid(where, ": sampling.top_p = ", s.top_p, " must lie in (0, 1] (1 disables it)");
-    if (!(s.min_p >= 0.0f && s.min_p <= 1.0f))
-        detail::fail_invalid(where, ": sampling.min_p = ", s.min_p, " must lie in [0, 1] (0 disables it)");
+    detail::check_sampling_config(s, where);
 }
 
 namespace detail {

@@ -1,6 +1,8 @@
 # Builds and runs a consumer project of specdec (run with cmake -P).
 #   MODE=find_package:     install the build in SPECDEC_BINARY_DIR into a temporary prefix,
-#                          then configure the consumer with CMAKE_PREFIX_PATH pointing at it.
+#                          check that it holds every file of the source's include/ (headers and
+#                          detail/*.inc fragments), then configure the consumer with
+#                          CMAKE_PREFIX_PATH pointing at it.
 #   MODE=add_subdirectory: configure the consumer with SPECDEC_SOURCE_DIR as a subdirectory.
 #   MODE=precompiled_header: the same, with <specdec/specdec.hpp> precompiled for the consumer
 #                          (target_precompile_headers); the build must have made the PCH.
@@ -72,6 +74,20 @@ endfunction()
 set(consumer "${SPECDEC_SOURCE_DIR}/tests/packaging/find_package")
 if(MODE STREQUAL "find_package")
   run("${CMAKE_COMMAND}" --install "${SPECDEC_BINARY_DIR}" --prefix "${WORK_DIR}/prefix")
+  # Every file of the source tree's include/ is installed: the headers (*.hpp) and the
+  # fragments of the per-instruction-set core (detail/*.inc), which they include.
+  file(GLOB_RECURSE source_files RELATIVE "${SPECDEC_SOURCE_DIR}/include" "${SPECDEC_SOURCE_DIR}/include/*")
+  file(GLOB_RECURSE installed_files RELATIVE "${WORK_DIR}/prefix/include" "${WORK_DIR}/prefix/include/*")
+  list(SORT source_files)
+  list(SORT installed_files)
+  if(NOT source_files STREQUAL installed_files)
+    message(FATAL_ERROR "the install's include/ differs from the source tree's:\n"
+                        "source: ${source_files}\ninstalled: ${installed_files}")
+  endif()
+  list(FILTER installed_files INCLUDE REGEX "^specdec/detail/.*[.]inc$")
+  if(NOT installed_files)
+    message(FATAL_ERROR "the install has no fragments (specdec/detail/*.inc)")
+  endif()
   run("${CMAKE_COMMAND}" -S "${consumer}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
       "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
 elseif(MODE STREQUAL "add_subdirectory")
@@ -114,6 +130,7 @@ elseif(MODE STREQUAL "deb")
   expect_contains("the package's Architecture" "${arch}" "all")
   capture(contents "${DPKG_DEB}" --contents "${debs}")
   foreach(f ./usr/include/specdec/specdec.hpp ./usr/include/specdec/version.hpp
+            ./usr/include/specdec/detail/for_each_isa.inc ./usr/include/specdec/detail/instance_verify.inc
             ./usr/share/cmake/specdec/specdecConfig.cmake ./usr/share/cmake/specdec/specdecTargets.cmake
             ./usr/share/pkgconfig/specdec.pc)
     expect_contains("dpkg-deb --contents" "${contents}" "${f}")

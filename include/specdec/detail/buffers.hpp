@@ -8,8 +8,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "../types.hpp"
 #include "row_layout.hpp"
+#include "vocabulary.hpp"
 
 namespace specdec::detail {
 

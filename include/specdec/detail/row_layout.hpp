@@ -12,9 +12,9 @@
 #include <limits>
 #include <string>
 
-#include "../error.hpp"
-#include "../types.hpp"
 #include "config.hpp"
+#include "error_helpers.hpp"
+#include "vocabulary.hpp"
 
 namespace specdec::detail {
 

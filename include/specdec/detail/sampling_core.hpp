@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// The sampling core compiled once per instruction set (detail/instance_sampling.hpp), and the
-/// functions that run the copy active_isa() names.
+/// The sampling core compiled once per instruction set (detail/instance_sampling.inc), and the
+/// functions that run the copy active_isa_index() names.
 
 #include <Eigen/Core>
 
@@ -16,23 +16,23 @@
 #include <limits>
 #include <vector>
 
-#include "../error.hpp"
-#include "../types.hpp"
 #include "buffers.hpp"
 #include "config.hpp"
-#include "../isa.hpp"
+#include "error_helpers.hpp"
+#include "isa_config.hpp"
 #include "row_layout.hpp"
+#include "vocabulary.hpp"
 
-#define SPECDEC_DETAIL_INSTANCE "instance_sampling.hpp"
-#include "for_each_isa.hpp"
+#define SPECDEC_DETAIL_INSTANCE "instance_sampling.inc"
+#include "for_each_isa.inc"
 
-/// `return SPECDEC_DETAIL_NS_X::call` for the copy of the core active_isa() names.
+/// `return SPECDEC_DETAIL_NS_X::call` for the copy of the core active_isa_index() names.
 #if SPECDEC_DETAIL_X86_DISPATCH
-#define SPECDEC_DETAIL_DISPATCH(call)                                            \
-    switch (::specdec::active_isa()) {                                           \
-        case ::specdec::isa::avx512: return SPECDEC_DETAIL_NS_AVX512::call;      \
-        case ::specdec::isa::avx2: return SPECDEC_DETAIL_NS_AVX2::call;          \
-        default: return SPECDEC_DETAIL_NS_PORTABLE::call;                        \
+#define SPECDEC_DETAIL_DISPATCH(call)                                              \
+    switch (::specdec::detail::active_isa_index()) {                               \
+        case ::specdec::detail::isa_avx512: return SPECDEC_DETAIL_NS_AVX512::call; \
+        case ::specdec::detail::isa_avx2: return SPECDEC_DETAIL_NS_AVX2::call;     \
+        default: return SPECDEC_DETAIL_NS_PORTABLE::call;                          \
     }
 #else
 #define SPECDEC_DETAIL_DISPATCH(call) return SPECDEC_DETAIL_NS_PORTABLE::call;

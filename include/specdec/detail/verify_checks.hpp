@@ -10,12 +10,12 @@
 #include <span>
 #include <string>
 
-#include "../error.hpp"
-#include "../sampling.hpp"
-#include "../types.hpp"
-#include "../verify_types.hpp"
 #include "buffers.hpp"
+#include "error_helpers.hpp"
 #include "row_layout.hpp"
+#include "sampling_checks.hpp"
+#include "verify_vocabulary.hpp"
+#include "vocabulary.hpp"
 
 namespace specdec::detail {
 
@@ -77,7 +77,7 @@ inline void check_verify_inputs(const Eigen::Ref<const Eigen::MatrixXf>& target_
     if (q_rows != nullptr && (*q_rows != vocab || *q_cols != n))
         fail_invalid(where, ": draft_probs is ", *q_rows, " x ", *q_cols, "; expected vocab_size x draft length = ",
                      vocab, " x ", n);
-    validate(sampling, where);
+    check_sampling_config(sampling, where);
     if (!(opts.lenience > 0.0f && opts.lenience <= 1.0f))
         fail_invalid(where, ": lenience = ", opts.lenience, " must lie in (0, 1] (1 is exact)");
     if (opts.lenience != 1.0f && opts.scheme == verification_scheme::block)

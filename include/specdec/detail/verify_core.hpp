@@ -1,7 +1,7 @@
 #pragma once
 /// \file
-/// The verification core compiled once per instruction set (detail/instance_verify.hpp), and
-/// the function that runs the copy active_isa() names.
+/// The verification core compiled once per instruction set (detail/instance_verify.inc), and
+/// the function that runs the copy active_isa_index() names.
 
 #include <Eigen/Core>
 
@@ -15,15 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "../error.hpp"
-#include "../random.hpp"
-#include "../types.hpp"
-#include "../verify_types.hpp"
 #include "buffers.hpp"
-#include "../isa.hpp"
+#include "error_helpers.hpp"
+#include "isa_config.hpp"
 #include "row_layout.hpp"
 #include "sampling_core.hpp"
+#include "uniform_source.hpp"
 #include "verify_checks.hpp"
+#include "verify_vocabulary.hpp"
+#include "vocabulary.hpp"
 
 namespace specdec::detail {
 
@@ -40,8 +40,8 @@ struct verify_call {
 
 }  // namespace specdec::detail
 
-#define SPECDEC_DETAIL_INSTANCE "instance_verify.hpp"
-#include "for_each_isa.hpp"
+#define SPECDEC_DETAIL_INSTANCE "instance_verify.inc"
+#include "for_each_isa.inc"
 
 namespace specdec::detail {
 

@@ -1,0 +1,104 @@
+#pragma once
+/// \file
+/// The internal configuration of the instruction sets (specdec/isa.hpp is the public API): which
+/// copies of the hot core this build compiles, the intrinsics headers they need, the namespaces
+/// that hold them, and the choice of the copy that runs, kept as an index (0 portable, 1 AVX2 +
+/// FMA, 2 AVX-512 F + DQ: the values of SPECDEC_DETAIL_ISA and of specdec::isa). The core's
+/// dispatch (detail/sampling_core.hpp, detail/verify_core.hpp) reads only this header.
+
+#include <atomic>
+
+#if !defined(SPECDEC_NO_DISPATCH) && (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+/// 1 when the AVX2 and AVX-512 copies of the core are compiled (GCC or Clang on x86-64).
+#define SPECDEC_DETAIL_X86_DISPATCH 1
+#else
+#define SPECDEC_DETAIL_X86_DISPATCH 0
+#endif
+// The AVX2 and AVX-512 copies, and a portable copy built with AVX or wider, need <immintrin.h>;
+// a portable copy at SSE2 needs only <emmintrin.h>, which costs far less to compile (about half
+// of Eigen/Core's own time, measured with scripts/compile_time.sh).
+#if SPECDEC_DETAIL_X86_DISPATCH || defined(__AVX__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/// The translation unit's own vector instruction set, as a namespace suffix.
+#if defined(__AVX512F__)
+#define SPECDEC_DETAIL_BASE_ISA avx512
+#elif defined(__AVX2__) && defined(__FMA__)
+#define SPECDEC_DETAIL_BASE_ISA avx2fma
+#elif defined(__AVX2__)
+#define SPECDEC_DETAIL_BASE_ISA avx2
+#elif defined(__AVX__)
+#define SPECDEC_DETAIL_BASE_ISA avx
+#elif defined(__SSE4_1__)
+#define SPECDEC_DETAIL_BASE_ISA sse41
+#elif defined(__SSE2__)
+#define SPECDEC_DETAIL_BASE_ISA sse2
+#elif defined(__ARM_FEATURE_SVE)
+#define SPECDEC_DETAIL_BASE_ISA sve
+#elif defined(__ARM_NEON)
+#define SPECDEC_DETAIL_BASE_ISA neon
+#else
+#define SPECDEC_DETAIL_BASE_ISA generic
+#endif
+/// Whether Eigen vectorizes in this translation unit (EIGEN_DONT_VECTORIZE changes the portable core).
+#if defined(EIGEN_DONT_VECTORIZE)
+#define SPECDEC_DETAIL_BASE_TAG SPECDEC_DETAIL_CAT(SPECDEC_DETAIL_BASE_ISA, _novec)
+#else
+#define SPECDEC_DETAIL_BASE_TAG SPECDEC_DETAIL_BASE_ISA
+#endif
+#define SPECDEC_DETAIL_CAT_(a, b) a##b
+#define SPECDEC_DETAIL_CAT(a, b) SPECDEC_DETAIL_CAT_(a, b)
+/// The namespaces of the three copies of the core, within specdec::detail.
+#define SPECDEC_DETAIL_NS_PORTABLE SPECDEC_DETAIL_CAT(portable_, SPECDEC_DETAIL_BASE_TAG)
+#define SPECDEC_DETAIL_NS_AVX2 SPECDEC_DETAIL_CAT(avx2_, SPECDEC_DETAIL_BASE_TAG)
+#define SPECDEC_DETAIL_NS_AVX512 SPECDEC_DETAIL_CAT(avx512_, SPECDEC_DETAIL_BASE_TAG)
+
+namespace specdec::detail {
+
+/// The indices of the copies of the core (SPECDEC_DETAIL_ISA; the values of specdec::isa).
+inline constexpr int isa_portable = 0;
+inline constexpr int isa_avx2 = 1;
+inline constexpr int isa_avx512 = 2;
+
+/// Whether this build has the copy of index i and this CPU (and the OS, which must save the
+/// wider registers) can run it.
+[[nodiscard]] inline bool isa_index_supported(int i) noexcept {
+#if SPECDEC_DETAIL_X86_DISPATCH
+    switch (i) {
+        case isa_portable: return true;
+        case isa_avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        case isa_avx512:
+            return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                   __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    }
+    return false;
+#else
+    return i == isa_portable;
+#endif
+}
+
+/// The index of the best copy isa_index_supported() allows.
+[[nodiscard]] inline int best_isa_index() noexcept {
+    if (isa_index_supported(isa_avx512)) return isa_avx512;
+    if (isa_index_supported(isa_avx2)) return isa_avx2;
+    return isa_portable;
+}
+
+/// The chosen copy, as its index + 1; 0 before the first choice. One object in the whole
+/// program (an inline variable), whatever flags each translation unit was compiled with.
+inline std::atomic<int> chosen_isa{0};
+
+/// The index of the copy the core runs with: the best this CPU supports (chosen on first use),
+/// or the one specdec::force_isa() set.
+[[nodiscard]] inline int active_isa_index() noexcept {
+    const int v = chosen_isa.load(std::memory_order_relaxed);
+    if (v != 0) return v - 1;
+    const int i = best_isa_index();
+    chosen_isa.store(i + 1, std::memory_order_relaxed);
+    return i;
+}
+
+}  // namespace specdec::detail
