@@ -28,6 +28,7 @@
 #include "support/catch.hpp"
 #include "support/skip.hpp"
 #include "llama2/context_limit.hpp"
+#include "llama2/summary.hpp"
 
 #include "llama2/checkpoint.hpp"
 #include "llama2/tokenizer.hpp"
@@ -479,6 +480,110 @@ TEST_CASE("llama2: the context-limited drafter drafts as many tokens as the wind
     }
 }
 
+TEST_CASE("llama2: fit_tree_to_windows counts every node against both windows", "[llama2][limits][tree]") {
+    // 2,2,1,1: levels of 2, 4, 4 and 4 nodes (2, 6, 10, 14 in all). The target scores
+    // context + every node; drawing the deepest level, the draft holds context + the nodes above.
+    const specdec::tree_shape asked{.branching = {2, 2, 1, 1}};
+    specdec::tree_shape got;
+    struct expected {
+        std::size_t context, draft_window, target_window, nodes, depth;
+    };
+    for (const auto& e : std::vector<expected>{
+             {200, 256, 512, 14, 4},  // room for everything
+             {246, 256, 512, 14, 4},  // 246 + 10 above the deepest level = 256
+             {247, 256, 512, 10, 3},
+             {248, 256, 512, 10, 3},  // the demo's failure: 248 + 10 > 256 with all 14 nodes
+             {250, 256, 512, 10, 3},
+             {251, 256, 512, 6, 2},   // 10 nodes: 251 + 6 above > 256; 7 to 9 as well
+             {254, 256, 512, 6, 2},
+             {255, 256, 512, 2, 1},   // 3 to 6 nodes: 255 + 2 above > 256
+             {256, 256, 512, 2, 1},   // a full draft window: the first level still fits
+             {257, 256, 512, 0, 0},   // nothing: a plain target step
+             {300, 256, 512, 0, 0},
+             {498, 512, 512, 14, 4},  // the target's window: 498 + 14 = 512
+             {499, 512, 512, 13, 4},  // a part of the deepest level (3 of its 4 nodes)
+             {506, 512, 512, 6, 2},
+             {507, 512, 512, 5, 2},
+             {510, 512, 512, 2, 1},
+             {511, 512, 512, 1, 1},
+             {512, 512, 512, 0, 0},
+         }) {
+        INFO("context " << e.context << ", windows " << e.draft_window << " (draft) and " << e.target_window
+                        << " (target)");
+        llama2::fit_tree_to_windows(asked, e.context, e.draft_window, e.target_window, got);
+        CHECK(got.nodes() == e.nodes);
+        CHECK(got.depth() == e.depth);
+        CHECK(got.draws == asked.draws);
+    }
+    // A node cap of the asked shape is kept; a wide first level takes all the room.
+    llama2::fit_tree_to_windows({.branching = {2, 2, 1, 1}, .max_nodes = 5}, 100, 256, 512, got);
+    CHECK(got.nodes() == 5);
+    const std::size_t wide = std::size_t{1} << 20;
+    llama2::fit_tree_to_windows({.branching = {wide, wide, wide}}, 100, 256, 512, got);
+    CHECK(got.nodes() == 412);  // the target's room, all in the first level (nothing above it)
+    CHECK(got.depth() == 1);
+}
+
+namespace {
+
+/// A small random model as above with another context window.
+std::shared_ptr<const llama2::checkpoint> small_model_with_window(int seq_len) {
+    auto ck = std::make_shared<llama2::checkpoint>();
+    ck->name = "random-small-" + std::to_string(seq_len);
+    ck->cfg = small_config();
+    ck->cfg.seq_len = seq_len;
+    ck->w = llama2::random_weights(ck->cfg, 42);
+    return ck;
+}
+
+}  // namespace
+
+TEST_CASE("llama2: tree decoding with the context-limited tree drafter runs to the end of the target's window",
+          "[llama2][limits][tree]") {
+    // Draft window 48, target window 64 (the bundled pair's 256 and 512 in small); and a draft
+    // with the target's window (an early exit). Every step's tree must fit both windows, or an
+    // engine throws std::length_error; at temperature 0 the output is greedy decoding.
+    const auto target_model = small_model_with_window(64);
+    for (const int draft_window : {48, 64}) {
+        INFO("draft window " << draft_window);
+        const auto draft_model = small_model_with_window(draft_window);
+        llama2::transformer target(target_model), reference(target_model);
+        llama2::transformer draft(draft_model, 2);  // the first 2 of 3 layers: a close, different draft
+        llama2::context_limited_tree_drafter<llama2::transformer> drafter(draft, 64);
+        const tokens prompt{llama2::tokenizer::bos_id, 40, 41};
+        const std::size_t n = 64 - prompt.size();  // to the last position of the target's window
+        std::mt19937_64 rng(1);
+        const specdec::sampling_config greedy{.temperature = 0.0f};
+        const auto want = specdec::autoregressive_decode(reference, prompt, {.sampling = greedy, .budget = {.max_new_tokens = n}}, rng);
+        for (const auto& branching : std::vector<std::vector<std::size_t>>{{2, 2, 1, 1}, {3, 2, 1, 1}, {4, 4}}) {
+            INFO("tree of " << branching.size() << " levels, " << branching[0] << " at the root");
+            std::size_t shrunk = 0;
+            specdec::decode_options opts{.step = specdec::tree{.shape = {.branching = branching}},
+                                         .sampling = greedy,
+                                         .budget = {.max_new_tokens = n}};
+            opts.on_step = [&](const specdec::step_event& e) {
+                // Cut by the windows: fewer nodes than the step asked for (its first e.gamma levels).
+                const specdec::tree_shape step{.branching = {branching.begin(), branching.begin() + static_cast<std::ptrdiff_t>(e.gamma)}};
+                if (e.gamma > 0 && drafter.last_shape().nodes() < step.nodes()) ++shrunk;
+            };
+            target.clear_cache();
+            draft.clear_cache();
+            std::mt19937_64 g(2);
+            const auto got = specdec::speculative_decode(drafter, target, prompt, opts, g);
+            CHECK(got.tokens == want.tokens);
+            CHECK(got.tokens.size() == n);
+            CHECK(shrunk > 0);  // the windows did cut some trees
+            // At temperature 1 too (no stop tokens: every run reaches the end of the window).
+            opts.sampling = {.temperature = 1.0f};
+            opts.on_step = nullptr;
+            for (std::uint64_t seed = 0; seed < 8; ++seed) {
+                std::mt19937_64 gs(seed);
+                CHECK(specdec::speculative_decode(drafter, target, prompt, opts, gs).tokens.size() == n);
+            }
+        }
+    }
+}
+
 TEST_CASE("llama2: contexts beyond seq_len throw std::length_error naming the model", "[llama2][limits]") {
     const auto model = small_model();  // seq_len 48
     llama2::transformer m(model);
@@ -705,4 +810,56 @@ TEST_CASE("llama2: drafting stops at the draft's 256-token window and generation
     CHECK(r.tokens == g.tokens);
     // Without the limit, the draft model itself refuses a context beyond its window.
     CHECK_THROWS_AS(specdec::speculative_decode(draft, target, prompt, opts, rng), std::length_error);
+}
+
+TEST_CASE("llama2: the demo's summary shows alpha only from enough positions", "[llama2][summary]") {
+    CHECK(llama2::alpha_text(0.71234, 30) == "0.712");
+    CHECK(llama2::alpha_text(0.9, 29) == "n/a (only 29 positions tested)");
+    CHECK(llama2::alpha_text(1.0, 1) == "n/a (only 1 position tested)");
+    CHECK(llama2::alpha_text(0.0, 0) == "n/a (only 0 positions tested)");
+    specdec::decode_stats st;
+    st.accepted_tokens = 5;
+    st.rejected_tokens = 2;
+    st.reached_at_position = {4, 3, 1};
+    st.expected_accepted_at_position = {3.0, 2.0};  // positions 1 and 2 estimated: 7 tested
+    CHECK(llama2::tested_positions(st) == 7);
+    CHECK(llama2::estimated_positions(st) == 7);
+}
+
+TEST_CASE("llama2: the demo's summary says why the adaptive policy kept speculation off", "[llama2][summary]") {
+    using specdec_test::contains;
+    // Known costs: a draft token 1.1 target steps (c = 1.1), a target pass 1 whatever its length.
+    specdec::gamma_controller slow(8, {.draft_cost = [](std::size_t n) { return 1.1 * static_cast<double>(n); },
+                                       .pass_cost = [](std::size_t) { return 1.0; }});
+    specdec::decode_stats st;
+    st.steps = 100;
+    st.steps_at_gamma = {90, 10};
+    st.reached_at_position = {10};
+    st.expected_accepted_at_position = {7.0};
+    // Too few positions for alpha: the policy's own (no observations: its prior 1/2); at alpha
+    // 1/2 and c = 1.1 the best is gamma 1, 1.5 / 2.1 = 0.71x.
+    auto line = llama2::speculation_off_reason(st, slow);
+    REQUIRE(line);
+    CHECK_THAT(*line, contains("speculation off in 90 of 100 steps") && contains("c = 1.10 target steps") &&
+                          contains("alpha n/a (only 10 positions tested)") && contains("the policy's 0.50") &&
+                          contains("0.71x (gamma 1)") && contains("does not pay"));
+    // Enough positions: the run's alpha, 28 / 40 = 0.7: 1.7 / 2.1 = 0.81x.
+    st.reached_at_position = {40};
+    st.expected_accepted_at_position = {28.0};
+    line = llama2::speculation_off_reason(st, slow);
+    REQUIRE(line);
+    CHECK_THAT(*line, contains("at alpha 0.700") && contains("0.81x (gamma 1)") && contains("does not pay"));
+    // A cheap draft (c = 0.1) that would pay: the line says so, and what else the policy counts.
+    specdec::gamma_controller cheap(8, {.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); },
+                                        .pass_cost = [](std::size_t) { return 1.0; }});
+    const std::size_t g = specdec::optimal_gamma(0.7, 0.1, 8);
+    char want[64];
+    std::snprintf(want, sizeof want, "%.2fx (gamma %zu)", specdec::expected_walltime_improvement(0.7, g, 0.1), g);
+    line = llama2::speculation_off_reason(st, cheap);
+    REQUIRE(line);
+    CHECK_THAT(*line, contains("c = 0.10") && contains(want) && contains("catch up"));
+    // Speculation on for most steps: nothing to explain.
+    st.steps_at_gamma = {50, 50};
+    CHECK_FALSE(llama2::speculation_off_reason(st, slow));
+    CHECK_FALSE(llama2::speculation_off_reason(specdec::decode_stats{}, slow));
 }

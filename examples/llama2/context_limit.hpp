@@ -7,12 +7,21 @@
 // (an empty draft), so generation goes on up to the target's own limit, where the engine
 // throws std::length_error. The output distribution is unaffected: the number of drafted
 // tokens may vary from step to step.
+//
+// Trees (context_limited_tree_drafter) need more room than their depth: tree attention keeps
+// every node in the KV cache, so the target scores context + all nodes in one pass, and the
+// draft model, drawing level by level with score_tree, holds context + every node above the
+// level it draws. Near the end of either window the tree shrinks, its nodes dropped from the
+// deepest level up (the last in breadth-first order first), until both fit; then it is empty,
+// and each later step is one target token, as for chains. The tree's shape depends on the
+// context's length only, never on what was drawn, so the output distribution is unaffected.
 
 #include <specdec/specdec.hpp>
 
 #include <algorithm>
 #include <cstddef>
 #include <span>
+#include <vector>
 
 namespace llama2 {
 
@@ -42,6 +51,77 @@ public:
 private:
     M* model_;
     specdec::model_drafter<M> inner_{*model_};
+};
+
+/// The largest part of `asked` that a step after `context` tokens can draft and score:
+/// `asked` filled breadth first (as specdec::draft_tree_from_model fills it) up to m nodes,
+/// for the largest m with
+///   context + m                        <= target_window  (score_tree holds every node), and
+///   context + (nodes above the deepest) <= draft_window   (drawing the deepest level scores
+///                                                           the tree above it with the draft);
+/// written into `out` as the first levels of asked.branching with max_nodes = m (no levels
+/// when nothing fits: an empty tree, a plain target step). Reuses out's storage.
+inline void fit_tree_to_windows(const specdec::tree_shape& asked, std::size_t context, std::size_t draft_window,
+                                std::size_t target_window, specdec::tree_shape& out) {
+    const std::size_t depth = asked.depth();
+    std::size_t levels = 0;
+    // Whether m nodes fit; sets `levels` to the levels they occupy.
+    const auto fits = [&](std::size_t m) {
+        std::size_t used = 0, above = 0, width = 1;
+        levels = 0;
+        for (std::size_t d = 0; d < depth && used < m; ++d) {
+            // (A level's width saturates at m, which keeps min(width, m - used) right and the
+            // product from overflowing.)
+            width = width > m / asked.branching[d] ? m : width * asked.branching[d];
+            above = used;
+            used += std::min(width, m - used);
+            ++levels;
+        }
+        return context + above <= draft_window && context + used <= target_window;
+    };
+    std::size_t m = context < target_window ? std::min(asked.nodes(), target_window - context) : 0;
+    while (m > 0 && !fits(m)) --m;  // (the last call, for the m kept, set `levels`)
+    if (m == 0) levels = 0;
+    out.branching.assign(asked.branching.begin(), asked.branching.begin() + static_cast<std::ptrdiff_t>(levels));
+    out.max_nodes = m;
+    out.draws = asked.draws;
+}
+
+/// A TreeDrafter over a model with a context limit (a LanguageModel and TreeVerifier with
+/// max_context(), as llama2::transformer), for a target whose window is `target_window`
+/// tokens: it draws trees of the asked shape cut down by fit_tree_to_windows, one score_tree
+/// pass of the draft model per level.
+template <class M>
+class context_limited_tree_drafter {
+public:
+    context_limited_tree_drafter(M& model, std::size_t target_window) : model_(&model), target_window_(target_window) {}
+
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return model_->vocab_size(); }
+
+    void propose_tree(std::span<const specdec::token_id> context, const specdec::tree_shape& asked,
+                      const specdec::sampling_config& sampling, specdec::uniform_source& uniforms,
+                      specdec::draft_tree& out) {
+        fit_tree_to_windows(asked, context.size(), static_cast<std::size_t>(model_->max_context()), target_window_,
+                            shape_);
+        if (shape_.nodes() == 0) {
+            out.clear();
+            return;
+        }
+        specdec::draft_tree_from_model(*model_, context, shape_, sampling, uniforms, out, path_, logits_, q_, scratch_,
+                                       sws_, level_scores_);
+    }
+
+    /// The shape of the last tree drawn (after fit_tree_to_windows).
+    [[nodiscard]] const specdec::tree_shape& last_shape() const noexcept { return shape_; }
+
+private:
+    M* model_;
+    std::size_t target_window_;
+    specdec::tree_shape shape_{};
+    std::vector<specdec::token_id> path_{};
+    Eigen::VectorXf logits_{}, q_{}, scratch_{};
+    std::vector<Eigen::MatrixXf> level_scores_{};  // one score_tree matrix per level
+    specdec::sampling_workspace sws_{};
 };
 
 }  // namespace llama2
