@@ -34,7 +34,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include <specdec/batch_decode.hpp>
+#include <specdec/batch_decoder.hpp>
 
 #include "llama2/batch_transformer.hpp"
 #include "llama2/checkpoint.hpp"
@@ -104,12 +104,15 @@ const std::vector<std::vector<token_id>>& greedy() {
     static const auto g = [] {
         llama2::batch_transformer target(target_weights());
         const auto ps = prompts(max_batch);
-        std::vector<std::mt19937_64> rngs(max_batch);
-        const auto out = specdec::speculative_decode_batch(
-            target, target, std::span<const std::vector<token_id>>(ps),
-            {.gamma = 0, .sampling = {.temperature = 0.0f}, .max_new_tokens = new_tokens}, std::span(rngs));
+        specdec::batch_decoder dec(target, target,
+                                   {.step = specdec::chain{.gamma = 0},
+                                    .sampling = {.temperature = 0.0f},
+                                    .budget = {.max_new_tokens = new_tokens}});
+        std::vector<std::size_t> ids;
+        for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64()));
+        dec.run();
         std::vector<std::vector<token_id>> r;
-        for (const auto& o : out) r.push_back(o.tokens);
+        for (const auto id : ids) r.push_back(dec.take(id).tokens);
         return r;
     }();
     return g;
@@ -163,10 +166,11 @@ void bm_multi(benchmark::State& state) {
         prefill(target, ps);
         prefill(draft_model, ps);
         controlled_drafter draft(draft_model, alpha());
-        specdec::batch_decode_options o{.gamma = gamma,
-                                        .policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
-                                        .sampling = {.temperature = 0.0f},
-                                        .max_new_tokens = new_tokens};
+        const specdec::decode_options o{
+            .step = specdec::chain{.gamma = gamma},
+            .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
+            .sampling = {.temperature = 0.0f},
+            .budget = {.max_new_tokens = new_tokens}};
         specdec::batch_decoder<controlled_drafter, llama2::batch_transformer, std::mt19937_64> dec(draft, target, o);
         std::vector<std::size_t> ids;
         for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64(seed++)));

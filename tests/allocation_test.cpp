@@ -190,7 +190,10 @@ TEST_CASE("A sequence without reserved room grows geometrically, not by a copy e
         const auto n = allocations_during([&] {
             const specdec::decode_result r = specdec::speculative_decode(
                 drafter, verifier, prompt,
-                specdec::decode_options{.gamma = 4, .max_new_tokens = 20000, .sampling = {.temperature = 0.8f}}, rng);
+                specdec::decode_options{.step = specdec::chain{.gamma = 4},
+                                        .sampling = {.temperature = 0.8f},
+                                        .budget = {.max_new_tokens = 20000}},
+                rng);
             produced = r.tokens.size();
         });
         CHECK(produced == 20000);
@@ -324,8 +327,9 @@ TEST_CASE("Tree verification allocates nothing after warm-up, for both schemes a
 TEST_CASE("Tree decoding allocates nothing per step (a long run allocates a bounded number of times)",
           "[allocation][tree]") {
     // Decoding 3000 tokens takes hundreds of steps: an allocation per step would show as
-    // hundreds. What remains is the first step's buffers, the reservation of the output, and
-    // the last steps' smaller trees.
+    // hundreds. What remains is the decoder's own state (its sequence, the tree workspace), the
+    // first step's buffers, the reservation of the output, and the last steps' smaller trees;
+    // so a run of half the length allocates about as often.
     if (!counting_available()) return;
     auto target = specdec_test::markov_model::random(512, 1, 21);
     auto draft = specdec_test::markov_model::random(512, 1, 22);
@@ -333,20 +337,111 @@ TEST_CASE("Tree decoding allocates nothing per step (a long run allocates a boun
     const std::vector<token_id> prompt{0, 1};
     for (const auto scheme :
          {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
-        std::mt19937_64 rng(4);
-        std::size_t produced = 0, steps = 0;
-        const auto n = allocations_during([&] {
-            const specdec::decode_result r = specdec::speculative_decode_tree(
-                d, t, prompt,
-                specdec::tree_decode_options{.shape = {.branching = {2, 2, 1, 1}}, .scheme = scheme,
-                                             .max_new_tokens = 3000, .sampling = {.temperature = 0.8f}},
-                rng);
-            produced = r.tokens.size();
-            steps = r.stats.steps;
-        });
-        INFO("scheme " << static_cast<int>(scheme) << ": " << n << " allocations in " << steps << " steps");
-        CHECK(produced == 3000);
-        CHECK(steps > 500);
-        CHECK(n <= 100);  // 49 when this was written; an allocation per step would be over 2000
+        std::size_t counts[2] = {}, steps[2] = {};
+        for (const std::size_t length : {std::size_t{1500}, std::size_t{3000}}) {
+            const std::size_t k = length == 3000 ? 1 : 0;
+            std::mt19937_64 rng(4);
+            std::size_t produced = 0;
+            counts[k] = allocations_during([&] {
+                const specdec::decode_result r = specdec::speculative_decode(
+                    d, t, prompt,
+                    specdec::decode_options{
+                        .step = specdec::tree{.shape = {.branching = {2, 2, 1, 1}}, .scheme = scheme},
+                        .sampling = {.temperature = 0.8f},
+                        .budget = {.max_new_tokens = length}},
+                    rng);
+                produced = r.tokens.size();
+                steps[k] = r.stats.steps;
+            });
+            CHECK(produced == length);
+        }
+        INFO("scheme " << static_cast<int>(scheme) << ": " << counts[1] << " allocations in " << steps[1] << " steps, "
+                       << counts[0] << " in " << steps[0]);
+        CHECK(steps[1] > 500);
+        // 50 at a10c06e (speculative_decode_tree), 58 at 92bcf29 (the one decoding loop: the
+        // decoder's entry, tree workspace, id table and item list, copies of the shape, the
+        // accepted-path buffer): a fixed cost per call. An allocation per step would be over 2000.
+        CHECK(counts[1] <= 100);
+        CHECK(counts[1] <= counts[0] + 4);  // twice the steps, (about) the same count
+    }
+}
+
+TEST_CASE("Tree decoding with the draft's own sampling, the adaptive depth and the draft-side stop allocates only "
+          "on steps that change the tree's size",
+          "[allocation][tree]") {
+    // Step by step (batch_decoder, as speculative_decode runs it): a step whose tree has the
+    // size of the step before allocates nothing once the buffers have grown. A new size does
+    // (the adaptive policy's change of depth), and so does the draft-side stop: a step it
+    // prunes copies the nodes kept into new probs (prune_tree_below), the next step regrows
+    // them, and the verifier resizes its scores. So the count is bounded by the steps that
+    // change the size or are pruned (or follow one that was), not by the steps.
+    if (!counting_available()) return;
+    auto target = specdec_test::markov_model::random(512, 1, 23);
+    auto draft = target;  // a draft close to the target, so the adaptive depth stays deep
+    {
+        std::mt19937_64 g(5);
+        std::normal_distribution<float> noise(0.0f, 0.5f);  // test data only
+        for (float& x : draft.table) x += noise(g);
+    }
+    in_place_tree_markov t{&target}, d{&draft};
+    const std::vector<token_id> prompt{0, 1};
+    specdec::adaptive_gamma_options known;
+    known.draft_cost = [](std::size_t n) { return 0.02 * static_cast<double>(n); };
+    known.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m - 1); };
+    const specdec::tree_shape shape{.branching = {2, 2, 1, 1}};
+    for (const float stop_below : {0.0f, 0.007f}) {
+        for (const auto scheme :
+             {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
+            specdec::gamma_controller controller(shape.depth(), known);
+            std::vector<std::size_t> full{0};  // nodes of the shape cut to each depth: a tree with fewer was pruned
+            for (std::size_t i = 0, level = 1; i < shape.depth(); ++i)
+                full.push_back(full.back() + (level *= shape.branching[i]));
+            std::size_t size = 0;  // the tree of the step just taken
+            bool pruned = false;   // and whether the stop pruned it
+            const specdec::decode_options options{
+                .step = specdec::tree{.shape = shape, .scheme = scheme},
+                .length = {.policy = specdec::gamma_policy::adaptive, .controller = &controller},
+                .sampling = {.temperature = 0.8f},
+                .draft = {.sampling = specdec::sampling_config{.temperature = 1.0f, .top_k = 50},
+                          .stop_below = stop_below},
+                .budget = {.max_new_tokens = 3000},
+                .on_step =
+                    [&](const specdec::step_event& e) {
+                        size = e.tree != nullptr ? e.tree->size() : 0;
+                        pruned = size < full[e.gamma];
+                    }};
+            specdec::batch_decoder dec(d, t, options);
+            const std::size_t id = dec.add(prompt, std::mt19937_64(6));
+            std::size_t steps = 0, quiet = 0, quiet_allocations = 0, changes = 0, pruned_steps = 0, total = 0;
+            std::size_t last = 0;
+            bool last_pruned = false;
+            while (dec.active() != 0) {
+                const std::size_t n = allocations_during([&] { dec.step(); });
+                total += n;
+                pruned_steps += pruned;
+                if (steps != 0 && size == last && !pruned && !last_pruned) {
+                    ++quiet;
+                    quiet_allocations += n;
+                } else {
+                    ++changes;
+                }
+                last = size;
+                last_pruned = pruned;
+                ++steps;
+            }
+            std::size_t depths = 0;
+            for (const std::size_t c : controller.choices()) depths += c != 0;
+            INFO("stop " << stop_below << ", scheme " << static_cast<int>(scheme) << ": " << total << " allocations in "
+                         << steps << " steps (" << pruned_steps << " pruned), " << changes
+                         << " of them changing the tree's size, pruned or after a pruned one; " << quiet_allocations
+                         << " allocations in the " << quiet << " others; " << depths << " depths used");
+            CHECK(dec.generated(id).size() == 3000);
+            CHECK(depths >= 2);
+            CHECK(quiet > 100);
+            CHECK(quiet_allocations <= 8);  // the buffers' growth on the way, not one per step
+            CHECK(total <= 100 + 6 * changes);
+            if (stop_below > 0.0f) CHECK(pruned_steps * 10 > steps);  // the stop pruned, often
+            else CHECK(pruned_steps == 0);
+        }
     }
 }

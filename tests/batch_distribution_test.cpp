@@ -1,7 +1,9 @@
-// Distribution equivalence of the multi-sequence path: every sequence of a batch decoded with
-// one target pass per step (batch_decoder over a MultiSequenceDrafter and a
-// MultiSequenceVerifier) has exactly the target's joint distribution of its 4 generated tokens,
-// computed by enumeration, whatever the other sequences of the batch do.
+// Distribution equivalence of the batch loop: every sequence of a batch_decoder has exactly the
+// target's joint distribution of its 4 generated tokens, computed by enumeration, whatever the
+// other sequences of the batch do: chains with one target pass per step (a MultiSequenceDrafter
+// and a MultiSequenceVerifier), under the fixed and the adaptive policy, with the draft's own
+// sampling settings (draft-side sampling), and token trees (a plain drafter and a TreeVerifier,
+// one score_tree pass per sequence and step) under both tree schemes.
 //
 // Method (as tests/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
@@ -10,23 +12,30 @@
 // case; Pearson's chi-square test of each sequence's 4-token outputs against its exact
 // distribution (cells with expected count < 5 pooled). A test fails when p < 1e-4; the
 // chi-square approximation makes a correct implementation fail one such test about 1-2 times
-// in 10^4 (distribution_test.cpp's simulation), so with the 18 tests below about 0.3% of runs
-// of correct code would fail one (the seeds are fixed: a run is reproducible).
-// The negative control runs the same test with a verifier that scores every sequence against
-// the first sequence's context (a KV cache of the wrong slot), which must fail (p < 1e-4) for
-// the sequences whose prompt differs.
+// in 10^4 (distribution_test.cpp's simulation), so with the 36 tests below (6 cases, 2 schemes,
+// 3 sequences) about 0.5% of runs of correct code would fail one (the seeds are fixed: a run is
+// reproducible).
+// The negative controls run the same tests on deliberately wrong procedures, which must fail
+// (p < 1e-4): a verifier that scores every sequence against the first sequence's context (a KV
+// cache of the wrong slot; the sequences whose prompt differs must be caught); a drafter that
+// samples with the draft's own settings but reports q at the target's settings (draft-side
+// sampling verified against the wrong q); a tree drafter whose nodes report a uniform q instead
+// of the distribution they were drawn from (every sequence must be caught).
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
 #include "support/multi_markov.hpp"
 #include "support/stats.hpp"
+#include "support/tree_reference.hpp"
 
-#include <specdec/batch_decode.hpp>
+#include <specdec/batch_decoder.hpp>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace specdec_test;
@@ -64,19 +73,69 @@ std::size_t encode(std::span<const token_id> tokens, int vocab) {
     return index;
 }
 
+/// The drafter of the draft-side sampling control: WRONG on purpose. It samples each sequence's
+/// block with the settings it is given (the draft's own), as multi_markov_drafter does, then
+/// reports each column as the distribution at `reported` (the target's settings): q is not
+/// the distribution the token was drawn from.
+struct wrong_q_drafter {
+    multi_markov_drafter inner;
+    specdec::sampling_config reported{};
+    std::vector<token_id> seq{};
+    Eigen::VectorXf logits{}, q{};
+    specdec::sampling_workspace sws{};
+    std::ptrdiff_t vocab_size() const { return inner.vocab_size(); }
+    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
+        inner.draft_batch(batch, sampling);
+        const markov_model& m = *inner.model;
+        q.resize(m.vocab);
+        for (auto& r : batch) {
+            seq.assign(r.context.begin(), r.context.end());
+            for (std::size_t i = 0; i < r.out->tokens.size(); ++i) {
+                const std::size_t row = m.row_of(seq) * static_cast<std::size_t>(m.vocab);
+                logits = Eigen::Map<const Eigen::VectorXf>(m.table.data() + row, m.vocab);
+                specdec::standardize(logits, reported, q, sws);
+                r.out->probs.col(static_cast<Eigen::Index>(i)) = q;
+                r.out->scales[i] = 1.0f;
+                seq.push_back(r.out->tokens[i]);
+            }
+        }
+    }
+};
+
+/// The tree drafter of the tree control: WRONG on purpose. It draws its tree from the model as
+/// a plain drafter does, then reports a uniform q for every node.
+struct uniform_q_tree_drafter {
+    markov_model* model = nullptr;
+    std::vector<token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    specdec::sampling_workspace sws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& s, specdec::uniform_source& u, specdec::draft_tree& out) {
+        specdec::draft_tree_from_model(*model, context, shape, s, u, out, path, logits, q, scratch, sws);
+        out.probs.setConstant(1.0f / static_cast<float>(model->vocab));
+        out.standardized = false;
+    }
+};
+
 struct batch_case {
     std::size_t gamma = 3;
     specdec::sampling_config sampling{};
     specdec::gamma_policy policy = specdec::gamma_policy::fixed;
     std::uint64_t seed = 1;
+    /// The draft's own sampling settings (draft-side sampling); unset: the target's.
+    std::optional<specdec::sampling_config> draft_sampling{};
+    /// Tree steps of this shape instead of chains of gamma.
+    std::optional<specdec::tree_shape> tree{};
 };
 
 /// Decodes `samples` batches and returns, per sequence, the test of its outputs against its
-/// exact distribution; counts rejections per draft position (all sequences) in `rejected_at`.
-template <class V>
-std::vector<gof_result> run_case(const markov_model& target, const markov_model& draft, V& verifier,
-                                 const batch_case& c, specdec::verification_scheme scheme, std::size_t samples,
-                                 std::vector<std::size_t>& rejected_at) {
+/// exact distribution; counts rejections per draft position or tree depth (all sequences) in
+/// `rejected_at`. `scheme` is a verification_scheme for chains, a tree_verification_scheme for
+/// trees.
+template <class D, class V, class Scheme>
+std::vector<gof_result> run_case(const markov_model& target, D& drafter, V& verifier, const batch_case& c,
+                                 Scheme scheme, std::size_t samples, std::vector<std::size_t>& rejected_at) {
     const int vocab = target.vocab;
     std::vector<std::vector<std::size_t>> counts(kPrompts.size());
     std::vector<std::vector<double>> exact;
@@ -84,18 +143,29 @@ std::vector<gof_result> run_case(const markov_model& target, const markov_model&
         exact.push_back(exact_sequence_distribution(target, kPrompts[k], kLength, c.sampling));
         counts[k].assign(exact[k].size(), 0);
     }
-    multi_markov_drafter drafter{&draft};
-    specdec::batch_decode_options o{.gamma = c.gamma, .policy = c.policy, .sampling = c.sampling, .scheme = scheme,
-                                    .max_new_tokens = kLength};
+    specdec::decode_options o{.sampling = c.sampling,
+                              .draft = {.sampling = c.draft_sampling},
+                              .budget = {.max_new_tokens = kLength}};
+    std::size_t longest = c.gamma;
+    if constexpr (std::is_same_v<Scheme, specdec::tree_verification_scheme>) {
+        o.step = specdec::tree{.shape = c.tree.value(), .scheme = scheme};
+        longest = c.tree->depth();
+    } else {
+        o.step = specdec::chain{.gamma = c.gamma, .scheme = scheme};
+    }
+    o.length.policy = c.policy;
     // Known costs for the adaptive policy: deterministic choices, several γ in use.
-    o.adaptive.draft_cost = [](std::size_t n) { return 0.02 * static_cast<double>(n); };
-    o.adaptive.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m); };
-    o.adaptive.explore_every = 2;
-    rejected_at.assign(c.gamma, 0);
-    o.on_step = [&](std::size_t, const specdec::step_event& e) {
-        if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
+    o.length.adaptive.draft_cost = [](std::size_t n) { return 0.02 * static_cast<double>(n); };
+    o.length.adaptive.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m); };
+    o.length.adaptive.explore_every = 2;
+    rejected_at.assign(longest, 0);
+    o.on_step = [&](const specdec::step_event& e) {
+        // Chains: the proposed block; trees (every leaf at full depth, no draft-side stop):
+        // the accepted path, shorter than the tree's depth after a rejection.
+        const std::size_t drafted = e.tree ? static_cast<std::size_t>(e.tree->max_depth()) : e.draft.size();
+        if (e.accepted < drafted) ++rejected_at[e.accepted];
     };
-    specdec::batch_decoder<multi_markov_drafter, V, std::mt19937_64> dec(drafter, verifier, o);
+    specdec::batch_decoder dec(drafter, verifier, o);
     std::mt19937_64 master(c.seed);
     std::vector<std::size_t> ids(kPrompts.size());
     for (std::size_t s = 0; s < samples; ++s) {
@@ -123,23 +193,57 @@ std::string describe(const gof_result& r) {
 
 constexpr specdec::verification_scheme kSchemes[] = {specdec::verification_scheme::token,
                                                       specdec::verification_scheme::block};
+constexpr specdec::tree_verification_scheme kTreeSchemes[] = {specdec::tree_verification_scheme::traversal,
+                                                               specdec::tree_verification_scheme::recursive_rejection};
 
+const char* name(specdec::verification_scheme s) {
+    return s == specdec::verification_scheme::token ? "token verification" : "block verification";
+}
+const char* name(specdec::tree_verification_scheme s) {
+    return s == specdec::tree_verification_scheme::traversal ? "traversal verification" : "recursive rejection sampling";
+}
+
+/// The tests of one case's sequences, and the rejections seen at every draft position (or
+/// tree depth) but the last.
+void check_results(const std::vector<gof_result>& results, const std::vector<std::size_t>& rejected_at) {
+    for (std::size_t k = 0; k < results.size(); ++k) {
+        INFO("sequence " << k << ": " << describe(results[k]));
+        CHECK(results[k].p_value >= kFalseAlarm);
+    }
+    for (std::size_t i = 0; i + 1 < rejected_at.size(); ++i) {
+        INFO("rejections at draft position " << i);
+        CHECK(rejected_at[i] > 0);
+    }
+}
+
+/// Chains (one target pass per step for the batch) or, for a case with a tree, trees (a plain
+/// drafter, a TreeVerifier) under every scheme.
 void check_case(const batch_case& c) {
-    const auto target = markov_model::random(4, 2, 21);
-    const auto draft = markov_model::random(4, 2, 22);
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = markov_model::random(4, 2, 22);
+    std::vector<std::size_t> rejected_at;
+    if (c.tree) {
+        for (const auto scheme : kTreeSchemes) {
+            INFO(name(scheme));
+            markov_model drafter = draft;
+            tree_markov verifier{&target};
+            check_results(run_case(target, drafter, verifier, c, scheme, samples_per_case(), rejected_at), rejected_at);
+        }
+        return;
+    }
     for (const auto scheme : kSchemes) {
-        INFO((scheme == specdec::verification_scheme::token ? "token verification" : "block verification"));
+        INFO(name(scheme));
+        multi_markov_drafter drafter{&draft};
         multi_markov_verifier verifier{&target};
-        std::vector<std::size_t> rejected_at;
-        const auto results = run_case(target, draft, verifier, c, scheme, samples_per_case(), rejected_at);
-        for (std::size_t k = 0; k < results.size(); ++k) {
-            INFO("sequence " << k << ": " << describe(results[k]));
-            CHECK(results[k].p_value >= kFalseAlarm);
-        }
-        for (std::size_t i = 0; i + 1 < rejected_at.size(); ++i) {
-            INFO("rejections at draft position " << i);
-            CHECK(rejected_at[i] > 0);
-        }
+        check_results(run_case(target, drafter, verifier, c, scheme, samples_per_case(), rejected_at), rejected_at);
+    }
+}
+
+/// A negative control's tests: every sequence from `first` on must be caught.
+void check_caught(const std::vector<gof_result>& results, std::size_t first) {
+    for (std::size_t k = first; k < results.size(); ++k) {
+        INFO("sequence " << k << ": " << describe(results[k]));
+        CHECK(results[k].p_value < kFalseAlarm);
     }
 }
 
@@ -159,19 +263,74 @@ TEST_CASE("Every sequence of a multi-sequence batch has the target's distributio
     check_case({.gamma = 3, .sampling = {.temperature = 1.0f}, .policy = specdec::gamma_policy::adaptive, .seed = 33});
 }
 
+TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution with draft-side sampling",
+          "[statistical][batch][multi][draft_sampling]") {
+    // The draft samples at another temperature and top-k than the target (q of zero mass on
+    // one token of four); verification takes q from the distributions actually sampled.
+    check_case({.gamma = 3,
+                .sampling = {.temperature = 0.9f},
+                .seed = 35,
+                .draft_sampling = specdec::sampling_config{.temperature = 1.6f, .top_k = 3}});
+}
+
+TEST_CASE("Every sequence of a batch of token trees has the target's distribution", "[statistical][batch][tree]") {
+    check_case({.sampling = {.temperature = 1.0f}, .seed = 36, .tree = specdec::tree_shape{.branching = {2, 1, 1}}});
+}
+
+TEST_CASE("Every sequence of a batch of token trees has the target's distribution with draft-side sampling and the "
+          "adaptive depth",
+          "[statistical][batch][tree][draft_sampling][adaptive]") {
+    check_case({.sampling = {.temperature = 0.8f},
+                .policy = specdec::gamma_policy::adaptive,
+                .seed = 39,
+                .draft_sampling = specdec::sampling_config{.temperature = 1.5f, .top_k = 3},
+                .tree = specdec::tree_shape{.branching = {2, 2, 1}}});
+}
+
 TEST_CASE("Negative control: scoring against another sequence's context is detected", "[statistical][batch][multi]") {
     if (samples_per_case() < 60000) return;  // reduced suites lack the power (as distribution_test.cpp)
     const auto target = markov_model::random(4, 2, 21);
     const auto draft = markov_model::random(4, 2, 22);
     for (const auto scheme : kSchemes) {
-        INFO((scheme == specdec::verification_scheme::token ? "token verification" : "block verification"));
+        INFO(name(scheme));
+        multi_markov_drafter drafter{&draft};
         wrong_slot_verifier verifier{multi_markov_verifier{&target}};
         std::vector<std::size_t> rejected_at;
-        const auto results = run_case(target, draft, verifier, {.gamma = 3, .seed = 34}, scheme, 60000, rejected_at);
+        const auto results = run_case(target, drafter, verifier, {.gamma = 3, .seed = 34}, scheme, 60000, rejected_at);
         // Sequence 0 is scored against its own context; the others must be caught.
-        for (std::size_t k = 1; k < results.size(); ++k) {
-            INFO("sequence " << k << ": " << describe(results[k]));
-            CHECK(results[k].p_value < kFalseAlarm);
-        }
+        check_caught(results, 1);
+    }
+}
+
+TEST_CASE("Negative control: draft-side sampling verified against the q of the target's settings is detected",
+          "[statistical][batch][multi][draft_sampling][negative]") {
+    if (samples_per_case() < 60000) return;
+    const auto target = markov_model::random(4, 2, 21);
+    const auto draft = markov_model::random(4, 2, 22);
+    const batch_case c{.gamma = 3,
+                       .sampling = {.temperature = 0.9f},
+                       .seed = 37,
+                       .draft_sampling = specdec::sampling_config{.temperature = 1.6f, .top_k = 3}};
+    for (const auto scheme : kSchemes) {
+        INFO(name(scheme));
+        wrong_q_drafter drafter{multi_markov_drafter{&draft}, c.sampling};
+        multi_markov_verifier verifier{&target};
+        std::vector<std::size_t> rejected_at;
+        check_caught(run_case(target, drafter, verifier, c, scheme, 60000, rejected_at), 0);
+    }
+}
+
+TEST_CASE("Negative control: a tree drafter that reports a wrong q is detected in a batch",
+          "[statistical][batch][tree][negative]") {
+    if (samples_per_case() < 60000) return;
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = markov_model::random(4, 2, 22);
+    const batch_case c{.sampling = {.temperature = 1.0f}, .seed = 38, .tree = specdec::tree_shape{.branching = {2, 1, 1}}};
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        uniform_q_tree_drafter drafter{&draft};
+        tree_markov verifier{&target};
+        std::vector<std::size_t> rejected_at;
+        check_caught(run_case(target, drafter, verifier, c, scheme, 60000, rejected_at), 0);
     }
 }

@@ -1,15 +1,25 @@
 // Fault injection: adapters that throw at their k-th call, for every k of a whole generation,
 // and allocations that fail one at a time inside the llama2 engine. What is checked:
 //
-//  - speculative_decode: the adapter's own exception type comes out; afterwards the same adapter
-//    objects decode with the same seed exactly the tokens and statistics of an undisturbed run
-//    (the result of the failed call is lost: basic guarantee; the caller's objects stay usable).
+//  - speculative_decode, chains and token trees (a fault in propose_tree, score_tree, a block
+//    drafter's draft, or any model call under them; with the draft's own sampling, the
+//    draft-side stop and the adaptive depth): the adapter's own exception type comes out;
+//    afterwards the same adapter objects, given a fresh generator of the same seed, decode
+//    exactly the tokens and statistics of an undisturbed run (the result of the failed call is
+//    lost: basic guarantee; the drafter, the verifier and the generator stay usable).
 //  - speculative_step: `sequence` and `stats` are exactly as they were (strong guarantee), and
 //    the workspace and adapters go on to give what a fresh workspace gives; the same for a
 //    std::bad_alloc at any allocation of the step's vectors, with acceptance estimated or not.
-//  - speculative_step_batch: the lowest-numbered failing sequence's exception comes out, that
-//    sequence is unchanged and every other one has taken its step (strong per sequence, basic
-//    for the batch), on one thread as on two.
+//  - detail::speculative_step_batch: the lowest-numbered failing sequence's exception comes out,
+//    that sequence is unchanged and every other one has taken its step (strong per sequence,
+//    basic for the batch), on one thread as on two.
+//  - batch_decoder with token trees (shared adapters; a fault in one sequence's propose_tree,
+//    score_tree or model call): the lowest-id failing sequence's exception comes out; that
+//    sequence is unchanged (tokens and statistics) and still active; every other sequence has
+//    taken its step exactly as it would alone; the decoder stays usable (the failed sequence
+//    steps on, every sequence reaches its budget, the others with their undisturbed output).
+//    With chains of many sequences: a fault in draft_batch or score_batch changes no sequence,
+//    and the decoder goes on.
 //  - llama2::transformer: its own errors (context beyond seq_len, a token outside the
 //    vocabulary, an empty context) and a std::bad_alloc at any allocation of a call leave its
 //    cache (and score_into's output matrix) unchanged (strong guarantee), and faults of an
@@ -34,6 +44,7 @@ void specdec_fault_eigen_assert(bool ok, const char* condition);
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
+#include "support/multi_markov.hpp"
 
 #include <specdec/specdec.hpp>
 
@@ -263,12 +274,77 @@ struct faulty_drafter {
     }
 };
 
+/// A TreeDrafter that forwards to *inner through `plan` (after delegating, the tree is filled).
+template <class Inner>
+struct faulty_tree_drafter {
+    Inner* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const {
+        return plan->call([&] { return static_cast<std::ptrdiff_t>(inner->vocab_size()); });
+    }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& sampling, specdec::uniform_source& uniforms,
+                      specdec::draft_tree& out) {
+        plan->call([&] { inner->propose_tree(context, shape, sampling, uniforms, out); });
+    }
+};
+
+/// A TreeVerifier that forwards to *inner through `plan` (after delegating, the scores are written).
+template <class Inner>
+struct faulty_tree_verifier {
+    Inner* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const {
+        return plan->call([&] { return static_cast<std::ptrdiff_t>(inner->vocab_size()); });
+    }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        plan->call([&] { inner->score_tree(context, tree, out); });
+    }
+};
+
+/// A TreeDrafter over a plain model: draft_tree_from_model (one next_logits call per node that
+/// gets children), so faults of the model land in the middle of a tree.
+template <class M>
+struct model_tree_drafter {
+    M* model;
+    std::vector<token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    specdec::sampling_workspace sws{};
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model->vocab_size()); }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& sampling, specdec::uniform_source& uniforms,
+                      specdec::draft_tree& out) {
+        specdec::draft_tree_from_model(*model, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws);
+    }
+};
+
+/// A TreeVerifier over a plain model: one next_logits call per column (the root, then each
+/// node), written into `out` as they come (a fault leaves it part written).
+template <class M>
+struct model_tree_verifier {
+    M* model;
+    std::vector<token_id> path{};
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model->vocab_size()); }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        out.resize(static_cast<Eigen::Index>(model->vocab_size()), static_cast<Eigen::Index>(tree.size() + 1));
+        for (std::size_t c = 0; c <= tree.size(); ++c) {
+            specdec::path_tokens(tree, static_cast<std::int32_t>(c) - 1, path);
+            path.insert(path.begin(), context.begin(), context.end());
+            out.col(static_cast<Eigen::Index>(c)) = model->next_logits(path);
+        }
+    }
+};
+
 static_assert(specdec::LanguageModel<faulty_model<markov_model>>);
 static_assert(specdec::BlockDrafter<faulty_drafter<shift_drafter>>);
 static_assert(specdec::BatchVerifier<faulty_verifier<batched_markov>> &&
               !specdec::InPlaceBatchVerifier<faulty_verifier<batched_markov>>);
 static_assert(specdec::InPlaceBatchVerifier<faulty_verifier<specdec::model_verifier<faulty_model<markov_model>>>>);
 static_assert(specdec::InPlaceBatchVerifier<faulty_verifier<llama2::transformer>>);
+static_assert(specdec::TreeDrafter<faulty_tree_drafter<model_tree_drafter<faulty_model<markov_model>>>> &&
+              !specdec::Drafter<faulty_tree_drafter<model_tree_drafter<faulty_model<markov_model>>>>);
+static_assert(specdec::TreeVerifier<faulty_tree_verifier<model_tree_verifier<faulty_model<markov_model>>>> &&
+              !specdec::Verifier<faulty_tree_verifier<model_tree_verifier<faulty_model<markov_model>>>>);
 
 bool same_stats(const specdec::decode_stats& a, const specdec::decode_stats& b) {
     return a.steps == b.steps && a.target_calls == b.target_calls && a.draft_calls == b.draft_calls &&
@@ -459,7 +535,8 @@ TEST_CASE("Fault harness negative controls: operations that are not strong, and 
     };
     scarred_model scarred{&target, &plan};
     const tokens prompt{1, 2, 3};
-    const specdec::decode_options o{.gamma = 3, .max_new_tokens = 24, .sampling = {.temperature = 0.9f}};
+    const specdec::decode_options o{.step = specdec::chain{.gamma = 3}, .sampling = {.temperature = 0.9f},
+                                    .budget = {.max_new_tokens = 24}};
     plan.disarm();
     std::mt19937_64 g1(9);
     const auto reference = specdec::speculative_decode(draft, scarred, prompt, o, g1);
@@ -471,7 +548,7 @@ TEST_CASE("Fault harness negative controls: operations that are not strong, and 
     CHECK(specdec::speculative_decode(draft, scarred, prompt, o, g3).tokens != reference.tokens);
 }
 
-TEST_CASE("speculative_decode: a fault at any call comes out with its own type; the same objects then decode as if "
+TEST_CASE("speculative_decode: a fault at any call comes out with its own type, and the same objects then decode as if "
           "it never happened",
           "[faults][decode]") {
     constexpr int vocab = 12;
@@ -499,10 +576,12 @@ TEST_CASE("speculative_decode: a fault at any call comes out with its own type; 
         for (const auto policy : {specdec::gamma_policy::fixed, specdec::gamma_policy::adaptive}) {
             INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block") << ", policy "
                            << (policy == specdec::gamma_policy::fixed ? "fixed" : "adaptive"));
-            specdec::decode_options o{.gamma = 3, .policy = policy, .max_new_tokens = 20,
-                                      .sampling = {.temperature = 0.9f}, .scheme = scheme};
-            o.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
-            o.adaptive.pass_cost = [](std::size_t) { return 1.0; };
+            specdec::decode_options o{.step = specdec::chain{.gamma = 3, .scheme = scheme},
+                                      .length = {.policy = policy},
+                                      .sampling = {.temperature = 0.9f},
+                                      .budget = {.max_new_tokens = 20}};
+            o.length.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+            o.length.adaptive.pass_cost = [](std::size_t) { return 1.0; };
             {
                 INFO("plain models");
                 check_decode_under_faults(plain_draft, plain_target, plan, prompt, o, 7);
@@ -518,9 +597,68 @@ TEST_CASE("speculative_decode: a fault at any call comes out with its own type; 
         }
     }
     // The callback is a fault site too (a throw after its step was committed), with stop tokens.
-    specdec::decode_options o{.gamma = 2, .max_new_tokens = 30, .stop_tokens = {6}, .sampling = {.temperature = 1.0f}};
+    specdec::decode_options o{.step = specdec::chain{.gamma = 2}, .sampling = {.temperature = 1.0f},
+                              .budget = {.max_new_tokens = 30, .stop_tokens = {6}}};
     o.on_step = [&plan](const specdec::step_event&) { (void)plan.call([] { return 0; }); };
     check_decode_under_faults(block_draft, block_target, plan, prompt, o, 10);
+}
+
+TEST_CASE("speculative_decode with token trees: a fault in propose_tree, score_tree or any model call under them "
+          "comes out with its own type, and the same objects then decode as if it never happened",
+          "[faults][decode][tree]") {
+    constexpr int vocab = 12;
+    auto target = markov_model::random(vocab, 2, 13);
+    auto draft = markov_model::random(vocab, 2, 14);
+    const tokens prompt{3, 1, 4};
+    fault_plan plan;
+    // Plain models on both sides: the tree drafted node by node (next_logits), the target scored
+    // node by node.
+    faulty_model<markov_model> plain_draft{&draft, &plan}, plain_target{&target, &plan};
+    // A TreeDrafter and a TreeVerifier over faulty models: faults at their boundary (before and
+    // after a filled tree or score matrix) and in the middle of a tree.
+    faulty_model<markov_model> inner_draft{&draft, &plan}, inner_target{&target, &plan};
+    model_tree_drafter<faulty_model<markov_model>> mtd{&inner_draft};
+    model_tree_verifier<faulty_model<markov_model>> mtv{&inner_target};
+    faulty_tree_drafter<model_tree_drafter<faulty_model<markov_model>>> tree_draft{&mtd, &plan};
+    faulty_tree_verifier<model_tree_verifier<faulty_model<markov_model>>> tree_target{&mtv, &plan};
+    // A block drafter (its block becomes a chain as deep as the tree) against the TreeVerifier.
+    specdec::model_drafter<faulty_model<markov_model>> md(inner_draft);
+    faulty_drafter<specdec::model_drafter<faulty_model<markov_model>>> block_draft{&md, &plan};
+
+    for (const auto scheme :
+         {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
+        for (const auto policy : {specdec::gamma_policy::fixed, specdec::gamma_policy::adaptive}) {
+            INFO("scheme " << (scheme == specdec::tree_verification_scheme::traversal ? "traversal" : "recursive")
+                           << ", policy " << (policy == specdec::gamma_policy::fixed ? "fixed" : "adaptive"));
+            // The draft's own sampling and the draft-side stop too: every part of a tree step.
+            specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {2, 2, 1}}, .scheme = scheme},
+                                      .length = {.policy = policy},
+                                      .sampling = {.temperature = 0.9f},
+                                      .draft = {.sampling = specdec::sampling_config{.temperature = 1.2f, .top_k = 6},
+                                                .stop_below = 0.1f},
+                                      .budget = {.max_new_tokens = 18}};
+            o.length.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+            o.length.adaptive.pass_cost = [](std::size_t) { return 1.0; };
+            {
+                INFO("plain models");
+                check_decode_under_faults(plain_draft, plain_target, plan, prompt, o, 17);
+            }
+            {
+                INFO("TreeDrafter / TreeVerifier");
+                check_decode_under_faults(tree_draft, tree_target, plan, prompt, o, 18);
+            }
+            {
+                INFO("block drafter / TreeVerifier");
+                check_decode_under_faults(block_draft, tree_target, plan, prompt, o, 19);
+            }
+        }
+    }
+    // The callback of a tree step is a fault site too, with stop tokens.
+    specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {3, 1}}},
+                              .sampling = {.temperature = 1.0f},
+                              .budget = {.max_new_tokens = 30, .stop_tokens = {6}}};
+    o.on_step = [&plan](const specdec::step_event&) { (void)plan.call([] { return 0; }); };
+    check_decode_under_faults(tree_draft, tree_target, plan, prompt, o, 20);
 }
 
 TEST_CASE("speculative_decode with the caller's gamma_controller: after a fault the controller stays usable (basic)",
@@ -530,11 +668,13 @@ TEST_CASE("speculative_decode with the caller's gamma_controller: after a fault 
     fault_plan plan;
     faulty_model<markov_model> d{&draft, &plan}, t{&target, &plan};
     const tokens prompt{1};
-    specdec::decode_options o{.gamma = 4, .policy = specdec::gamma_policy::adaptive, .max_new_tokens = 16};
-    o.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
-    o.adaptive.pass_cost = [](std::size_t) { return 1.0; };
-    specdec::gamma_controller controller(4, o.adaptive);
-    o.controller = &controller;
+    specdec::decode_options o{.step = specdec::chain{.gamma = 4},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .budget = {.max_new_tokens = 16}};
+    o.length.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+    o.length.adaptive.pass_cost = [](std::size_t) { return 1.0; };
+    specdec::gamma_controller controller(4, o.length.adaptive);
+    o.length.controller = &controller;
     std::mt19937_64 rng(1);
     (void)specdec::speculative_decode(d, t, prompt, o, rng);
     // Every run makes at least 10 adapter calls (16 tokens, at most 5 per step, 2 calls or more
@@ -624,7 +764,7 @@ TEST_CASE("speculative_step: std::bad_alloc at any allocation of its containers 
     }
 }
 
-TEST_CASE("speculative_step_batch: a fault in one sequence at any call: its exception, that sequence unchanged, the "
+TEST_CASE("detail::speculative_step_batch: a fault in one sequence at any call: its exception, that sequence unchanged, the "
           "others stepped",
           "[faults][batch]") {
     constexpr std::size_t batch = 3, steps = 8;
@@ -681,7 +821,7 @@ TEST_CASE("speculative_step_batch: a fault in one sequence at any call: its exce
                             const tokens tokens_before = seqs[faulty].tokens;
                             const specdec::decode_stats stats_before = seqs[faulty].stats;
                             try {
-                                specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
+                                specdec::detail::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
                             } catch (const injected_fault& e) {
                                 ++faults;
                                 CHECK(e.source == faulty);
@@ -716,7 +856,7 @@ TEST_CASE("speculative_step_batch: a fault in one sequence at any call: its exce
             plans[2].arm(1, false);
             std::size_t source = batch;
             try {
-                specdec::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
+                specdec::detail::speculative_step_batch(drafters, verifiers, seqs, opts, ws);
             } catch (const injected_fault& e) {
                 source = e.source;
             }
@@ -728,6 +868,252 @@ TEST_CASE("speculative_step_batch: a fault in one sequence at any call: its exce
             for (auto& p : plans) p.disarm();
         }
     }
+}
+
+// ---- batch_decoder. ----
+
+namespace {
+
+constexpr std::size_t kSequences = 3;
+using plans_t = std::array<fault_plan, kSequences>;
+
+/// Shared adapters whose faults are planned per sequence: each call is counted by, and may
+/// fail in, the plan of the sequence it serves, the one whose prompt starts with its index.
+/// vocab_size() is no fault site (a batch_decoder reads it once, at construction).
+template <class Inner>
+struct routed_model {
+    Inner* inner;
+    plans_t* plans;
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(inner->vocab_size()); }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        return (*plans)[static_cast<std::size_t>(context.front())].call(
+            [&] { return Eigen::VectorXf(inner->next_logits(context)); });
+    }
+};
+template <class Inner>
+struct routed_tree_drafter {
+    Inner* inner;
+    plans_t* plans;
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(inner->vocab_size()); }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& sampling, specdec::uniform_source& uniforms,
+                      specdec::draft_tree& out) {
+        (*plans)[static_cast<std::size_t>(context.front())].call(
+            [&] { inner->propose_tree(context, shape, sampling, uniforms, out); });
+    }
+};
+template <class Inner>
+struct routed_tree_verifier {
+    Inner* inner;
+    plans_t* plans;
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(inner->vocab_size()); }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        (*plans)[static_cast<std::size_t>(context.front())].call([&] { inner->score_tree(context, tree, out); });
+    }
+};
+
+/// A sequence's state as a batch_decoder shows it.
+struct sequence_state {
+    tokens generated;
+    specdec::decode_stats stats;
+};
+
+template <class Decoder>
+sequence_state state_of(const Decoder& dec, std::size_t id) {
+    const auto g = dec.generated(id);
+    return {tokens(g.begin(), g.end()), dec.stats(id)};
+}
+
+}  // namespace
+
+TEST_CASE("batch_decoder with token trees: a fault in one sequence at any call: its exception, that sequence "
+          "unchanged and still active, the others stepped as alone, the decoder usable",
+          "[faults][batch][tree]") {
+    constexpr int vocab = 10;
+    constexpr std::size_t budget = 14;
+    auto target = markov_model::random(vocab, 2, 71);
+    auto draft = markov_model::random(vocab, 2, 72);
+    plans_t plans;
+    for (std::size_t i = 0; i < kSequences; ++i) plans[i].source = i;
+    // Shared by every sequence: a TreeDrafter over a model (faults at propose_tree and at each
+    // node's next_logits), a TreeVerifier over a model (at score_tree and at each column).
+    routed_model<markov_model> draft_model{&draft, &plans}, target_model{&target, &plans};
+    model_tree_drafter<routed_model<markov_model>> mtd{&draft_model};
+    model_tree_verifier<routed_model<markov_model>> mtv{&target_model};
+    routed_tree_drafter<model_tree_drafter<routed_model<markov_model>>> drafter{&mtd, &plans};
+    routed_tree_verifier<model_tree_verifier<routed_model<markov_model>>> verifier{&mtv, &plans};
+    auto prompt = [](std::size_t i) { return tokens{static_cast<token_id>(i), static_cast<token_id>(2 * i + 1)}; };
+    const specdec::decode_options options{
+        .step = specdec::tree{.shape = {.branching = {2, 2, 1}}},
+        .sampling = {.temperature = 0.9f},
+        .draft = {.sampling = specdec::sampling_config{.temperature = 1.2f}, .stop_below = 0.1f},
+        .budget = {.max_new_tokens = budget}};
+    using decoder = specdec::batch_decoder<decltype(drafter), decltype(verifier)>;
+
+    // Undisturbed: each sequence alone, its state after every step, and its adapter calls.
+    std::array<std::vector<sequence_state>, kSequences> reference;
+    std::array<std::size_t, kSequences> total{};
+    std::size_t most_steps = 0;
+    for (std::size_t i = 0; i < kSequences; ++i) {
+        for (auto& p : plans) p.disarm();
+        decoder alone(drafter, verifier, options);
+        const auto id = alone.add(prompt(i), std::mt19937_64(100 + i));
+        while (alone.step() != 0) reference[i].push_back(state_of(alone, id));
+        reference[i].push_back(state_of(alone, id));  // (the last step finished it)
+        REQUIRE(reference[i].back().generated.size() == budget);
+        total[i] = plans[i].calls;
+        most_steps = std::max(most_steps, reference[i].size());
+    }
+    auto expected = [&](std::size_t i, std::size_t step) -> const sequence_state& {
+        return reference[i][std::min(step, reference[i].size() - 1)];
+    };
+    for (const std::size_t threads : {1u, 2u}) {
+        for (std::size_t faulty = 0; faulty < kSequences; ++faulty) {
+            for (const bool after : {false, true}) {
+                for (std::size_t k = 1; k <= total[faulty]; ++k) {
+                    INFO(threads << " thread(s), fault in sequence " << faulty << " at call " << k << " of "
+                                 << total[faulty] << (after ? " (after delegating)" : " (before delegating)"));
+                    for (auto& p : plans) p.disarm();
+                    decoder dec(drafter, verifier, options, threads);
+                    std::array<std::size_t, kSequences> id{};
+                    for (std::size_t i = 0; i < kSequences; ++i) id[i] = dec.add(prompt(i), std::mt19937_64(100 + i));
+                    plans[faulty].arm(k, after);
+                    std::size_t faults = 0, fault_step = 0;
+                    for (std::size_t step = 0; step < most_steps; ++step) {
+                        const sequence_state before = state_of(dec, id[faulty]);
+                        const bool was_active = !dec.finished(id[faulty]);
+                        try {
+                            dec.step();
+                        } catch (const injected_fault& e) {
+                            ++faults;
+                            fault_step = step;
+                            CHECK(e.source == faulty);
+                            CHECK(e.call == k);
+                            // The failing sequence is exactly as it was, and still active.
+                            const sequence_state now = state_of(dec, id[faulty]);
+                            CHECK(now.generated == before.generated);
+                            CHECK(same_stats(now.stats, before.stats));
+                            CHECK(was_active);
+                            CHECK(!dec.finished(id[faulty]));
+                            plans[faulty].disarm();
+                        }
+                        // Every other sequence took this step, exactly as alone.
+                        for (std::size_t i = 0; i < kSequences; ++i) {
+                            if (i == faulty) continue;
+                            const sequence_state now = state_of(dec, id[i]);
+                            CHECK(now.generated == expected(i, step).generated);
+                            CHECK(same_stats(now.stats, expected(i, step).stats));
+                        }
+                    }
+                    CHECK(faults == 1);
+                    // Usable: the failed sequence steps on to its budget (its generator has
+                    // advanced by what the failed step drew: its tokens may differ from then on).
+                    dec.run();
+                    const auto failed = dec.take(id[faulty]);
+                    CHECK(failed.tokens.size() == budget);
+                    CHECK(failed.stats.steps >= 1);
+                    // What it had before the failed step is the undisturbed output's beginning.
+                    const tokens& undisturbed = reference[faulty].back().generated;
+                    const std::size_t kept = fault_step == 0 ? 0 : expected(faulty, fault_step - 1).generated.size();
+                    CHECK(std::equal(failed.tokens.begin(), failed.tokens.begin() + static_cast<std::ptrdiff_t>(kept),
+                                     undisturbed.begin()));
+                    for (std::size_t i = 0; i < kSequences; ++i)
+                        if (i != faulty) CHECK(dec.take(id[i]).tokens == reference[i].back().generated);
+                }
+            }
+        }
+        // Two sequences failing in the same step: the lower id's exception comes out (the other's
+        // is dropped), both are unchanged and active, the one between them stepped.
+        for (auto& p : plans) p.disarm();
+        decoder dec(drafter, verifier, options, threads);
+        std::array<std::size_t, kSequences> id{};
+        for (std::size_t i = 0; i < kSequences; ++i) id[i] = dec.add(prompt(i), std::mt19937_64(100 + i));
+        plans[0].arm(2, false);
+        plans[2].arm(1, false);
+        std::size_t source = kSequences;
+        try {
+            dec.step();
+        } catch (const injected_fault& e) {
+            source = e.source;
+        }
+        CHECK(source == 0);
+        CHECK(dec.generated(id[0]).empty());
+        CHECK(dec.generated(id[2]).empty());
+        CHECK(dec.stats(id[0]).steps + dec.stats(id[2]).steps == 0);
+        CHECK(dec.active() == kSequences);
+        CHECK(state_of(dec, id[1]).generated == expected(1, 0).generated);
+        for (auto& p : plans) p.disarm();
+        dec.run();
+        for (std::size_t i = 0; i < kSequences; ++i) CHECK(dec.generated(id[i]).size() == budget);
+    }
+}
+
+TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch or score_batch at any call changes "
+          "no sequence, and the decoder goes on",
+          "[faults][batch][multi]") {
+    struct faulty_multi_drafter {
+        specdec_test::multi_markov_drafter* inner;
+        fault_plan* plan;
+        std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+        void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
+            plan->call([&] { inner->draft_batch(requests, sampling); });
+        }
+    };
+    struct faulty_multi_verifier {
+        specdec_test::multi_markov_verifier* inner;
+        fault_plan* plan;
+        std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+        void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
+            plan->call([&] { inner->score_batch(requests, out); });
+        }
+    };
+    constexpr std::size_t budget = 20;
+    const auto target = markov_model::random(10, 2, 81);
+    const auto draft = markov_model::random(10, 2, 82);
+    specdec_test::multi_markov_drafter md{&draft};
+    specdec_test::multi_markov_verifier mv{&target};
+    fault_plan plan;
+    faulty_multi_drafter drafter{&md, &plan};
+    faulty_multi_verifier verifier{&mv, &plan};
+    const specdec::decode_options options{.step = specdec::chain{.gamma = 3},
+                                          .sampling = {.temperature = 0.9f},
+                                          .draft = {.sampling = specdec::sampling_config{.temperature = 1.3f}},
+                                          .budget = {.max_new_tokens = budget}};
+    auto run = [&](std::size_t fault_at, bool after, std::size_t& faults) {
+        specdec::batch_decoder dec(drafter, verifier, options);
+        std::vector<std::size_t> ids;
+        for (token_id p = 0; p < 3; ++p) ids.push_back(dec.add(tokens{p, 1}, std::mt19937_64(static_cast<std::uint64_t>(p))));
+        plan.arm(fault_at, after);
+        while (dec.active() != 0) {
+            std::vector<sequence_state> before;
+            for (const auto id : ids) before.push_back(state_of(dec, id));
+            try {
+                dec.step();
+            } catch (const injected_fault& e) {
+                ++faults;
+                CHECK(e.call == fault_at);
+                for (std::size_t i = 0; i < ids.size(); ++i) {  // no sequence changed
+                    const sequence_state now = state_of(dec, ids[i]);
+                    CHECK(now.generated == before[i].generated);
+                    CHECK(same_stats(now.stats, before[i].stats));
+                }
+                plan.disarm();
+            }
+        }
+        for (const auto id : ids) CHECK(dec.generated(id).size() == budget);
+    };
+    std::size_t faults = 0;
+    plan.disarm();
+    run(fault_plan::never, false, faults);
+    const std::size_t total = plan.calls;
+    REQUIRE(total > 4);
+    for (const bool after : {false, true})
+        for (std::size_t k = 1; k <= total; ++k) {
+            INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
+            faults = 0;
+            run(k, after, faults);
+            CHECK(faults == 1);
+        }
 }
 
 // ---- The llama2 engine. ----
@@ -798,8 +1184,9 @@ TEST_CASE("llama2: faults of adapters around the engine in speculative_decode le
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
         INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block"));
         // 43 tokens and a draft of 4: the caches grow from 16 to 32 to 64 positions.
-        const specdec::decode_options o{.gamma = 4, .max_new_tokens = 40, .sampling = {.temperature = 1.0f},
-                                        .scheme = scheme};
+        const specdec::decode_options o{.step = specdec::chain{.gamma = 4, .scheme = scheme},
+                                        .sampling = {.temperature = 1.0f},
+                                        .budget = {.max_new_tokens = 40}};
         plan.disarm();
         target.clear_cache();
         early.clear_cache();

@@ -6,7 +6,8 @@
 #include "support/catch.hpp"
 #include "support/skip.hpp"
 
-#include <specdec/batch_decode.hpp>
+#include <specdec/batch_decoder.hpp>
+#include <specdec/speculative_decode.hpp>
 
 #include "llama2/batch_transformer.hpp"
 #include "llama2/checkpoint.hpp"
@@ -166,17 +167,27 @@ TEST_CASE("llama2: speculative decoding through the multi-sequence engine equals
     const auto target_w = small_model(1), draft_w = small_model(2);
     llama2::batch_transformer target(target_w), draft(draft_w);
     const std::vector<tokens> prompts{{1, 10, 20}, {1}, {1, 250, 3, 4, 5, 6}, {1, 77}};
-    const specdec::batch_decode_options o{.gamma = 4, .sampling = {.temperature = 1.0f}, .max_new_tokens = 30};
-    std::vector<std::mt19937_64> rngs{std::mt19937_64(1), std::mt19937_64(2), std::mt19937_64(3), std::mt19937_64(4)};
-    const auto out = specdec::speculative_decode_batch(draft, target, std::span<const tokens>(prompts), o, std::span(rngs));
-    for (std::size_t i = 0; i < prompts.size(); ++i) {
-        INFO("sequence " << i);
-        llama2::transformer t(target_w), d(draft_w);
-        std::mt19937_64 rng(i + 1);
-        const auto want = specdec::speculative_decode(
-            d, t, prompts[i], {.gamma = 4, .max_new_tokens = 30, .sampling = {.temperature = 1.0f}}, rng);
-        CHECK(out[i].tokens == want.tokens);
-        CHECK(out[i].stats.accepted_tokens == want.stats.accepted_tokens);
+    for (const bool draft_sampling : {false, true}) {
+        INFO((draft_sampling ? "the draft's own sampling (draft_batch samples at 0.7, top-k 40)" : "one sampling"));
+        specdec::decode_options o{.step = specdec::chain{.gamma = 4},
+                                  .sampling = {.temperature = 1.0f},
+                                  .budget = {.max_new_tokens = 30}};
+        if (draft_sampling) o.draft.sampling = specdec::sampling_config{.temperature = 0.7f, .top_k = 40};
+        // One batch_decoder over the engine (draft_batch and score_batch serve every sequence).
+        specdec::batch_decoder dec(draft, target, o);
+        std::vector<std::size_t> ids;
+        for (std::size_t i = 0; i < prompts.size(); ++i) ids.push_back(dec.add(prompts[i], std::mt19937_64(i + 1)));
+        dec.run();
+        std::vector<specdec::decode_result> out;
+        for (const auto id : ids) out.push_back(dec.take(id));
+        for (std::size_t i = 0; i < prompts.size(); ++i) {
+            INFO("sequence " << i);
+            llama2::transformer t(target_w), d(draft_w);
+            std::mt19937_64 rng(i + 1);
+            const auto want = specdec::speculative_decode(d, t, prompts[i], o, rng);
+            CHECK(out[i].tokens == want.tokens);
+            CHECK(out[i].stats.accepted_tokens == want.stats.accepted_tokens);
+        }
     }
 }
 

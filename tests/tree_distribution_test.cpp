@@ -3,18 +3,29 @@
 // Method (as distribution_test.cpp): random Markov models (V = 4 or 5, logits depending on the
 // last two tokens) as draft and target; 100,000 sequences of 4 tokens per case, from the prompt
 // {0}, drafted as trees of several shapes (depth 1 with k siblings, a pure chain, deeper
-// trees), under both tree schemes; Pearson's chi-square test against the exact target
-// distribution of the 4-token sequences (cells with expected count < 5 pooled). A case fails
-// when p < 1e-4: one or two false alarms in 10^4 per test (the chi-square approximation, see
-// distribution_test.cpp), about 40 tests here, so a correct implementation fails a run with
-// probability about 0.5% (fixed seeds: a run is reproducible). Each case also checks that its
-// steps both rejected at the first level and accepted whole paths, so the residual updates
-// between siblings and the deep acceptances are exercised.
+// trees), under both tree schemes, through speculative_decode with `.step = specdec::tree{...}`;
+// Pearson's chi-square test against the exact target distribution of the 4-token sequences
+// (cells with expected count < 5 pooled). A case fails when p < 1e-4: one or two false alarms
+// in 10^4 per test (the chi-square approximation, see distribution_test.cpp), about 60 tests
+// here, so a correct implementation fails a run with probability about 0.8% (fixed seeds: a
+// run is reproducible). Each case also checks that its steps both rejected at the first level
+// and accepted whole paths, so the residual updates between siblings and the deep acceptances
+// are exercised.
+//
+// The same test covers what a tree step shares with chains: the draft's own sampling settings
+// (another temperature, top-k, top-p, greedy), the draft-side stop (pruning a large share of
+// the trees, which is checked), the adaptive depth with known costs (several depths used, which
+// is checked), and all three together. The output law cannot show that the draft's settings
+// reached the drafter, so those cases also check each tree's first column against the draft's q
+// under its own settings.
 //
 // Negative controls run the same test on deliberately wrong procedures and require p < 1e-4:
 // siblings drawn without replacement but marked i.i.d.; recursive rejection sampling that does
-// not update the residual between siblings. The correct form of the latter (a double-precision
-// transcription) must pass the same test.
+// not update the residual between siblings; with draft-side sampling, a tree drafter that
+// reports as q its model's distributions at the target's temperature instead of the ones it
+// sampled from; a draft-side stop that drops the unlikely node instead of keeping it without
+// children. The correct form of each (a double-precision transcription; the honest drafter; the
+// correct stop, applied by the drafter) must pass the same test.
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
@@ -22,10 +33,13 @@
 #include "support/tree_reference.hpp"
 
 #include <specdec/specdec.hpp>
-#include <specdec/tree_decode.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -70,25 +84,32 @@ const char* name(tree_verification_scheme s) {
     return s == tree_verification_scheme::traversal ? "traversal verification" : "recursive rejection sampling";
 }
 
-/// Decodes with speculative_decode_tree under both schemes and tests the sequences. With
-/// `exercised`, also requires steps that accepted nothing and steps that accepted a whole
-/// path of the tree's depth.
+/// Changes a case's options before it runs (the draft's settings, the adaptive depth), per scheme.
+using customize_fn = std::function<void(specdec::decode_options&, tree_verification_scheme)>;
+
+/// Decodes with speculative_decode and `.step = specdec::tree{shape, scheme}` under both schemes
+/// and tests the sequences. With `exercised`, also requires steps that accepted nothing and
+/// steps that accepted a whole path of the tree's depth.
 template <class D, class V>
 void check_tree_case(D& drafter, V& verifier, const markov_model& target, const specdec::sampling_config& s,
-                     const specdec::tree_shape& shape, std::uint64_t seed, bool exercised = true) {
+                     const specdec::tree_shape& shape, std::uint64_t seed, bool exercised = true,
+                     const customize_fn& customize = {}) {
     const auto exact = exact_sequence_distribution(target, kPrompt, kLength, s);
     for (const auto scheme : {tree_verification_scheme::recursive_rejection, tree_verification_scheme::traversal}) {
         INFO(name(scheme));
         std::size_t none = 0, full = 0;
-        specdec::tree_decode_options opts{.shape = shape, .scheme = scheme, .max_new_tokens = kLength, .sampling = s};
-        opts.on_step = [&](const specdec::tree_step_event& e) {
-            if (e.tree->size() == 0) return;
+        specdec::decode_options opts{.step = specdec::tree{.shape = shape, .scheme = scheme},
+                                     .sampling = s,
+                                     .budget = {.max_new_tokens = kLength}};
+        opts.on_step = [&](const specdec::step_event& e) {
+            if (e.tree == nullptr || e.tree->size() == 0) return;
             none += e.accepted == 0;
             full += e.accepted == static_cast<std::size_t>(e.tree->max_depth()) && e.tree->max_depth() > 1;
         };
+        if (customize) customize(opts, scheme);
         const auto r = sequence_test(
             [&](std::mt19937_64& rng) {
-                return specdec::speculative_decode_tree(drafter, verifier, kPrompt, opts, rng).tokens;
+                return specdec::speculative_decode(drafter, verifier, kPrompt, opts, rng).tokens;
             },
             exact, target.vocab, seed);
         INFO(describe(r) << "; steps accepting nothing " << none << ", whole deep paths " << full);
@@ -101,11 +122,11 @@ void check_tree_case(D& drafter, V& verifier, const markov_model& target, const 
 }
 
 void check_pair(int vocab, const specdec::sampling_config& s, const specdec::tree_shape& shape, std::uint64_t seed,
-                bool exercised = true) {
+                bool exercised = true, const customize_fn& customize = {}) {
     auto target = markov_model::random(vocab, 2, seed);
     auto draft = markov_model::random(vocab, 2, seed + 1);
     tree_markov verifier{&target};
-    check_tree_case(draft, verifier, target, s, shape, 1000 + seed, exercised);
+    check_tree_case(draft, verifier, target, s, shape, 1000 + seed, exercised, customize);
 }
 
 /// A point-mass tree drafter: below every node (and the root), the tokens last + 1, last + 2, ...
@@ -145,6 +166,133 @@ struct mislabeled_drafter {
     }
 };
 
+
+/// Watches every tree step of a case that uses the draft's own settings or the adaptive depth,
+/// and checks the trees on the way: the root's first column is the draft's q under the draft's
+/// own settings (so draft.sampling reached the drafter; the output law alone cannot show it);
+/// no node hangs below a node whose q is below the stop; how many trees the stop pruned (fewer
+/// nodes than the shape cut to the depth asked); steps by the depth asked.
+struct tree_watch {
+    markov_model* draft = nullptr;
+    std::optional<specdec::sampling_config> draft_sampling{};
+    float stop_below = 0.0f;
+    specdec::tree_shape shape{};
+    std::vector<token_id> seq = kPrompt;
+    std::size_t trees = 0, column_ok = 0, stop_ok = 0, pruned = 0;
+    std::vector<std::size_t> depths{};
+
+    /// Sets the draft's settings and wraps the case's on_step.
+    void apply(specdec::decode_options& o) {
+        o.draft = {.sampling = draft_sampling, .stop_below = stop_below};
+        auto inner = o.on_step;
+        o.on_step = [this, inner](const specdec::step_event& e) {
+            observe(e);
+            if (inner) inner(e);
+        };
+    }
+    void observe(const specdec::step_event& e) {
+        if (depths.size() <= e.gamma) depths.resize(e.gamma + 1, 0);
+        ++depths[e.gamma];
+        if (e.tree != nullptr && e.tree->size() != 0) {
+            ++trees;
+            if (draft_sampling) {
+                const auto q = ref_standardize(draft->next_logits(seq), *draft_sampling);
+                double err = 0.0;
+                for (std::size_t x = 0; x < q.size(); ++x)
+                    err = std::max(err, std::abs(q[x] - static_cast<double>(
+                                                            e.tree->probs(static_cast<Eigen::Index>(x), 0))));
+                column_ok += err < 1e-5;
+            }
+            stop_ok += respects_stop(*e.tree, stop_below);
+            specdec::tree_shape cut = shape;
+            cut.branching.resize(e.gamma);
+            pruned += e.tree->size() < cut.nodes();
+        }
+        seq.insert(seq.end(), e.emitted.begin(), e.emitted.end());
+        if (seq.size() >= kPrompt.size() + kLength) seq = kPrompt;  // the run is over
+    }
+    std::size_t distinct_depths() const {
+        return static_cast<std::size_t>(
+            std::count_if(depths.begin(), depths.end(), [](std::size_t n) { return n != 0; }));
+    }
+    std::string describe_depths() const {
+        std::ostringstream os;
+        os << "steps by depth:";
+        for (const std::size_t n : depths) os << ' ' << n;
+        return os.str();
+    }
+};
+
+/// The adaptive depth with known costs (reproducible), exploring every other step: draft
+/// levels cost 0.01 of a pass, a pass 1 + 0.02 per extra position (as the chain suite's
+/// adaptive_setup). One controller per scheme, kept across the 100,000 runs, so each run's
+/// depths depend on everything before it.
+struct adaptive_trees {
+    specdec::gamma_controller rrs, tv;
+    explicit adaptive_trees(std::size_t depth) : rrs(depth, options()), tv(depth, options()) {}
+    static specdec::adaptive_gamma_options options() {
+        specdec::adaptive_gamma_options o;
+        o.draft_cost = [](std::size_t n) { return 0.01 * static_cast<double>(n); };
+        o.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m - 1); };
+        o.explore_every = 2;
+        o.max_explore_every = 2;
+        o.explore_budget = 1.0;
+        o.window = 8;
+        return o;
+    }
+    void apply(specdec::decode_options& o, tree_verification_scheme scheme) {
+        o.length = {.policy = specdec::gamma_policy::adaptive,
+                    .controller = scheme == tree_verification_scheme::traversal ? &tv : &rrs};
+    }
+};
+
+/// A tree drafter (a model's trees, sampled with the settings it is given) that reports as q
+/// either the columns it sampled from (`reported` unset: correct) or, WRONG on purpose, the
+/// model's distributions under `reported`: with draft-side sampling at another temperature,
+/// q is then not what the tokens were drawn from.
+struct reporting_tree_drafter {
+    markov_model* model = nullptr;
+    std::optional<specdec::sampling_config> reported{};
+    std::vector<token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    specdec::sampling_workspace sws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& s, specdec::uniform_source& u, specdec::draft_tree& out) {
+        specdec::draft_tree_from_model(*model, context, shape, s, u, out, path, logits, q, scratch, sws);
+        if (!reported) return;
+        std::vector<token_id> prefix;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            specdec::path_tokens(out, out.parents[i], prefix);
+            prefix.insert(prefix.begin(), context.begin(), context.end());
+            const auto wrong = ref_standardize(model->next_logits(prefix), *reported);
+            for (std::size_t x = 0; x < wrong.size(); ++x)
+                out.probs(static_cast<Eigen::Index>(x), static_cast<Eigen::Index>(i)) = static_cast<float>(wrong[x]);
+        }
+        out.standardized = false;
+    }
+};
+
+/// A tree drafter that applies a draft-side stop of its own: the correct rule (a node whose
+/// q(token) is below `stop_below` keeps its place and loses its children, as the library's
+/// draft.stop_below does), or, with `drop_low`, WRONG on purpose: such a node is dropped with
+/// its subtree, so the siblings that stay were drawn from q given q >= stop_below, not from q.
+struct self_stopping_tree_drafter {
+    markov_model* model = nullptr;
+    float stop_below = 0.3f;
+    bool drop_low = false;
+    std::vector<token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    specdec::sampling_workspace sws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& s, specdec::uniform_source& u, specdec::draft_tree& out) {
+        specdec::draft_tree drawn;
+        specdec::draft_tree_from_model(*model, context, shape, s, u, drawn, path, logits, q, scratch, sws);
+        out = ref_prune(drawn, stop_below, drop_low);
+    }
+};
+
 }  // namespace
 
 TEST_CASE("Tree decoding samples whole sequences from the target at temperature 1 (without replacement)",
@@ -180,7 +328,7 @@ TEST_CASE("A pure chain matches the target", "[statistical][distribution][tree]"
 
 TEST_CASE("Point-mass trees keep the target distribution", "[statistical][distribution][tree]") {
     auto target = markov_model::random(4, 2, 71);
-    shift_tree_drafter drafter{4};
+    also_plain<shift_tree_drafter> drafter{{4}};
     tree_markov verifier{&target};
     check_tree_case(drafter, verifier, target, {}, {.branching = {2, 2, 1}}, 1071);
 }
@@ -199,9 +347,10 @@ TEST_CASE("A draft tree with support disjoint from the target's is always reject
             INFO(name(scheme));
             const auto r = sequence_test(
                 [&](std::mt19937_64& rng) {
-                    auto out = specdec::speculative_decode_tree(
+                    auto out = specdec::speculative_decode(
                         draft, verifier, kPrompt,
-                        {.shape = {.branching = {2, 2}, .draws = draws}, .scheme = scheme, .max_new_tokens = kLength},
+                        {.step = specdec::tree{.shape = {.branching = {2, 2}, .draws = draws}, .scheme = scheme},
+                         .budget = {.max_new_tokens = kLength}},
                         rng);
                     accepted += out.stats.accepted_tokens;
                     return out.tokens;
@@ -226,21 +375,154 @@ TEST_CASE("Verifiers without score_tree and block drafters keep the target distr
     check_tree_case(block, verifier, target, {}, {.branching = {1, 1, 1}}, 1095);
 }
 
+TEST_CASE("Tree decoding with the draft at another temperature than the target matches the target",
+          "[statistical][distribution][tree][draft-sampling]") {
+    struct draft_case {
+        int vocab;
+        specdec::sampling_config target, draft;
+        specdec::tree_shape shape;
+        std::uint64_t seed;
+    };
+    const draft_case cases[] = {
+        {4, {}, {.temperature = 0.5f}, {.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement}, 121},
+        {5, {.temperature = 0.8f, .top_k = 3}, {.temperature = 1.5f, .top_p = 0.9f},
+         {.branching = {3, 1}, .draws = sibling_draws::iid}, 123},
+    };
+    for (const auto& c : cases) {
+        auto target = markov_model::random(c.vocab, 2, c.seed);
+        auto draft = markov_model::random(c.vocab, 2, c.seed + 1);
+        tree_markov verifier{&target};
+        tree_watch watch{.draft = &draft, .draft_sampling = c.draft, .shape = c.shape};
+        check_tree_case(draft, verifier, target, c.target, c.shape, 1000 + c.seed, true,
+                        [&](specdec::decode_options& o, tree_verification_scheme) { watch.apply(o); });
+        INFO(watch.column_ok << " of " << watch.trees << " trees with the draft's q under its own settings");
+        CHECK(watch.trees > kSamples);
+        CHECK(watch.column_ok == watch.trees);
+    }
+}
+
+TEST_CASE("Tree decoding with the draft at another top-k than the target (or greedy) matches the target",
+          "[statistical][distribution][tree][draft-sampling]") {
+    struct draft_case {
+        int vocab;
+        specdec::sampling_config target, draft;
+        specdec::tree_shape shape;
+        std::uint64_t seed;
+    };
+    const draft_case cases[] = {
+        {5, {.temperature = 0.8f}, {.temperature = 0.8f, .top_k = 2},
+         {.branching = {2, 2}, .draws = sibling_draws::without_replacement}, 125},
+        // A greedy draft: its groups drawn without replacement stop after one node (chains).
+        {4, {}, {.temperature = 0.0f}, {.branching = {3, 1}, .draws = sibling_draws::without_replacement}, 127},
+    };
+    for (const auto& c : cases) {
+        auto target = markov_model::random(c.vocab, 2, c.seed);
+        auto draft = markov_model::random(c.vocab, 2, c.seed + 1);
+        tree_markov verifier{&target};
+        tree_watch watch{.draft = &draft, .draft_sampling = c.draft, .shape = c.shape};
+        check_tree_case(draft, verifier, target, c.target, c.shape, 1000 + c.seed, true,
+                        [&](specdec::decode_options& o, tree_verification_scheme) { watch.apply(o); });
+        INFO(watch.column_ok << " of " << watch.trees << " trees with the draft's q under its own settings");
+        CHECK(watch.trees > kSamples);
+        CHECK(watch.column_ok == watch.trees);
+    }
+}
+
+TEST_CASE("Tree decoding with the draft-side stop matches the target, and the stop prunes often",
+          "[statistical][distribution][tree][draft-stop]") {
+    struct stop_case {
+        specdec::sampling_config target;
+        std::optional<specdec::sampling_config> draft;
+        specdec::tree_shape shape;
+        std::uint64_t seed;
+    };
+    const stop_case cases[] = {
+        {{}, std::nullopt, {.branching = {2, 2, 1}, .draws = sibling_draws::iid}, 131},
+        {{.temperature = 0.8f}, specdec::sampling_config{.temperature = 1.2f},
+         {.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement}, 133},
+    };
+    for (const auto& c : cases) {
+        auto target = markov_model::random(4, 2, c.seed);
+        auto draft = markov_model::random(4, 2, c.seed + 1);
+        tree_markov verifier{&target};
+        tree_watch watch{.draft = &draft, .draft_sampling = c.draft, .stop_below = 0.3f, .shape = c.shape};
+        check_tree_case(draft, verifier, target, c.target, c.shape, 1000 + c.seed, true,
+                        [&](specdec::decode_options& o, tree_verification_scheme) { watch.apply(o); });
+        INFO(watch.pruned << " of " << watch.trees << " trees pruned");
+        CHECK(watch.stop_ok == watch.trees);
+        CHECK(watch.pruned * 4 > watch.trees);  // a quarter of the trees at least: often, not by accident
+        if (c.draft) CHECK(watch.column_ok == watch.trees);
+    }
+}
+
+TEST_CASE("Tree decoding with the adaptive depth (known costs) matches the target, and uses several depths",
+          "[statistical][distribution][tree][adaptive]") {
+    struct adaptive_case {
+        int vocab;
+        specdec::sampling_config target;
+        specdec::tree_shape shape;
+        std::uint64_t seed;
+    };
+    const adaptive_case cases[] = {
+        {4, {}, {.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement}, 141},
+        {5, {.temperature = 0.7f, .top_k = 3}, {.branching = {3, 1, 1}, .draws = sibling_draws::iid}, 143},
+    };
+    for (const auto& c : cases) {
+        auto target = markov_model::random(c.vocab, 2, c.seed);
+        auto draft = markov_model::random(c.vocab, 2, c.seed + 1);
+        tree_markov verifier{&target};
+        adaptive_trees adaptive(c.shape.depth());
+        tree_watch watch{.draft = &draft, .shape = c.shape};
+        check_tree_case(draft, verifier, target, c.target, c.shape, 1000 + c.seed, true,
+                        [&](specdec::decode_options& o, tree_verification_scheme scheme) {
+                            adaptive.apply(o, scheme);
+                            watch.apply(o);
+                        });
+        INFO(watch.describe_depths());
+        CHECK(watch.distinct_depths() >= 3);
+        CHECK(watch.pruned == 0);  // every tree had the shape cut to the depth asked
+    }
+}
+
+TEST_CASE("Tree decoding with the adaptive depth, the draft's own sampling and the draft-side stop together "
+          "matches the target",
+          "[statistical][distribution][tree][adaptive][draft-sampling][draft-stop]") {
+    const specdec::tree_shape shape{.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement};
+    auto target = markov_model::random(4, 2, 151);
+    auto draft = markov_model::random(4, 2, 152);
+    tree_markov verifier{&target};
+    adaptive_trees adaptive(shape.depth());
+    tree_watch watch{.draft = &draft, .draft_sampling = specdec::sampling_config{.temperature = 1.3f},
+                     .stop_below = 0.25f, .shape = shape};
+    check_tree_case(draft, verifier, target, {}, shape, 1151, true,
+                    [&](specdec::decode_options& o, tree_verification_scheme scheme) {
+                        adaptive.apply(o, scheme);
+                        watch.apply(o);
+                    });
+    INFO(watch.describe_depths() << "; " << watch.pruned << " of " << watch.trees << " trees pruned");
+    CHECK(watch.distinct_depths() >= 3);
+    CHECK(watch.stop_ok == watch.trees);
+    CHECK(watch.pruned * 10 > watch.trees);
+    CHECK(watch.column_ok == watch.trees);
+}
+
 TEST_CASE("Negative control: siblings drawn without replacement but verified as i.i.d. are caught",
           "[statistical][distribution][tree][negative]") {
     auto target = markov_model::random(4, 2, 101);
     auto draft = markov_model::random(4, 2, 102);
-    mislabeled_drafter drafter{&draft};
+    also_plain<mislabeled_drafter> drafter{};
+    drafter.model = &draft;
     tree_markov verifier{&target};
     const auto exact = exact_sequence_distribution(target, kPrompt, kLength, {});
     for (const auto scheme : {tree_verification_scheme::recursive_rejection, tree_verification_scheme::traversal}) {
         INFO(name(scheme));
         const auto r = sequence_test(
             [&](std::mt19937_64& rng) {
-                return specdec::speculative_decode_tree(drafter, verifier, kPrompt,
-                                                        {.shape = {.branching = {3, 1}}, .scheme = scheme,
-                                                         .max_new_tokens = kLength},
-                                                        rng)
+                return specdec::speculative_decode(
+                           drafter, verifier, kPrompt,
+                           {.step = specdec::tree{.shape = {.branching = {3, 1}}, .scheme = scheme},
+                            .budget = {.max_new_tokens = kLength}},
+                           rng)
                     .tokens;
             },
             exact, 4, 1101);
@@ -282,5 +564,66 @@ TEST_CASE("Negative control: recursive rejection without the residual update bet
         INFO(describe(r));
         if (update) CHECK(r.p_value >= kFalseAlarm);
         else CHECK(r.p_value < kFalseAlarm);
+    }
+}
+
+TEST_CASE("Negative control: a tree drafter whose q is not what it sampled from (draft-side sampling) is caught",
+          "[statistical][distribution][tree][negative][draft-sampling]") {
+    // The draft samples at temperature 0.4 (draft.sampling); the wrong drafter reports its
+    // model's distributions at the target's temperature 1 as q. The honest one must pass.
+    auto target = markov_model::random(4, 2, 161);
+    auto draft = markov_model::random(4, 2, 162);
+    tree_markov verifier{&target};
+    const auto exact = exact_sequence_distribution(target, kPrompt, kLength, {});
+    for (const bool honest : {true, false}) {
+        also_plain<reporting_tree_drafter> drafter{};
+        drafter.model = &draft;
+        if (!honest) drafter.reported = specdec::sampling_config{};
+        for (const auto scheme : {tree_verification_scheme::recursive_rejection, tree_verification_scheme::traversal}) {
+            INFO((honest ? "q as sampled" : "WRONG: q at the target's temperature") << ", " << name(scheme));
+            const specdec::decode_options opts{
+                .step = specdec::tree{.shape = {.branching = {2, 1}, .draws = sibling_draws::without_replacement},
+                                      .scheme = scheme},
+                .draft = {.sampling = specdec::sampling_config{.temperature = 0.4f}},
+                .budget = {.max_new_tokens = kLength}};
+            const auto r = sequence_test(
+                [&](std::mt19937_64& rng) {
+                    return specdec::speculative_decode(drafter, verifier, kPrompt, opts, rng).tokens;
+                },
+                exact, 4, 1161);
+            INFO(describe(r));
+            if (honest) CHECK(r.p_value >= kFalseAlarm);
+            else CHECK(r.p_value < kFalseAlarm);
+        }
+    }
+}
+
+TEST_CASE("Negative control: a draft-side stop that drops the unlikely node (not only its children) is caught",
+          "[statistical][distribution][tree][negative][draft-stop]") {
+    // The correct rule, applied by the drafter itself, must pass the same test.
+    auto target = markov_model::random(4, 2, 171);
+    auto draft = markov_model::random(4, 2, 172);
+    tree_markov verifier{&target};
+    const auto exact = exact_sequence_distribution(target, kPrompt, kLength, {});
+    for (const bool drop_low : {false, true}) {
+        also_plain<self_stopping_tree_drafter> drafter{};
+        drafter.model = &draft;
+        drafter.stop_below = 0.3f;
+        drafter.drop_low = drop_low;
+        for (const auto scheme : {tree_verification_scheme::recursive_rejection, tree_verification_scheme::traversal}) {
+            INFO((drop_low ? "WRONG: the low node dropped" : "the low node kept, its children dropped") << ", "
+                                                                                                       << name(scheme));
+            const specdec::decode_options opts{
+                .step = specdec::tree{.shape = {.branching = {2, 2, 1}, .draws = sibling_draws::iid}, .scheme = scheme},
+                .budget = {.max_new_tokens = kLength}};
+            const auto r = sequence_test(
+                [&](std::mt19937_64& rng) {
+                    return specdec::speculative_decode(drafter, verifier, kPrompt, opts, rng).tokens;
+                },
+                exact, 4, 1171);
+            INFO(describe(r));
+            if (drop_low) CHECK(r.p_value < kFalseAlarm);
+            else CHECK(r.p_value >= kFalseAlarm);
+        }
     }
 }

@@ -1,7 +1,8 @@
 // The llama2 example engine's score_tree (tree attention): every column equals next_logits on
 // the node's path, bit for bit, on a small random model (no model files needed); after the
 // accepted path is appended, the cache reuses the path's rows and the next calls still agree;
-// tree decoding with the engine at temperature 0 is greedy decoding.
+// tree decoding with the engine at temperature 0 is greedy decoding (also with the draft's own
+// sampling and the draft-side stop, and with the adaptive depth).
 
 #include "support/catch.hpp"
 #include "support/tree_reference.hpp"
@@ -10,7 +11,6 @@
 #include "llama2/transformer.hpp"
 
 #include <specdec/specdec.hpp>
-#include <specdec/tree_decode.hpp>
 
 #include <memory>
 #include <random>
@@ -97,14 +97,47 @@ TEST_CASE("Tree decoding with the llama2 engine at temperature 0 is greedy decod
     const std::vector<specdec::token_id> prompt{1, 40, 41};
     std::mt19937_64 rng(1);
     const specdec::sampling_config greedy{.temperature = 0.0f};
-    const auto want = specdec::autoregressive_decode(reference, prompt, {.max_new_tokens = 48, .sampling = greedy}, rng).tokens;
+    const auto want =
+        specdec::autoregressive_decode(reference, prompt, {.sampling = greedy, .budget = {.max_new_tokens = 48}}, rng)
+            .tokens;
+    // Also with the draft's own sampling and the draft-side stop (pruned trees reach the target's
+    // cache), and with the adaptive depth (trees of changing depth).
+    specdec::adaptive_gamma_options known;
+    known.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+    known.pass_cost = [](std::size_t m) { return 1.0 + 0.05 * static_cast<double>(m - 1); };
+    known.explore_every = 2;
+    known.max_explore_every = 2;
+    known.explore_budget = 1.0;
+    const specdec::draft_length adaptive{.policy = specdec::gamma_policy::adaptive, .adaptive = known};
+    const specdec::draft_settings own_draft{.sampling = specdec::sampling_config{.temperature = 1.0f},
+                                            .stop_below = 0.2f};
     for (const auto scheme : {specdec::tree_verification_scheme::traversal,
                               specdec::tree_verification_scheme::recursive_rejection}) {
-        std::mt19937_64 g(2);
-        const auto got = specdec::speculative_decode_tree(
-            draft, target, prompt,
-            {.shape = {.branching = {3, 2, 1, 1}}, .scheme = scheme, .max_new_tokens = 48, .sampling = greedy}, g);
-        CHECK(got.tokens == want);
-        CHECK(got.stats.target_calls == got.stats.steps);
+        for (int variant = 0; variant < 3; ++variant) {
+            INFO("scheme " << static_cast<int>(scheme) << ", variant " << variant);
+            std::mt19937_64 g(2);
+            std::size_t events = 0, one_pass = 0;
+            const auto got = specdec::speculative_decode(
+                draft, target, prompt,
+                {.step = specdec::tree{.shape = {.branching = {3, 2, 1, 1}}, .scheme = scheme},
+                 .length = variant == 2 ? adaptive : specdec::draft_length{},
+                 .sampling = greedy,
+                 .draft = variant == 1 ? own_draft : specdec::draft_settings{},
+                 .budget = {.max_new_tokens = 48},
+                 .on_step =
+                     [&](const specdec::step_event& e) {
+                         ++events;
+                         one_pass += e.tree != nullptr && e.target_passes == 1;
+                     }},
+                g);
+            CHECK(got.tokens == want);
+            CHECK(got.stats.target_calls == got.stats.steps);
+            CHECK(one_pass == events);
+            if (variant == 2) {
+                std::size_t depths = 0;
+                for (const std::size_t n : got.stats.steps_at_gamma) depths += n != 0;
+                CHECK(depths >= 2);
+            }
+        }
     }
 }

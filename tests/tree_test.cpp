@@ -1,9 +1,12 @@
-// Draft trees and their exact verification (tree.hpp, tree_verify.hpp, tree_decode.hpp):
-// malformed trees are rejected with a message; the exact expected accepted length by
-// enumeration equals the empirical mean of the library's verification; traversal verification
-// is never worse than recursive rejection sampling (which is why it is the default); a chain
-// under traversal verification has exactly block verification's law; temperature 0 is greedy
-// decoding, token for token; a verifier without score_tree scores the same columns.
+// Draft trees and their exact verification (tree.hpp, tree_verify.hpp) and tree steps of
+// speculative_decode (`.step = specdec::tree{...}`): malformed trees are rejected with a message;
+// the exact expected accepted length by enumeration equals the empirical mean of the library's
+// verification; traversal verification is never worse than recursive rejection sampling (which
+// is why it is the default); a chain under traversal verification has exactly block
+// verification's law; temperature 0 is greedy decoding, token for token, also with the draft's
+// own sampling, the draft-side stop and the adaptive depth; a tree step draws exactly what a
+// hand-written loop of draft_tree_from_model and verify_tree draws, and its step_event says so;
+// a verifier without score_tree scores the same columns.
 //
 // False alarms: the mean tests reject at |z| > 5 (two-sided, about 6e-7 each under the normal
 // approximation); the chi-square tests at p < 1e-4 (one or two in 10^4 each, see
@@ -16,11 +19,12 @@
 #include "support/tree_reference.hpp"
 
 #include <specdec/specdec.hpp>
-#include <specdec/tree_decode.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <random>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -169,8 +173,12 @@ TEST_CASE("Malformed trees are rejected with a message that names the problem", 
     }
     auto target = markov_model::random(4, 2, 3);
     std::vector<token_id> prompt{0};
-    expect_invalid([&] { (void)specdec::speculative_decode_tree(target, target, prompt, {.shape = {.branching = {}}}, rng); },
-                   "depth 0");
+    expect_invalid(
+        [&] {
+            (void)specdec::speculative_decode(target, target, prompt, {.step = specdec::tree{.shape = {.branching = {}}}},
+                                              rng);
+        },
+        "depth 0");
 }
 
 TEST_CASE("The exact expected accepted length by enumeration equals the empirical mean of verify_tree",
@@ -322,7 +330,8 @@ TEST_CASE("At temperature 0 tree decoding is greedy decoding, token for token", 
     const specdec::sampling_config greedy{.temperature = 0.0f};
     std::mt19937_64 ar_rng(1);
     const auto expected =
-        specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 40, .sampling = greedy}, ar_rng).tokens;
+        specdec::autoregressive_decode(target, prompt, {.sampling = greedy, .budget = {.max_new_tokens = 40}}, ar_rng)
+            .tokens;
     tree_markov verifier{&target};
     for (const auto scheme : kTreeSchemes)
         for (markov_model* d : {&draft, &near})
@@ -330,10 +339,11 @@ TEST_CASE("At temperature 0 tree decoding is greedy decoding, token for token", 
                 for (const auto draws : {sibling_draws::iid, sibling_draws::without_replacement}) {
                     INFO(name(scheme) << ", " << name(draws) << ", depth " << branching.size());
                     std::mt19937_64 rng(7);
-                    const auto out = specdec::speculative_decode_tree(
+                    const auto out = specdec::speculative_decode(
                         *d, verifier, prompt,
-                        {.shape = {.branching = branching, .draws = draws}, .scheme = scheme, .max_new_tokens = 40,
-                         .sampling = greedy},
+                        {.step = specdec::tree{.shape = {.branching = branching, .draws = draws}, .scheme = scheme},
+                         .sampling = greedy,
+                         .budget = {.max_new_tokens = 40}},
                         rng);
                     CHECK(out.tokens == expected);
                 }
@@ -413,89 +423,414 @@ TEST_CASE("Verification reads only the target rows it needs", "[tree]") {
     }
 }
 
-/// A target that scores trees in one pass and is also a plain LanguageModel, as
-/// speculative_decode requires of its verifier.
-struct tree_and_plain_markov : tree_markov {
-    Eigen::VectorXf next_logits(std::span<const token_id> context) { return model->next_logits(context); }
-};
-static_assert(specdec::TreeVerifier<tree_and_plain_markov> && specdec::Verifier<tree_and_plain_markov>);
+namespace {
 
-TEST_CASE("speculative_decode with options.tree decodes as speculative_decode_tree does", "[tree]") {
-    auto target = markov_model::random(6, 2, 81);
-    auto draft = markov_model::random(6, 2, 82);
-    tree_and_plain_markov verifier{{&target}};
-    const std::vector<token_id> prompt{0, 3};
-    const specdec::sampling_config s{.temperature = 0.9f};
-    for (const auto scheme : kTreeSchemes) {
-        INFO(name(scheme));
-        const specdec::tree_shape shape{.branching = {3, 2, 1}, .max_nodes = 8};
-        std::mt19937_64 rng_tree(9), rng_decode(9);
-        const auto want = specdec::speculative_decode_tree(
-            draft, verifier, prompt, {.shape = shape, .scheme = scheme, .max_new_tokens = 60, .sampling = s}, rng_tree);
-        std::size_t steps = 0, streamed = 0, path_ok = 0;
-        std::vector<token_id> stream;
-        const auto got = specdec::speculative_decode(
-            draft, verifier, prompt,
-            {.gamma = 0,  // unused with trees
-             .max_new_tokens = 60,
-             .sampling = s,
-             .tree = shape,
-             .tree_scheme = scheme,
-             .on_step =
-                 [&](const specdec::step_event& e) {
-                     // The depth asked: the shape's 3, or one less than the tokens still needed.
-                     const std::size_t asked = std::min<std::size_t>(3, 60 - streamed - 1);
-                     ++steps;
-                     streamed += e.emitted.size();
-                     stream.insert(stream.end(), e.emitted.begin(), e.emitted.end());
-                     path_ok += e.draft.size() == e.accepted && e.gamma == asked &&
-                                std::equal(e.draft.begin(), e.draft.end(), e.emitted.begin());
-                 }},
-            rng_decode);
-        CHECK(got.tokens == want.tokens);
-        CHECK(got.stats.steps == want.stats.steps);
-        CHECK(got.stats.accepted_tokens == want.stats.accepted_tokens);
-        CHECK(got.stats.drafted_tokens == want.stats.drafted_tokens);
-        CHECK(got.stats.target_calls == want.stats.target_calls);
-        CHECK(steps == want.stats.steps);
-        CHECK(path_ok == steps);
-        CHECK(stream == got.tokens);
-        CHECK(streamed == 60);
-        CHECK(rng_tree() == rng_decode());  // the same uniforms were drawn
+struct ref_tree_step {
+    draft_tree tree;            // after the draft-side stop
+    std::size_t drawn = 0;      // nodes drawn before it
+    std::size_t asked = 0;      // the depth asked
+    specdec::tree_verify_result r{};
+};
+
+struct ref_tree_run {
+    std::vector<token_id> tokens;
+    std::vector<ref_tree_step> steps;
+};
+
+struct ref_tree_settings {
+    specdec::tree_shape shape;
+    tree_verification_scheme scheme = tree_verification_scheme::traversal;
+    specdec::sampling_config sampling{};        // the target's
+    specdec::sampling_config draft_sampling{};  // the draft's
+    float stop_below = 0.0f;
+    std::size_t max_new_tokens = 0;
+    std::vector<token_id> stop_tokens{};
+};
+
+/// What a tree decode under the fixed policy must draw, written with the public primitives
+/// only: per step the depth min(shape depth, tokens still needed − 1); a tree of the shape cut
+/// to that depth drawn by draft_tree_from_model with the draft's settings (uniforms from `rng`);
+/// the draft-side stop (ref_prune); the target's columns; verify_tree with `rng`; the accepted
+/// path and the drawn token appended, cut after a stop token.
+ref_tree_run ref_tree_decode(markov_model& draft, markov_model& target, const std::vector<token_id>& prompt,
+                             const ref_tree_settings& c, std::mt19937_64& rng) {
+    ref_tree_run out;
+    std::vector<token_id> seq = prompt, path;
+    draft_tree tree;
+    Eigen::VectorXf logits, q, scratch;
+    specdec::sampling_workspace sws;
+    specdec::tree_verify_workspace ws;
+    while (out.tokens.size() < c.max_new_tokens) {
+        ref_tree_step step;
+        step.asked = std::min(c.shape.depth(), c.max_new_tokens - out.tokens.size() - 1);
+        specdec::tree_shape cut = c.shape;
+        cut.branching.resize(step.asked);
+        tree.clear();
+        if (step.asked > 0) {
+            specdec::uniform_source u(rng);
+            specdec::draft_tree_from_model(draft, seq, cut, c.draft_sampling, u, tree, path, logits, q, scratch, sws);
+        }
+        step.drawn = tree.size();
+        step.tree = ref_prune(tree, c.stop_below);
+        const Eigen::MatrixXf z = tree_logits(target, seq, step.tree);
+        step.r = specdec::verify_tree(z, step.tree, c.sampling, rng, ws, {.scheme = c.scheme});
+        specdec::path_tokens(step.tree, step.r.last_node, path);
+        path.push_back(step.r.next_token);
+        bool stopped = false;
+        for (const token_id t : path) {
+            out.tokens.push_back(t);
+            seq.push_back(t);
+            if (std::find(c.stop_tokens.begin(), c.stop_tokens.end(), t) != c.stop_tokens.end()) {
+                stopped = true;
+                break;
+            }
+        }
+        out.steps.push_back(std::move(step));
+        if (stopped) break;
     }
+    return out;
 }
 
-TEST_CASE("speculative_decode with options.tree rejects the options that apply to chains only", "[tree]") {
+/// The number of children of the root (its sibling group).
+std::size_t root_group(const draft_tree& t) {
+    return static_cast<std::size_t>(std::count(t.parents.begin(), t.parents.end(), -1));
+}
+
+/// Known costs for the adaptive depth (reproducible runs), exploring every other step.
+specdec::adaptive_gamma_options known_costs() {
+    specdec::adaptive_gamma_options o;
+    o.draft_cost = [](std::size_t n) { return 0.05 * static_cast<double>(n); };
+    o.pass_cost = [](std::size_t m) { return 1.0 + 0.05 * static_cast<double>(m - 1); };
+    o.explore_every = 2;
+    o.max_explore_every = 2;
+    o.explore_budget = 1.0;
+    o.window = 8;
+    return o;
+}
+
+std::size_t distinct_lengths(std::span<const std::size_t> counts) {
+    return static_cast<std::size_t>(std::count_if(counts.begin(), counts.end(), [](std::size_t n) { return n != 0; }));
+}
+
+}  // namespace
+
+TEST_CASE("A tree step draws what draft_tree_from_model, the draft-side stop and verify_tree draw, as its event "
+          "says",
+          "[tree]") {
+    // The reference is a loop of the public primitives (ref_tree_decode): token for token, tree
+    // for tree, uniform for uniform, under both schemes, with the target's sampling for the
+    // draft or the draft's own, with and without the draft-side stop, with a stop token.
+    auto target = markov_model::random(6, 2, 81);
+    auto draft = markov_model::random(6, 2, 82);
+    tree_markov verifier{&target};
+    const std::vector<token_id> prompt{0, 3};
+    const specdec::sampling_config s{.temperature = 0.9f};
+    struct variant {
+        const char* what;
+        std::optional<specdec::sampling_config> draft_sampling;
+        float stop_below;
+        std::vector<token_id> stop_tokens;
+        sibling_draws draws;
+    };
+    const variant variants[] = {
+        {"the target's sampling for the draft", std::nullopt, 0.0f, {}, sibling_draws::without_replacement},
+        {"draft at temperature 1.3, top-k 4", specdec::sampling_config{.temperature = 1.3f, .top_k = 4}, 0.0f, {},
+         sibling_draws::iid},
+        {"draft-side stop 0.25", std::nullopt, 0.25f, {}, sibling_draws::without_replacement},
+        {"draft at temperature 1.5, stop 0.3, stop token 5", specdec::sampling_config{.temperature = 1.5f}, 0.3f, {5},
+         sibling_draws::iid},
+    };
+    for (const auto scheme : kTreeSchemes)
+        for (const auto& v : variants) {
+            INFO(name(scheme) << ", " << v.what);
+            const specdec::tree_shape shape{.branching = {3, 2, 1}, .max_nodes = 12, .draws = v.draws};
+            const ref_tree_settings settings{.shape = shape, .scheme = scheme, .sampling = s,
+                                             .draft_sampling = v.draft_sampling.value_or(s), .stop_below = v.stop_below,
+                                             .max_new_tokens = 60, .stop_tokens = v.stop_tokens};
+            std::mt19937_64 rng_ref(9), rng_lib(9);
+            const ref_tree_run want = ref_tree_decode(draft, target, prompt, settings, rng_ref);
+            REQUIRE(!want.steps.empty());
+            std::size_t k = 0, passes = 0, bad_events = 0;
+            std::vector<token_id> stream, path;
+            verifier.passes = 0;
+            // (Assigned member by member: GCC 12 warns, wrongly, that a braced initializer
+            // with the stop-token vector leaves it uninitialized.)
+            specdec::decode_options options;
+            options.step = specdec::tree{.shape = shape, .scheme = scheme};
+            options.sampling = s;
+            options.draft = {.sampling = v.draft_sampling, .stop_below = v.stop_below};
+            options.budget.max_new_tokens = 60;
+            options.budget.stop_tokens = v.stop_tokens;
+            options.on_step = [&](const specdec::step_event& e) {
+                if (k >= want.steps.size() || e.tree == nullptr) {
+                    ++bad_events;
+                    return;
+                }
+                const ref_tree_step& w = want.steps[k++];
+                specdec::path_tokens(*e.tree, e.last_node, path);
+                const bool ok =
+                    e.sequence == 0 && e.tree->tokens == w.tree.tokens && e.tree->parents == w.tree.parents &&
+                    e.tree->probs.rows() == w.tree.probs.rows() && e.tree->probs.cols() == w.tree.probs.cols() &&
+                    e.tree->probs == w.tree.probs && e.gamma == w.asked && e.last_node == w.r.last_node &&
+                    e.accepted == w.r.accepted && e.next_token == w.r.next_token &&
+                    e.draft.size() == e.accepted &&
+                    std::equal(e.draft.begin(), e.draft.end(), path.begin(), path.end()) &&
+                    e.target_passes == 1 && e.acceptance.empty() &&
+                    // Emitted: the accepted path, then the token, cut after a stop token.
+                    e.emitted.size() <= e.accepted + 1 &&
+                    std::equal(e.emitted.begin(), e.emitted.begin() + static_cast<std::ptrdiff_t>(
+                                                                          std::min(e.emitted.size(), e.accepted)),
+                               e.draft.begin()) &&
+                    (e.emitted.size() <= e.accepted || e.emitted.back() == e.next_token);
+                if (!ok) {
+                    ++bad_events;
+                    UNSCOPED_INFO("step " << k - 1 << " differs from the reference");
+                }
+                passes += e.target_passes;
+                stream.insert(stream.end(), e.emitted.begin(), e.emitted.end());
+            };
+            const auto got = specdec::speculative_decode(draft, verifier, prompt, options, rng_lib);
+            CHECK(bad_events == 0);
+            CHECK(got.tokens == want.tokens);
+            CHECK(k == want.steps.size());
+            CHECK(stream == got.tokens);
+            CHECK(rng_ref() == rng_lib());  // the same uniforms were drawn
+            std::size_t drafted = 0, drawn = 0, draft_calls = 0, accepted = 0;
+            std::vector<std::size_t> at_depth(shape.depth() + 1, 0);
+            for (const auto& w : want.steps) {
+                drafted += w.tree.size();
+                drawn += w.drawn;
+                draft_calls += w.tree.model_calls;
+                accepted += w.r.accepted;
+                ++at_depth[w.asked];
+            }
+            CHECK(got.stats.steps == want.steps.size());
+            CHECK(got.stats.target_calls == passes);
+            CHECK(verifier.passes == passes);
+            CHECK(got.stats.drafted_tokens == drafted);
+            CHECK(got.stats.draft_calls == draft_calls);
+            CHECK(got.stats.accepted_tokens == accepted);
+            at_depth.resize(got.stats.steps_at_gamma.size(), 0);
+            CHECK(got.stats.steps_at_gamma == at_depth);
+            if (v.stop_below > 0.0f) CHECK(drafted < drawn);  // the stop pruned
+            else CHECK(drafted == drawn);
+            if (!v.stop_tokens.empty()) CHECK(got.stop == specdec::stop_reason::stop_token);
+            else CHECK(got.tokens.size() == 60);
+        }
+}
+
+TEST_CASE("At temperature 0 tree decoding with the draft's own sampling is greedy decoding, and the draft uses it",
+          "[tree]") {
+    // The draft samples its trees with draft.sampling (visible in the trees: one child per group
+    // at temperature 0 without replacement, two under top-k 2, three otherwise; and in the
+    // columns, its q under those settings); the target at temperature 0 still decodes greedily.
+    auto target = markov_model::random(6, 2, 51);
+    auto draft = markov_model::random(6, 2, 52);
+    auto near = target;
+    for (std::size_t i = 0; i < near.table.size(); i += 5) near.table[i] += 0.8f;
+    const std::vector<token_id> prompt{0, 3};
+    const specdec::sampling_config greedy{.temperature = 0.0f};
+    std::mt19937_64 ar_rng(1);
+    const auto expected =
+        specdec::autoregressive_decode(target, prompt, {.sampling = greedy, .budget = {.max_new_tokens = 60}}, ar_rng)
+            .tokens;
+    tree_markov verifier{&target};
+    struct draft_case {
+        specdec::sampling_config sampling;
+        std::size_t root_group;  // siblings below the root, drawn without replacement from {3, ...}
+    };
+    const draft_case cases[] = {{{.temperature = 0.0f}, 1}, {{.temperature = 1.0f, .top_k = 2}, 2},
+                                {{.temperature = 1.5f}, 3}, {{.temperature = 0.5f}, 3}};
+    for (const auto scheme : kTreeSchemes)
+        for (markov_model* d : {&draft, &near})
+            for (const auto& c : cases) {
+                INFO(name(scheme) << ", draft temperature " << c.sampling.temperature << ", top-k "
+                                  << c.sampling.top_k);
+                std::vector<token_id> seq = prompt;
+                std::size_t trees = 0, group_ok = 0, column_ok = 0;
+                std::mt19937_64 rng(7);
+                const auto out = specdec::speculative_decode(
+                    *d, verifier, prompt,
+                    {.step = specdec::tree{.shape = {.branching = {3, 2, 1}}, .scheme = scheme},
+                     .sampling = greedy,
+                     .draft = {.sampling = c.sampling},
+                     .budget = {.max_new_tokens = 60},
+                     .on_step =
+                         [&](const specdec::step_event& e) {
+                             if (e.tree != nullptr && e.tree->size() != 0) {
+                                 ++trees;
+                                 group_ok += root_group(*e.tree) == c.root_group;
+                                 // Column 0 (the root's first child) is the draft's q after the context.
+                                 const auto q = ref_standardize(d->next_logits(seq), c.sampling);
+                                 double err = 0.0;
+                                 for (std::size_t x = 0; x < q.size(); ++x)
+                                     err = std::max(err, std::abs(q[x] - static_cast<double>(e.tree->probs(
+                                                                             static_cast<Eigen::Index>(x), 0))));
+                                 column_ok += err < 1e-5;
+                             }
+                             seq.insert(seq.end(), e.emitted.begin(), e.emitted.end());
+                         }},
+                    rng);
+                CHECK(out.tokens == expected);
+                CHECK(trees > 0);
+                CHECK(group_ok == trees);
+                CHECK(column_ok == trees);
+            }
+}
+
+TEST_CASE("The draft-side stop prunes tree steps and keeps temperature 0 greedy", "[tree]") {
+    // With the draft at temperature 1 its tokens' probabilities are spread, so a stop at 0.3
+    // prunes often: fewer drafted tokens, no node below a low one, the same greedy output.
+    auto target = markov_model::random(6, 2, 53);
+    auto near = target;
+    for (std::size_t i = 0; i < near.table.size(); i += 5) near.table[i] += 0.8f;
+    const std::vector<token_id> prompt{0, 3};
+    const specdec::sampling_config greedy{.temperature = 0.0f};
+    std::mt19937_64 ar_rng(1);
+    const auto expected =
+        specdec::autoregressive_decode(target, prompt, {.sampling = greedy, .budget = {.max_new_tokens = 80}}, ar_rng)
+            .tokens;
+    tree_markov verifier{&target};
+    for (const auto scheme : kTreeSchemes)
+        for (const auto draws : {sibling_draws::iid, sibling_draws::without_replacement}) {
+            INFO(name(scheme) << ", " << name(draws));
+            const specdec::tree_shape shape{.branching = {3, 2, 1}, .draws = draws};
+            std::size_t pruned = 0, stop_ok = 0, trees = 0;
+            auto run = [&](float stop_below) {
+                std::mt19937_64 rng(11);
+                return specdec::speculative_decode(
+                    near, verifier, prompt,
+                    {.step = specdec::tree{.shape = shape, .scheme = scheme},
+                     .sampling = greedy,
+                     .draft = {.sampling = specdec::sampling_config{.temperature = 1.0f}, .stop_below = stop_below},
+                     .budget = {.max_new_tokens = 80},
+                     .on_step =
+                         [&](const specdec::step_event& e) {
+                             if (stop_below == 0.0f || e.tree == nullptr || e.gamma == 0) return;
+                             ++trees;
+                             specdec::tree_shape cut = shape;
+                             cut.branching.resize(e.gamma);
+                             pruned += e.tree->size() < cut.nodes();
+                             stop_ok += respects_stop(*e.tree, stop_below);
+                         }},
+                    rng);
+            };
+            const auto full = run(0.0f);
+            const auto stopped = run(0.3f);
+            INFO("drafted tokens: " << full.stats.drafted_tokens << " without the stop, "
+                                    << stopped.stats.drafted_tokens << " with it; " << pruned << " of " << trees
+                                    << " trees pruned");
+            CHECK(full.tokens == expected);
+            CHECK(stopped.tokens == expected);
+            CHECK(stopped.stats.drafted_tokens < full.stats.drafted_tokens);
+            CHECK(stop_ok == trees);
+            CHECK(pruned * 4 > trees);  // often, not by accident
+        }
+}
+
+TEST_CASE("The adaptive depth works with trees: several depths chosen, temperature 0 still greedy",
+          "[tree][adaptive]") {
+    auto target = markov_model::random(6, 2, 55);
+    auto draft = markov_model::random(6, 2, 56);
+    auto near = target;
+    for (std::size_t i = 0; i < near.table.size(); i += 5) near.table[i] += 0.8f;
+    const std::vector<token_id> prompt{0, 3};
+    const specdec::sampling_config greedy{.temperature = 0.0f};
+    std::mt19937_64 ar_rng(1);
+    const auto expected =
+        specdec::autoregressive_decode(target, prompt, {.sampling = greedy, .budget = {.max_new_tokens = 150}}, ar_rng)
+            .tokens;
+    tree_markov verifier{&target};
+    const specdec::tree_shape shape{.branching = {3, 2, 1, 1}};
+    for (const auto scheme : kTreeSchemes)
+        for (markov_model* d : {&draft, &near}) {
+            INFO(name(scheme) << (d == &near ? ", a near draft" : ", a random draft"));
+            // The caller's controller (its choices are visible), then the decoder's own.
+            specdec::gamma_controller controller(shape.depth(), known_costs());
+            std::size_t events = 0, depth_ok = 0;
+            const auto on_step = [&](const specdec::step_event& e) {
+                ++events;
+                depth_ok += e.tree != nullptr && static_cast<std::size_t>(e.tree->max_depth()) <= e.gamma &&
+                            (e.gamma != 0 || (e.tree->size() == 0 && e.accepted == 0)) && e.target_passes == 1;
+            };
+            std::mt19937_64 rng(13);
+            const auto mine = specdec::speculative_decode(
+                *d, verifier, prompt,
+                {.step = specdec::tree{.shape = shape, .scheme = scheme},
+                 .length = {.policy = specdec::gamma_policy::adaptive, .controller = &controller},
+                 .sampling = greedy,
+                 .budget = {.max_new_tokens = 150},
+                 .on_step = on_step},
+                rng);
+            CHECK(mine.tokens == expected);
+            CHECK(depth_ok == events);
+            CHECK(events == mine.stats.steps);
+            const auto choices = controller.choices();
+            const std::vector<std::size_t> chosen(choices.begin(), choices.end());
+            std::vector<std::size_t> used = mine.stats.steps_at_gamma;
+            used.resize(chosen.size(), 0);
+            CHECK(used == chosen);  // each step asked for the depth the controller chose
+            INFO("steps by depth: " << used[0] << ", " << used[1] << ", " << used[2] << ", " << used[3] << ", "
+                                    << used[4]);
+            CHECK(distinct_lengths(used) >= 2);
+            // The decoder's own controller, from the same options: the same run, reproducibly.
+            std::mt19937_64 rng2(13);
+            const specdec::decode_options own{.step = specdec::tree{.shape = shape, .scheme = scheme},
+                                              .length = {.policy = specdec::gamma_policy::adaptive,
+                                                         .adaptive = known_costs()},
+                                              .sampling = greedy,
+                                              .budget = {.max_new_tokens = 150}};
+            const auto a = specdec::speculative_decode(*d, verifier, prompt, own, rng2);
+            CHECK(a.tokens == expected);
+            CHECK(a.stats.steps_at_gamma == mine.stats.steps_at_gamma);
+            specdec::batch_decoder dec(*d, verifier, own);
+            CHECK(dec.controller() != nullptr);
+            CHECK(dec.controller()->gamma_max() == shape.depth());
+        }
+}
+
+TEST_CASE("Tree steps refuse invalid draft settings and a controller of another depth, naming the field", "[tree]") {
     auto target = markov_model::random(5, 2, 83);
     auto draft = markov_model::random(5, 2, 84);
     const std::vector<token_id> prompt{0, 1};
     std::mt19937_64 rng(1);
-    const specdec::tree_shape shape{.branching = {2, 1}};
+    const specdec::tree shape_step{.shape = {.branching = {2, 1}}};
     auto run = [&](specdec::decode_options o) {
-        o.tree = shape;
-        o.max_new_tokens = 5;
+        o.step = shape_step;
+        o.budget.max_new_tokens = 5;
         (void)specdec::speculative_decode(draft, target, prompt, o, rng);
     };
-    expect_invalid([&] { run({.policy = specdec::gamma_policy::adaptive}); }, "options.policy applies to chains only");
-    expect_invalid([&] { run({.estimate_acceptance = true}); }, "options.estimate_acceptance");
-    expect_invalid([&] { run({.draft_stop_below = 0.1f}); }, "options.draft_stop_below");
-    expect_invalid([&] { run({.draft_sampling = specdec::sampling_config{.temperature = 0.5f}}); },
-                   "options.draft_sampling");
-    expect_invalid([&] { run({.lenience = 0.5f, .scheme = specdec::verification_scheme::token}); },
-                   "options.lenience applies to chains only (trees are verified exactly only)");
-    expect_invalid([&] { run({.scheme = specdec::verification_scheme::token}); },
-                   "options.scheme applies to chains only (trees are verified with options.tree_scheme)");
+    expect_invalid([&] { run({.draft = {.stop_below = 1.5f}}); }, "draft.stop_below");
+    expect_invalid([&] { run({.draft = {.stop_below = -0.1f}}); }, "draft.stop_below");
+    expect_invalid([&] { run({.draft = {.sampling = specdec::sampling_config{.temperature = -1.0f}}}); },
+                   "draft.sampling");
+    specdec::gamma_controller deeper(3);
+    expect_invalid([&] { run({.length = {.policy = specdec::gamma_policy::adaptive, .controller = &deeper}}); },
+                   "tree depth");
     expect_invalid(
         [&] {
-            (void)specdec::speculative_decode(draft, target, prompt, {.tree = specdec::tree_shape{.branching = {}}}, rng);
+            (void)specdec::speculative_decode(draft, target, prompt,
+                                              {.step = specdec::tree{.shape = {.branching = {0, 2}}}}, rng);
         },
         "depth 0");
-    // A plain target without score_tree and a plain drafter: the path-by-path fallback.
+    // A plain target without score_tree and a plain drafter: the node-by-node fallback, one
+    // next_logits call per column, which step_event::target_passes reports.
     std::mt19937_64 rng2(2);
-    const auto out = specdec::speculative_decode(draft, target, prompt,
-                                                 {.max_new_tokens = 12, .tree = specdec::tree_shape{.branching = {2, 1}}},
-                                                 rng2);
+    std::size_t passes = 0, passes_ok = 0, events = 0;
+    const auto out = specdec::speculative_decode(
+        draft, target, prompt,
+        {.step = specdec::tree{.shape = {.branching = {2, 1}}},
+         .budget = {.max_new_tokens = 12},
+         .on_step =
+             [&](const specdec::step_event& e) {
+                 ++events;
+                 passes += e.target_passes;
+                 passes_ok += e.tree != nullptr && e.target_passes == e.tree->size() + 1;
+             }},
+        rng2);
     CHECK(out.tokens.size() == 12);
+    CHECK(passes_ok == events);
+    CHECK(out.stats.target_calls == passes);
 }
 
 namespace {
@@ -529,8 +864,9 @@ TEST_CASE("A drafted tree is checked before the target scores it (fuzz finding)"
     const std::vector<token_id> prompt{0, 1};
     expect_invalid(
         [&] {
-            (void)specdec::speculative_decode_tree(drafter, verifier, prompt,
-                                                   {.shape = {.branching = {1, 1, 1}}, .max_new_tokens = 8}, rng);
+            (void)specdec::speculative_decode(
+                drafter, verifier, prompt,
+                {.step = specdec::tree{.shape = {.branching = {1, 1, 1}}}, .budget = {.max_new_tokens = 8}}, rng);
         },
         "the drafter's tokens[1] = 5 is out of range");
     CHECK(verifier.bad == 0);
@@ -564,12 +900,13 @@ TEST_CASE("A block drafter's malformed block is refused by name in tree decoding
     batched_markov verifier{&target};
     const std::vector<token_id> prompt{0, 1};
     const char* expected[] = {"probs is 5 x 1", "probs is 4 x 2", "scales", "scales"};
-    const specdec::tree_decode_options options{.shape = {.branching = {1, 1, 1}}, .max_new_tokens = 8};
+    const specdec::decode_options options{.step = specdec::tree{.shape = {.branching = {1, 1, 1}}},
+                                          .budget = {.max_new_tokens = 8}};
     for (int flaw = 0; flaw < 4; ++flaw) {
         INFO("flaw " << flaw);
         malformed_block_drafter drafter{5, flaw};
         std::mt19937_64 rng(1);
-        expect_invalid([&] { (void)specdec::speculative_decode_tree(drafter, verifier, prompt, options, rng); },
+        expect_invalid([&] { (void)specdec::speculative_decode(drafter, verifier, prompt, options, rng); },
                        expected[flaw]);
         CHECK(verifier.passes == 0);
     }
@@ -584,9 +921,11 @@ TEST_CASE("Tree decoding counts a BatchVerifier's passes as its calls_per_score 
     const std::vector<token_id> prompt{0, 1};
     std::mt19937_64 rng(5);
     target.calls = 0;
-    const auto out = specdec::speculative_decode_tree(
-        draft, verifier, prompt, {.shape = {.branching = {2, 2}}, .max_new_tokens = 40, .sampling = {.temperature = 1.0f}},
-        rng);
+    const auto out = specdec::speculative_decode(draft, verifier, prompt,
+                                                 {.step = specdec::tree{.shape = {.branching = {2, 2}}},
+                                                  .sampling = {.temperature = 1.0f},
+                                                  .budget = {.max_new_tokens = 40}},
+                                                 rng);
     CHECK(out.tokens.size() == 40);
     CHECK(target.calls > 0);
     CHECK(out.stats.target_calls == target.calls);
@@ -597,18 +936,17 @@ TEST_CASE("Tree statistics count a rejection only where the accepted node has ch
     // is accepted nothing below it was tested, so the step has no rejection and reaches depth 1 only.
     auto target = markov_model::random(6, 2, 95);
     auto draft = markov_model::random(6, 2, 96);
-    tree_and_plain_markov verifier{{&target}};
+    tree_markov verifier{&target};
     const std::vector<token_id> prompt{2, 3};
     for (const auto scheme : kTreeSchemes) {
         INFO(name(scheme));
         std::size_t rejections = 0, shallow_leaves = 0;
         std::vector<std::size_t> reached;
-        specdec::tree_decode_options options;
-        options.shape = {.branching = {2, 1}, .max_nodes = 3};
-        options.scheme = scheme;
-        options.max_new_tokens = 400;
+        specdec::decode_options options;
+        options.step = specdec::tree{.shape = {.branching = {2, 1}, .max_nodes = 3}, .scheme = scheme};
         options.sampling = {.temperature = 1.0f};
-        options.on_step = [&](const specdec::tree_step_event& e) {
+        options.budget.max_new_tokens = 400;
+        options.on_step = [&](const specdec::step_event& e) {
             const auto& parents = e.tree->parents;
             const bool has_children = std::find(parents.begin(), parents.end(), e.last_node) != parents.end();
             rejections += has_children;
@@ -618,10 +956,131 @@ TEST_CASE("Tree statistics count a rejection only where the accepted node has ch
             for (std::size_t i = 0; i < depth_reached; ++i) ++reached[i];
         };
         std::mt19937_64 rng(7);
-        const auto out = specdec::speculative_decode_tree(draft, verifier, prompt, options, rng);
+        const auto out = specdec::speculative_decode(draft, verifier, prompt, options, rng);
         CHECK(shallow_leaves > 0);  // the case under test happened
         CHECK(out.stats.rejected_tokens == rejections);
         reached.resize(out.stats.reached_at_position.size(), 0);
         CHECK(out.stats.reached_at_position == reached);
     }
+}
+
+TEST_CASE("A tree drawn without replacement from a peaked column is accepted and verified exactly (outside finding)",
+          "[tree][statistical]") {
+    // Draft logits {0, -43, -60}: q ≈ {1, 2.1e-19, 8.8e-27}. Two siblings drawn without
+    // replacement: token 0, then token 1 (from what is left, ≈ {0, 1 − 4e-8, 4e-8}). The mass
+    // left after the first, ≈ 2.1e-19, is below the double rounding of the column's sum
+    // (1 + 2.1e-19 == 1), so the old "sum − removed" computed 0 and refused the tree.
+    Eigen::VectorXf draft_logits(3);
+    draft_logits << 0.0f, -43.0f, -60.0f;
+    Eigen::VectorXf q(3);
+    specdec::sampling_workspace sws;
+    specdec::standardize(draft_logits, {}, q, sws);
+    REQUIRE(q[1] > 0.0f);
+    REQUIRE(static_cast<double>(q[0]) + static_cast<double>(q[1]) + static_cast<double>(q[2]) - static_cast<double>(q[0]) == 0.0);
+    draft_tree t;
+    t.add(-1, 0, sibling_draws::without_replacement);
+    t.add(-1, 1, sibling_draws::without_replacement);
+    t.resize_probs(3, 2);
+    t.probs.col(0) = q;
+    t.probs.col(1) = q;
+    for (const bool standardized : {false, true}) {
+        t.standardized = standardized;
+        CHECK_NOTHROW(specdec::validate(t, 3));
+    }
+    // Target: p = {0.2, 0.3, 0.5} at the root; after token 0, {0.6, 0.3, 0.1}; after 1, {0.1, 0.1, 0.8}.
+    // Given this tree (drawn with probability 1 − 2e-19) both schemes accept node 0 with
+    // probability 0.2, node 1 with 0.8 · 0.375 = 0.3, and otherwise draw 2 at the root: the
+    // outcome (node, next token) has the target's law of the first two tokens (the first only
+    // at the root).
+    Eigen::MatrixXf z(3, 3);
+    z.col(0) << std::log(0.2f), std::log(0.3f), std::log(0.5f);
+    z.col(1) << std::log(0.6f), std::log(0.3f), std::log(0.1f);
+    z.col(2) << std::log(0.1f), std::log(0.1f), std::log(0.8f);
+    const std::vector<double> law{0.0,        0.0,        0.5,         // root, then 0 / 1 / 2
+                                  0.2 * 0.6,  0.2 * 0.3,  0.2 * 0.1,   // node 0 (token 0), then ...
+                                  0.3 * 0.1,  0.3 * 0.1,  0.3 * 0.8};  // node 1 (token 1), then ...
+    constexpr int n = 40000;
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        specdec::tree_verify_workspace ws;
+        std::mt19937_64 rng(scheme == tree_verification_scheme::traversal ? 11 : 12);
+        std::vector<std::size_t> counts(9, 0);
+        for (int i = 0; i < n; ++i) {
+            const auto r = specdec::verify_tree(z, t, {}, rng, ws, {.scheme = scheme});
+            REQUIRE(r.next_token >= 0);
+            REQUIRE(r.next_token < 3);
+            ++counts[static_cast<std::size_t>((r.last_node + 1) * 3 + r.next_token)];
+        }
+        const auto g = chi_square_test(counts, law);
+        INFO("chi2 = " << g.statistic << ", p = " << g.p_value);
+        CHECK(g.p_value >= 1e-4);
+    }
+}
+
+namespace {
+/// A tree drafter that proposes one point-mass node with a sibling_draws value that is neither
+/// enumerator.
+struct bad_draws_drafter {
+    std::ptrdiff_t vocab_size() const { return 4; }
+    void propose_tree(std::span<const token_id>, const specdec::tree_shape&, const specdec::sampling_config&,
+                      specdec::uniform_source&, draft_tree& out) const {
+        out.add(-1, 1);
+        out.draws[0] = static_cast<sibling_draws>(7);
+    }
+};
+}  // namespace
+
+TEST_CASE("A sibling_draws value that is neither enumerator is refused by name (outside finding)", "[tree]") {
+    // It passed the check, then counted as i.i.d. in the check's mass and as without
+    // replacement in verification.
+    const auto bad = static_cast<sibling_draws>(7);
+    auto t = small_tree();
+    t.draws[1] = bad;
+    expect_invalid([&] { specdec::validate(t, 4, "my_check"); },
+                   "my_check: node 1 has draws = 7, neither sibling_draws::iid nor sibling_draws::without_replacement");
+    specdec::tree_verify_workspace ws;
+    std::mt19937_64 rng(1);
+    const Eigen::MatrixXf logits = Eigen::MatrixXf::Zero(4, 4);
+    expect_invalid([&] { (void)specdec::verify_tree(logits, t, {}, rng, ws); }, "specdec::verify_tree: node 1 has draws = 7");
+    {
+        auto p = small_tree();
+        p.probs.resize(0, 0);  // point masses: no column reads the value, the structure check does
+        p.draws[0] = bad;
+        expect_invalid([&] { (void)specdec::verify_tree(logits, p, {}, rng, ws); }, "node 0 has draws = 7");
+    }
+    expect_invalid([&] { draft_tree u; u.add(-1, 1, bad); }, "specdec::draft_tree::add: how = 7");
+    // A model drafter asked for such draws, directly or through tree decoding.
+    auto model = markov_model::random(4, 2, 5);
+    specdec::uniform_source uniforms(rng);
+    draft_tree out;
+    std::vector<token_id> path;
+    Eigen::VectorXf lg, q, scratch;
+    specdec::sampling_workspace sws;
+    expect_invalid(
+        [&] {
+            specdec::draft_tree_from_model(model, std::vector<token_id>{1}, {.branching = {2}, .draws = bad}, {},
+                                           uniforms, out, path, lg, q, scratch, sws);
+        },
+        "specdec::draft_tree_from_model: shape.draws = 7");
+    const std::vector<token_id> prompt{0, 1};
+    expect_invalid(
+        [&] {
+            (void)specdec::speculative_decode(model, model, prompt,
+                                              {.step = specdec::tree{.shape = {.branching = {2}, .draws = bad}},
+                                               .budget = {.max_new_tokens = 4}},
+                                              rng);
+        },
+        "specdec::speculative_decode: step.shape.draws = 7");
+    // A tree drafter that writes one: refused before the target scores the tree.
+    bad_draws_drafter drafter;
+    tree_markov verifier{&model};
+    expect_invalid(
+        [&] {
+            (void)specdec::speculative_decode(drafter, verifier, prompt,
+                                              {.step = specdec::tree{.shape = {.branching = {1}}},
+                                               .budget = {.max_new_tokens = 4}},
+                                              rng);
+        },
+        "specdec::speculative_decode: node 0 has draws = 7");
+    CHECK(verifier.passes == 0);
 }

@@ -1,19 +1,12 @@
 #pragma once
 /// \file
-/// One speculative step over B independent sequences, optionally spread over threads.
-///
-/// Each sequence has its own drafter, verifier (they may share weights; a model with a KV
-/// cache needs one per sequence), token buffer, statistics and generator stream, and
-/// acceptance is ragged: each sequence accepts its own number of tokens. Because nothing
-/// random or stateful is shared, a batch step gives every sequence exactly what B separate
+/// The threads and buffers of the batch loop (batch_decoder, batch_decoder.hpp): the
+/// BatchExecutor concept that runs the per-sequence work of a step, the built-in fork-join pool
+/// (batch_workspace), the per-sequence step workspaces and the buffers of the packed target pass;
+/// and, internal, detail::speculative_step_batch: one step over B sequences with per-sequence
+/// models (spans of drafters and verifiers), each with its own token buffer, statistics and
+/// generator, so that a batch step gives every sequence exactly what B separate
 /// speculative_step calls with the same generators would, whatever the thread count.
-///
-/// Two forms: per-sequence models (spans of drafters and verifiers, one target pass per
-/// sequence), and one MultiSequenceVerifier for all (multi_sequence.hpp: one target pass for
-/// the whole batch, as serving engines run it; the drafter a MultiSequenceDrafter or one plain
-/// drafter). The per-sequence work runs on a BatchExecutor: the workspace's own threads, or the
-/// caller's. The decoding loop over such steps, with stop tokens, budgets and sequences joining
-/// and leaving, is batch_decoder (batch_decode.hpp).
 
 #include <chrono>
 #include <condition_variable>

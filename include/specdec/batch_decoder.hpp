@@ -206,7 +206,8 @@ inline void prune_tree_below(draft_tree& tree, float stop_below, std::vector<std
     tree.parents.resize(m);
     tree.depths.resize(m);
     if (has_draws) tree.draws.resize(m);
-    // The first m columns (allocates: only steps the draft-side stop pruned pay for it).
+    // The first m columns. (Allocates, a few times per pruned step: this copy, then the full-size
+    // storage the next draft takes back. Steps the stop leaves whole allocate nothing.)
     Eigen::MatrixXf pruned = tree.probs.leftCols(static_cast<Eigen::Index>(m));
     tree.probs.swap(pruned);
 }
@@ -426,7 +427,7 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
             buf.logits.shape(static_cast<Eigen::Index>(vocab), buf.scores);
             verifier.score_batch(std::span<const score_request>(buf.scores), buf.logits);
             check_packed_layout(buf.logits, std::span<const score_request>(buf.scores),
-                                static_cast<Eigen::Index>(vocab), where);
+                                static_cast<Eigen::Index>(vocab), where, "score_batch");
         }
     }
     // (A step's items are all chains or all trees: the two packed passes never share buf.logits.)
@@ -435,7 +436,7 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
             buf.logits.shape(static_cast<Eigen::Index>(vocab), buf.tree_scores);
             verifier.score_tree_batch(std::span<const tree_score_request>(buf.tree_scores), buf.logits);
             check_packed_layout(buf.logits, std::span<const tree_score_request>(buf.tree_scores),
-                                static_cast<Eigen::Index>(vocab), where);
+                                static_cast<Eigen::Index>(vocab), where, "score_tree_batch");
         }
     }
     if (timed) timing->pass_seconds = seconds_since(t0);
@@ -632,6 +633,7 @@ public:
             e->tws = std::make_unique<detail::tree_workspace>();
             e->tws->shape = std::get<tree>(options_.step).shape;
             e->tws->shape.branching.resize(longest_);
+            e->tws->accepted.reserve(longest_);  // the longest accepted path, so committing never allocates
         }
         if (id == entries_.size()) entries_.emplace_back();
         entries_[id] = std::move(e);

@@ -113,7 +113,7 @@ struct draft_block : detail::draft_columns {
     /// (model_drafter reports one call per token it drafted).
     std::optional<std::size_t> model_calls;
     /// An input, not an output: set by speculative_step() before draft() (from
-    /// decode_options::draft_stop_below; 0 turns it off). A drafter may end the block after
+    /// decode_options::draft.stop_below; 0 turns it off). A drafter may end the block after
     /// the first token x_i whose draft probability q_i(x_i) is below it, sparing the draft
     /// calls that would follow (model_drafter does); such a block may keep the columns of
     /// probs it sized beyond its tokens, which are ignored. The step ends the block there in
@@ -207,7 +207,7 @@ concept InPlaceBatchVerifier =
 ///  `out.probs.resize` allocates on every call).
 ///  4. To make q as close to p as possible, apply `sampling` as the target does
 ///     (see standardize()); a drafter may ignore it, at the cost of acceptance. (The step
-///     passes decode_options::draft_sampling when it is set, the target's settings otherwise.)
+///     passes decode_options::draft.sampling when it is set, the target's settings otherwise.)
 ///  5. For statistics, `out.model_calls` may report the draft model's forward passes; left
 ///     unset, each draft() that proposed tokens counts as one draft call
 ///     (decode_stats::draft_calls).

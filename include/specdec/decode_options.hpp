@@ -108,7 +108,9 @@ struct draft_settings {
     /// probability q_i(x_i) is below this; in a tree, such a node gets no children. 0 (the
     /// default) turns it off. llama.cpp's p_min idea made exact: the low token is kept and
     /// verified as usual, and since where the draft ends depends on draft values only, the
-    /// output keeps the target's distribution. \pre 0 <= stop_below <= 1.
+    /// output keeps the target's distribution. A tree is pruned after it is drafted: the stop
+    /// saves target positions there, not draft calls (a chain's model drafter stops drafting).
+    /// \pre 0 <= stop_below <= 1.
     float stop_below = 0.0f;
 };
 

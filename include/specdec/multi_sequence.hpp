@@ -137,7 +137,7 @@ namespace detail {
 /// columns by that layout). \throws std::invalid_argument naming the difference.
 template <class Request>
 void check_packed_layout(const packed_logits& out, std::span<const Request> requests, Eigen::Index vocab,
-                         const char* where) {
+                         const char* where, const char* call) {
     const auto columns = [&](std::size_t k) {
         if constexpr (std::is_same_v<Request, tree_score_request>) return static_cast<Eigen::Index>(requests[k].tree->size()) + 1;
         else return static_cast<Eigen::Index>(requests[k].draft.size()) + 1;
@@ -145,7 +145,7 @@ void check_packed_layout(const packed_logits& out, std::span<const Request> requ
     bool same = out.size() == requests.size() && out.vocab() == vocab;
     for (std::size_t k = 0; same && k < requests.size(); ++k) same = out.columns(k) == columns(k);
     if (!same)
-        fail_invalid(where, ": the verifier changed the layout of its packed_logits (", out.size(), " sequences of ",
+        fail_invalid(where, ": ", call, " changed the layout of its packed_logits (", out.size(), " sequences of ",
                      out.vocab(), " rows, ", out.total_columns(), " columns; shaped for ", requests.size(),
                      " sequences of ", vocab, " rows); a verifier writes the columns and must not reshape them");
 }

@@ -39,7 +39,7 @@ struct step_options {
     float lenience = 1.0f;
     /// Token or block verification; block (Sun et al. 2024) is the default. Both are exact.
     verification_scheme scheme = verification_scheme::block;
-    /// The draft's own sampling settings (see decode_options::draft_sampling); unset (the
+    /// The draft's own sampling settings (see draft_settings::sampling); unset (the
     /// default), the drafter samples with `sampling`, as the target.
     std::optional<sampling_config> draft_sampling{};
 };
@@ -52,7 +52,7 @@ struct step_result {
     /// β_i = Σ_x min(p_i(x), q_i(x)) of each draft position the step tested (i <= accepted),
     /// the probability that token verification accepts it (Leviathan et al. Def. 3.1);
     /// p_i(x_i) for point-mass drafts. Empty unless acceptance is estimated (see
-    /// decode_options::estimate_acceptance).
+    /// chain::estimate_acceptance).
     std::span<const float> acceptance;
     /// True when every draft token was accepted, so next_token is a bonus from p_{n+1}.
     [[nodiscard]] bool all_accepted() const noexcept { return accepted == draft.size(); }
@@ -102,7 +102,7 @@ struct step_extras {
     bool time = false;                 ///< measure the two fields below (steady clock)
     double draft_seconds = 0.0;        ///< the drafter's call
     double pass_seconds = 0.0;         ///< the verifier's call
-    /// The sampling settings the drafter is given (decode_options::draft_sampling); null: the
+    /// The sampling settings the drafter is given (decode_options::draft.sampling); null: the
     /// target's. Verification standardizes the target's rows with the target's settings
     /// whatever this is, and takes q from the draft block: exact for any draft settings.
     const sampling_config* draft_sampling = nullptr;

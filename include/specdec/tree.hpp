@@ -404,7 +404,13 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
                 standardize(level_scores->col(parent + 1), sampling, q, sws, where);
             } else {
                 path_tokens(out, parent, path);
-                path.insert(path.begin(), context.begin(), context.end());
+                // Grown geometrically: the context grows every step, and an exact-size insert would
+                // reallocate once per step.
+                if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
+                    path.reserve(std::max(need, 2 * path.capacity()));
+                if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
+                path.reserve(std::max(need, 2 * path.capacity()));  // geometric: the context grows every step
+            path.insert(path.begin(), context.begin(), context.end());
                 detail::checked_next_logits(m, std::span<const token_id>(path), vocab, logits, where);
                 ++out.model_calls;
                 standardize(logits, sampling, q, sws, where);
@@ -517,6 +523,8 @@ std::size_t score_tree_by_paths(V& v, std::span<const token_id> context, const d
     } else {
         for (std::size_t c = 0; c <= n; ++c) {
             path_tokens(tree, static_cast<std::int32_t>(c) - 1, path);
+            if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
+                path.reserve(std::max(need, 2 * path.capacity()));  // geometric: the context grows every step
             path.insert(path.begin(), context.begin(), context.end());
             checked_next_logits(v, std::span<const token_id>(path), vocab, logits, where);
             out.col(static_cast<Eigen::Index>(c)) = logits;

@@ -42,7 +42,7 @@ struct decode_stats {
     /// was tested, of β_i = Σ_x min(p_i(x), q_i(x)) (p_i(x_i) for a point-mass draft), the
     /// probability that token verification accepts that position (Leviathan et al. 2023,
     /// Def. 3.1). Filled only when acceptance is estimated (the adaptive γ policy, or
-    /// decode_options::estimate_acceptance); empty otherwise. Divided by
+    /// chain::estimate_acceptance); empty otherwise. Divided by
     /// reached_at_position[i] it estimates α at position i with far less variance than
     /// accepted_at_position does, and unlike it, it is valid under block verification too.
     std::vector<double> expected_accepted_at_position;

@@ -1,6 +1,8 @@
-// speculative_step_batch with vectors of models whose next_logits returns std::vector<float>.
-// expect: next_logits must return an Eigen vector of float \(Eigen::VectorXf or an expression of it\); got std::vector
-#include <specdec/batch.hpp>
+// batch_decoder with a model whose next_logits returns std::vector<float>: one error that names
+// next_logits and the fix (not a cascade ending in "cannot convert ... to int").
+// expect: next_logits must return an Eigen vector of float \(Eigen::VectorXf or an expression of it\); got std::vector: return an Eigen::VectorXf, or an Eigen::Map<const Eigen::VectorXf>
+// reject: cannot convert|no matching function|no match for
+#include <specdec/batch_decoder.hpp>
 
 #include <random>
 #include <vector>
@@ -11,8 +13,9 @@ struct vector_model {
 };
 
 int main() {
-    std::vector<vector_model> drafters(2), verifiers(2);
-    std::vector<specdec::batch_sequence<std::mt19937_64>> sequences(2);
-    specdec::batch_workspace ws;
-    specdec::speculative_step_batch(drafters, verifiers, sequences, {}, ws);
+    vector_model draft, target;
+    specdec::batch_decoder dec(draft, target, {.budget = {.max_new_tokens = 8}});
+    (void)dec.add(std::vector<specdec::token_id>{1, 2}, std::mt19937_64(1));
+    dec.run();
+    (void)dec.take(0);
 }

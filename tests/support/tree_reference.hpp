@@ -6,7 +6,8 @@
 // sampler with a deliberately wrong variant for the negative controls. Also small tree-capable
 // test doubles.
 
-#include <specdec/tree_decode.hpp>
+#include <specdec/tree.hpp>
+#include <specdec/tree_verify.hpp>
 
 #include <Eigen/Core>
 
@@ -15,6 +16,7 @@
 #include <functional>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "markov.hpp"
@@ -29,6 +31,12 @@ struct tree_markov {
     markov_model* model;
     std::size_t passes = 0;
     std::ptrdiff_t vocab_size() const { return model->vocab; }
+    /// Also a plain model (forwards, not counted in passes): chain steps are scored by it, tree
+    /// steps by score_tree (a TreeVerifier is preferred; the tree tests check `passes`). Needed
+    /// too because at 92bcf29 the static check of speculative_decode and batch_decoder refuses
+    /// a TreeVerifier that has neither score() nor next_logits() (diagnostics.hpp,
+    /// detail::diagnose_decoder_call instantiates diagnose_verifier<V> for it).
+    Eigen::VectorXf next_logits(std::span<const token_id> context) { return model->next_logits(context); }
     void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
         ++passes;
         out.resize(model->vocab, static_cast<Eigen::Index>(tree.size() + 1));
@@ -40,6 +48,54 @@ struct tree_markov {
         }
     }
 };
+
+/// WORKAROUND, to be removed with tree_markov::next_logits: a pure TreeDrafter made also a
+/// plain model for the static check of speculative_decode at 92bcf29. Tree steps draft with
+/// propose_tree (a TreeDrafter is preferred): this throws if called.
+template <class D>
+struct also_plain : D {
+    Eigen::VectorXf next_logits(std::span<const token_id>) {
+        throw std::logic_error("also_plain::next_logits: a tree step drafts with propose_tree");
+    }
+};
+
+/// The tree after the draft-side stop, built independently of the library: a node stays when
+/// its parent stayed and the parent's draft probability q(token) (its column at its token) is
+/// at least `stop_below`; the order, tokens, draws and columns of the nodes that stay are kept.
+/// With `drop_low` it is WRONG on purpose (a negative control): a node whose own q(token) is
+/// below `stop_below` is dropped with its subtree, instead of kept without children.
+inline specdec::draft_tree ref_prune(const specdec::draft_tree& t, float stop_below, bool drop_low = false) {
+    if (!(stop_below > 0.0f) || !t.has_distributions()) return t;
+    specdec::draft_tree out;
+    std::vector<std::int32_t> to(t.size(), -1);
+    std::vector<Eigen::Index> cols;
+    const auto q_of = [&t](std::size_t i) { return t.probs(t.tokens[i], static_cast<Eigen::Index>(i)); };
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const std::int32_t p = t.parents[i];
+        if (p >= 0) {
+            const auto pu = static_cast<std::size_t>(p);
+            if (to[pu] < 0 || (!drop_low && q_of(pu) < stop_below)) continue;
+        }
+        if (drop_low && q_of(i) < stop_below) continue;
+        to[i] = out.add(p < 0 ? -1 : to[static_cast<std::size_t>(p)], t.tokens[i], t.draws_of(i));
+        cols.push_back(static_cast<Eigen::Index>(i));
+    }
+    out.resize_probs(t.probs.rows(), static_cast<Eigen::Index>(cols.size()));
+    for (std::size_t j = 0; j < cols.size(); ++j) out.probs.col(static_cast<Eigen::Index>(j)) = t.probs.col(cols[j]);
+    out.standardized = t.standardized;
+    out.model_calls = t.model_calls;
+    return out;
+}
+
+/// True when no node of `t` hangs below a node whose draft probability is below `stop_below`.
+inline bool respects_stop(const specdec::draft_tree& t, float stop_below) {
+    if (!t.has_distributions()) return true;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+        const std::int32_t p = t.parents[i];
+        if (p >= 0 && t.probs(t.tokens[static_cast<std::size_t>(p)], p) < stop_below) return false;
+    }
+    return true;
+}
 
 /// Target logits for every column of `tree` after `context`.
 inline Eigen::MatrixXf tree_logits(markov_model& target, std::span<const token_id> context,
