@@ -11,8 +11,35 @@
 #     run as skipped.
 # Model-based tests use the folder in SPECDEC_MODELS_DIR, or ../shared/models beside the
 # checkout when it exists; without one they skip with a message.
+#
+# `bash scripts/test.sh --quick`: the quick tier for contributors: the release build of the unit
+# test executables only, run on this machine's own instruction-set path, and the chain, tree and
+# batch distribution suites on a small sample (10,000 sequences per case, same false-alarm
+# rate, without the negative controls, which need the full sample for their power); no
+# sanitizers, no models, no packaging. The full command (no argument) is the one CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${1:-}" = --quick ]; then
+  bash scripts/install_deps.sh
+  start=$(date +%s)
+  cmake --preset release -DSPECDEC_MODELS_DIR= >/dev/null
+  quick=(specdec_tests specdec_tree_tests specdec_batch_tests specdec_batch_decode_tests specdec_batch_allocation_tests
+         specdec_fault_tests specdec_allocation_tests)
+  statistical=(specdec_distribution_tests specdec_tree_distribution_tests specdec_batch_distribution_tests)
+  cmake --build --preset release --target "${quick[@]}" "${statistical[@]}"
+  failed=0 passed=0
+  for t in "${quick[@]}"; do
+    if "build/release/tests/$t"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  done
+  for t in "${statistical[@]}"; do
+    if SPECDEC_DISTRIBUTION_SAMPLES=10000 "build/release/tests/$t" "~*egative control*"; then
+      passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  done
+  echo "quick tier: $(( $(date +%s) - start )) s"
+  echo "quick: ${passed} passed, ${failed} failed"
+  [ "$failed" -eq 0 ]
+  exit
+fi
 if [ "${SPECDEC_FUZZ_DEPS:-0}" = 1 ]; then bash scripts/install_deps.sh --fuzz; else bash scripts/install_deps.sh; fi
 if [ -z "${SPECDEC_MODELS_DIR:-}" ] && [ -d ../shared/models ]; then
   SPECDEC_MODELS_DIR="$(cd ../shared/models && pwd)"
