@@ -1,4 +1,4 @@
-// The adaptive γ policy (decode_options::policy = gamma_policy::adaptive) against every fixed γ
+// The adaptive γ policy (decode_options::length.policy = gamma_policy::adaptive) against every fixed γ
 // and plain autoregressive decoding, in one binary, on random weights at the shapes of
 // llama2.c's stories110M (target) and stories15M (draft).
 //
@@ -89,7 +89,8 @@ models& shared_models() {
         for (std::size_t i = 1; i < prompt_length; ++i)
             x.prompt.push_back(static_cast<token_id>(3 + rng() % 30000));
         std::mt19937_64 unused(1);
-        const specdec::decode_options greedy{.max_new_tokens = new_tokens, .sampling = {.temperature = 0.0f}};
+        const specdec::decode_options greedy{.sampling = {.temperature = 0.0f},
+                                             .budget = {.max_new_tokens = new_tokens}};
         x.greedy = specdec::autoregressive_decode(x.target, x.prompt, greedy, unused).tokens;
         return x;
     }();
@@ -156,15 +157,15 @@ void bm_decode(benchmark::State& state, double alpha, int gamma, std::string key
         m.target.clear_cache();
         m.draft.clear_cache();
         controlled_drafter drafter(m, alpha);
-        specdec::decode_options o{.gamma = gamma > 0 ? static_cast<std::size_t>(gamma) : 8,
-                                  .max_new_tokens = new_tokens,
-                                  .sampling = {.temperature = 0.0f}};
-        if (gamma < 0) o.policy = specdec::gamma_policy::adaptive;
-        if (gamma == -3) o.adaptive.window = 8;
+        specdec::decode_options o{.step = specdec::chain{.gamma = gamma > 0 ? static_cast<std::size_t>(gamma) : 8},
+                                  .sampling = {.temperature = 0.0f},
+                                  .budget = {.max_new_tokens = new_tokens}};
+        if (gamma < 0) o.length.policy = specdec::gamma_policy::adaptive;
+        if (gamma == -3) o.length.adaptive.window = 8;
         if (gamma == -2) {
             auto& c = kept[key];
             if (!c) c = std::make_unique<specdec::gamma_controller>(8);
-            o.controller = c.get();
+            o.length.controller = c.get();
         }
         std::mt19937_64 rng(1);
         state.ResumeTiming();

@@ -106,10 +106,10 @@ std::unique_ptr<real_pair>& pair_slot() {
 real_pair& models() { return *pair_slot(); }
 
 specdec::decode_options options(int temperature) {
-    return {.gamma = gamma,
-            .max_new_tokens = new_tokens,
-            .stop_tokens = {},  // none: every generation has exactly new_tokens tokens
-            .sampling = {.temperature = float(temperature)}};
+    return {.step = specdec::chain{.gamma = gamma},
+            .sampling = {.temperature = float(temperature)},
+            .budget = {.max_new_tokens = new_tokens,
+                       .stop_tokens = {}}};  // none: every generation has exactly new_tokens tokens
 }
 
 /// CPU time of the calling thread, the clock Google Benchmark reports as "CPU" by default.

@@ -75,11 +75,14 @@ int main() {
 
     std::mt19937_64 rng(7);
     const specdec::decode_result out = specdec::speculative_decode(
-        drafter, target_model, prompt, {.gamma = 4, .max_new_tokens = 64, .sampling = {.temperature = 0.8f}}, rng);
+        drafter, target_model, prompt,
+        {.step = specdec::chain{.gamma = 4}, .sampling = {.temperature = 0.8f}, .budget = {.max_new_tokens = 64}}, rng);
     std::printf("temperature 0.8: %zu tokens in %zu steps, %zu draft calls, acceptance rate %.2f\n",
                 out.tokens.size(), out.stats.steps, out.stats.draft_calls, out.stats.acceptance_rate());
 
-    const specdec::decode_options greedy{.gamma = 4, .max_new_tokens = 64, .sampling = {.temperature = 0.0f}};
+    const specdec::decode_options greedy{.step = specdec::chain{.gamma = 4},
+                                         .sampling = {.temperature = 0.0f},
+                                         .budget = {.max_new_tokens = 64}};
     const auto spec = specdec::speculative_decode(drafter, target_model, prompt, greedy, rng);
     const auto base = specdec::autoregressive_decode(target_model, prompt, greedy, rng);
     if (spec.tokens != base.tokens) {

@@ -4,10 +4,10 @@
 //
 // False alarms: the contract and determinism checks are deterministic (a correct adapter never
 // fails them). The statistical checks run at the kit's default significance, 1e-4 per χ² test
-// (per draft position and sampling config; per scheme and sampling config); the correct adapters
-// here go through about 85 such tests (24 of them on the llama2 models), so a correct kit fails
-// this file with probability about 0.85% (up to about twice that, allowing for the χ²
-// approximation; see docs/testing.md). The seeds are fixed, so a run is reproducible. Every
+// (per draft position or tree depth and sampling config; per scheme and sampling config); the
+// correct adapters here go through about 125 such tests (32 of them on the llama2 models), so a
+// correct kit fails this file with probability about 1.25% (up to about twice that, allowing for
+// the χ² approximation; see docs/testing.md). The seeds are fixed, so a run is reproducible. Every
 // negative control must fail: a kit that passes everything fails this file.
 
 #include "support/catch.hpp"
@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <random>
@@ -179,12 +180,78 @@ struct own_rng_drafter {
     }
 };
 
+/// cached_model as a TreeVerifier: score_tree scores every node after the context and its path,
+/// one next_logits call per column. With `mask_bug`, a node is scored after the context and
+/// every node before it in index order (a chain's causal mask used for a tree: a node sees its
+/// earlier siblings and their subtrees as if they were its ancestors).
+class tree_cached_model : public cached_model {
+public:
+    tree_cached_model(int vocab, std::uint64_t seed, bool mask_bug = false)
+        : cached_model(vocab, seed), mask_bug_(mask_bug) {}
+
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        out.resize(vocab_size(), static_cast<Eigen::Index>(tree.size() + 1));
+        std::vector<token_id> seq(context.begin(), context.end()), path;
+        out.col(0) = next_logits(seq);
+        for (std::size_t i = 0; i < tree.size(); ++i) {
+            if (mask_bug_)
+                path.assign(tree.tokens.begin(), tree.tokens.begin() + static_cast<std::ptrdiff_t>(i + 1));
+            else
+                specdec::path_tokens(tree, static_cast<std::int32_t>(i), path);
+            seq.assign(context.begin(), context.end());
+            seq.insert(seq.end(), path.begin(), path.end());
+            out.col(static_cast<Eigen::Index>(i + 1)) = next_logits(seq);
+        }
+    }
+
+private:
+    bool mask_bug_;
+};
+
+/// A TreeDrafter of its own (no draft(), no next_logits): trees drawn from a Markov model as
+/// specdec::draft_tree_from_model draws them. With `tempered`, the nodes are drawn at
+/// temperature T^2 while the columns report the model's distributions at T: "the draft
+/// distribution is not the one the nodes were drawn from" (harmless at T = 1).
+struct markov_tree_drafter {
+    specdec_test::markov_model* model;
+    bool tempered = false;
+    std::vector<token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    specdec::sampling_workspace ws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& s, specdec::uniform_source& u, specdec::draft_tree& out) {
+        specdec::sampling_config hot = s;
+        if (tempered) hot.temperature = s.temperature * s.temperature;
+        specdec::draft_tree_from_model(*model, context, shape, hot, u, out, path, logits, q, scratch, ws);
+        if (!tempered) return;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            specdec::path_tokens(out, out.parents[i], path);
+            path.insert(path.begin(), context.begin(), context.end());
+            specdec::standardize(model->next_logits(path), s, q, ws);
+            out.probs.col(static_cast<Eigen::Index>(i)) = q;
+        }
+    }
+};
+static_assert(specdec::TreeDrafter<markov_tree_drafter> && !specdec::Drafter<markov_tree_drafter>);
+static_assert(specdec::TreeVerifier<tree_cached_model> && specdec::Verifier<tree_cached_model>);
+
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+/// small_options() with a tree step of 2, 2, 1 (10 nodes).
+kit::conformance_options small_tree_options(
+    specdec::tree_verification_scheme scheme = specdec::tree_verification_scheme::traversal);
 
 /// The options of the small-model tests: V = 5, sequences of 5 tokens (nearly every sequence a
 /// cell of its own).
 kit::conformance_options small_options() {
     return {.prompt = {0, 3}, .gamma = 3, .max_context = 24, .samples = 20000};
+}
+
+kit::conformance_options small_tree_options(specdec::tree_verification_scheme scheme) {
+    auto o = small_options();
+    o.decode.step = specdec::tree{.shape = {.branching = {2, 2, 1}}, .scheme = scheme};
+    return o;
 }
 
 std::optional<std::filesystem::path> models_dir() {
@@ -273,6 +340,27 @@ TEST_CASE("the chi-square test tests a pool of rare cells that is still small ex
     CHECK(alarms <= 40);  // 40 of 2000 at a true rate of 1e-2: P(more) < 1e-4 (binomial tail)
 }
 
+TEST_CASE("the chi-square tests refuse counts whose total a std::size_t cannot hold (outside finding)", "[conformance]") {
+    // chi_square_test summed the counts in a std::size_t, which wrapped silently (2^63 + 2^63
+    // counted 0 samples); chi_square_two_sample_test converted a double total of 2^64 or more to
+    // std::size_t, which is undefined behaviour (UBSan reports it).
+    using Catch::Matchers::Contains;
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+    constexpr std::size_t half = max / 2 + 1;  // 2^63
+    CHECK_THROWS_WITH(kit::chi_square_test({half, half}, {0.5, 0.5}),
+                      Contains("specdec::testing::chi_square_test: the counts sum to more than a std::size_t holds"));
+    CHECK_THROWS_WITH(kit::chi_square_test({max, 1}, {0.5, 0.5}), Contains("specdec::testing::chi_square_test"));
+    CHECK_THROWS_WITH(kit::chi_square_two_sample_test({half, 1}, {half, 1}),
+                      Contains("specdec::testing::chi_square_two_sample_test: the counts of a and b sum to more than "
+                               "a std::size_t holds"));
+    CHECK_THROWS_AS(kit::chi_square_two_sample_test({max}, {1}), std::invalid_argument);
+    // A total that fits is counted exactly, up to the largest (which a double rounds up to 2^64).
+    CHECK(kit::chi_square_test({max, 0}, {1.0, 0.0}).samples == max);
+    CHECK(kit::chi_square_test({half, half - 1}, {0.5, 0.5}).samples == max);
+    CHECK(kit::chi_square_two_sample_test({max - 1, 0}, {1, 0}).samples == max);
+    CHECK(kit::chi_square_two_sample_test({half, 0}, {half - 1, 0}).samples == max);
+}
+
 // ---- correct adapters pass ----
 
 TEST_CASE("the kit passes on a correct cached adapter and a plain-model drafter", "[conformance][statistical]") {
@@ -329,7 +417,125 @@ TEST_CASE("the kit passes on the bundled n-gram and prompt-lookup drafters and t
     }
 }
 
+TEST_CASE("the kit runs tree steps: a correct tree pair passes every check", "[conformance][statistical]") {
+    tree_cached_model target(5, 11);
+    cached_model draft(5, 12);
+    SECTION("a plain-model drafter and score_tree, traversal verification, the kit's default schemes") {
+        // The kit's chain schemes (token and block by default) do not apply to a tree: the tree
+        // runs its own scheme, and nothing throws.
+        const auto r = kit::run_conformance(draft, target, small_tree_options());
+        INFO(r);
+        CHECK(r);
+        REQUIRE(r.checks.size() == 5);
+        for (const auto& c : r.checks) CHECK(c.to_string().rfind("PASS ", 0) == 0);
+        CHECK(contains(r.checks[0].ran, "tree steps"));  // score_tree in the contract
+        CHECK(r.checks[0].max_error == 0.0);
+        CHECK(contains(r.checks[3].ran, "runs of"));
+        CHECK(contains(r.checks[4].ran, "tree 2,2,1 (10 nodes), traversal verification, temperature 1"));
+        CHECK_FALSE(contains(r.checks[4].ran, "block verification"));
+    }
+    SECTION("recursive rejection, the adaptive depth, the draft's own sampling and the draft-side stop") {
+        auto o = small_tree_options(specdec::tree_verification_scheme::recursive_rejection);
+        o.decode.length = {.policy = specdec::gamma_policy::adaptive,
+                           .adaptive = {.explore_every = 2,
+                                        .draft_cost = [](std::size_t n) { return 0.3 * static_cast<double>(n); },
+                                        .pass_cost = [](std::size_t m) {
+                                            return 1.0 + 0.05 * static_cast<double>(m);
+                                        }}};
+        o.decode.draft = {.sampling = specdec::sampling_config{.temperature = 1.4f}, .stop_below = 0.15f};
+        const auto d = kit::check_determinism(draft, target, o);
+        INFO(d);
+        CHECK(d);
+        const auto e = kit::check_equivalence(draft, target, o);
+        INFO(e);
+        CHECK(e);
+        CHECK(contains(e.ran, "recursive rejection sampling"));
+    }
+    SECTION("a TreeDrafter of its own, also when the options keep the default chain step") {
+        auto draft_model = specdec_test::markov_model::random(5, 2, 13);
+        markov_tree_drafter trees{&draft_model};
+        const auto r = kit::run_conformance(trees, target, small_tree_options());
+        INFO(r);
+        CHECK(r);
+        REQUIRE(r.checks.size() == 4);  // a drafter without next_logits has no contract of its own
+        CHECK(contains(r.checks[1].ran, "trees of the shape tree 2,2,1 (10 nodes)"));
+        // A drafter that only proposes trees cannot draft chains: the kit runs the default tree.
+        const auto e = kit::check_equivalence(trees, target, small_options());
+        INFO(e);
+        CHECK(e);
+        CHECK(contains(e.ran, "tree 2,2,1,1 (14 nodes)"));
+    }
+}
+
+TEST_CASE("the kit's chain schemes never collide with the options' lenience", "[conformance][statistical]") {
+    // Lenience below 1 needs token verification, and is not exact: determinism runs it under
+    // token verification (block at 1), equivalence at 1. Nothing throws.
+    auto target = specdec_test::markov_model::random(5, 2, 71);
+    auto draft_model = specdec_test::markov_model::random(5, 2, 72);
+    auto o = small_options();
+    o.samples = 4000;
+    o.decode.step = specdec::chain{.gamma = 3, .scheme = specdec::verification_scheme::token, .lenience = 0.5f};
+    const auto d = kit::check_determinism(draft_model, target, o);
+    INFO(d);
+    CHECK(d);
+    const auto e = kit::check_equivalence(draft_model, target, o);
+    INFO(e);
+    CHECK(e);
+    CHECK(contains(e.ran, "block verification"));
+}
+
 // ---- broken adapters are caught, each with a message that points at the bug ----
+
+TEST_CASE("a score_tree whose attention mask lets a node see other branches is flagged", "[conformance]") {
+    tree_cached_model broken(5, 11, true);
+    const auto r = kit::check_contract(broken, small_tree_options());
+    INFO(r);
+    CHECK_FALSE(r);
+    CHECK(contains(r.failure, "score_tree("));
+    CHECK(contains(r.failure, "not its ancestors"));
+    CHECK(contains(r.failure, "attention mask"));
+    // The sequence-level test sees it too (negative control of the equivalence check on trees).
+    cached_model draft(5, 12);
+    const auto e = kit::check_equivalence(draft, broken, small_tree_options());
+    INFO(e);
+    CHECK_FALSE(e);
+    CHECK(contains(e.failure, "tree 2,2,1 (10 nodes)"));
+    CHECK(contains(e.failure, "law of the first 5 tokens differs"));
+    // The same engine with a correct mask passes the contract.
+    tree_cached_model good(5, 11);
+    const auto g = kit::check_contract(good, small_tree_options());
+    INFO(g);
+    CHECK(g);
+}
+
+TEST_CASE("a tree drafter that draws at another temperature than it reports is flagged", "[conformance][statistical]") {
+    auto target = specdec_test::markov_model::random(5, 2, 31);
+    auto draft_model = specdec_test::markov_model::random(5, 2, 32);
+    markov_tree_drafter broken{&draft_model, true};
+    auto more = small_tree_options();
+    more.draft_blocks = 4000;
+    const auto r = kit::check_draft_consistency(broken, more);
+    INFO(r);
+    CHECK_FALSE(r);
+    CHECK(contains(r.failure, "tree depth 1"));
+    CHECK(contains(r.failure, "not distributed as the reported q"));
+    CHECK(contains(r.failure, "lower temperature"));
+    CHECK(contains(r.failure, "temperature 0.6"));
+    CHECK(r.p_value < 1e-4);
+    // The output is no longer the target's (both schemes of the tree).
+    for (const auto scheme :
+         {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
+        const auto e = kit::check_equivalence(broken, target, small_tree_options(scheme));
+        INFO(e);
+        CHECK_FALSE(e);
+        CHECK(contains(e.failure, "temperature 0.6"));
+    }
+    // The correct drafter with the same model passes.
+    markov_tree_drafter good{&draft_model};
+    const auto g = kit::check_draft_consistency(good, more);
+    INFO(g);
+    CHECK(g);
+}
 
 TEST_CASE("a KV cache that ignores rollback is flagged as such", "[conformance]") {
     cached_model broken(5, 11, bug::ignores_rollback);
@@ -465,6 +671,14 @@ TEST_CASE("the kit passes on the llama2 engine with its early-exit and model dra
         const auto r = kit::run_conformance(drafter, target, o);
         INFO(r);
         CHECK(r);
+    }
+    SECTION("tree steps: the draft model's trees, scored by the engine's score_tree") {
+        o.decode.step = specdec::tree{.shape = {.branching = {2, 2, 1}}};
+        const auto r = kit::run_conformance(draft, target, o);
+        INFO(r);
+        CHECK(r);
+        CHECK(contains(r.checks[0].ran, "tree steps"));
+        CHECK(contains(r.checks.back().ran, "tree 2,2,1 (10 nodes), traversal verification"));
     }
     SECTION("the draft model, falling back from prompt lookup") {
         llama2::context_limited_drafter<llama2::transformer> model(draft);

@@ -68,8 +68,9 @@ int main(int argc, char** argv) {
                         std::mt19937_64 rng(r);
                         const auto out = specdec::speculative_decode(
                             draft, target, prompt,
-                            {.gamma = gamma, .max_new_tokens = tokens, .sampling = {.temperature = temperature},
-                             .scheme = scheme},
+                            {.step = specdec::chain{.gamma = gamma, .scheme = scheme},
+                             .sampling = {.temperature = temperature},
+                             .budget = {.max_new_tokens = tokens}},
                             rng);
                         generated += out.tokens.size();
                         steps += out.stats.steps;

@@ -6,8 +6,8 @@
 //
 // Tokens per pass: for each temperature, `runs` generations of `tokens` tokens from BOS (seeds
 // 1..runs, the same for every shape), drafted by the draft model, verified exactly: trees by
-// traversal verification (speculative_decode_tree, siblings without replacement), chains by
-// block verification (speculative_decode). Tokens per target pass = generated / steps (one
+// traversal verification (speculative_decode with a specdec::tree step, siblings without
+// replacement), chains by block verification (speculative_decode with a specdec::chain step). Tokens per target pass = generated / steps (one
 // score or score_tree call per step). Standard errors are across runs.
 // Cost: the wall time of score_tree on random weights of a preset's shape after `context`
 // cached tokens, for 0 .. 32 nodes (median of `reps`), relative to a one-column pass.
@@ -17,7 +17,6 @@
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
-#include <specdec/tree_decode.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -77,8 +76,10 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
             if (chain[gamma].mean == 0.0)
                 chain[gamma] = tokens_per_pass(runs, [&](std::size_t seed) {
                     std::mt19937_64 rng(seed);
-                    return specdec::speculative_decode(draft, target, prompt,
-                                                       {.gamma = gamma, .max_new_tokens = tokens, .sampling = s}, rng);
+                    return specdec::speculative_decode(
+                        draft, target, prompt,
+                        {.step = specdec::chain{.gamma = gamma}, .sampling = s, .budget = {.max_new_tokens = tokens}},
+                        rng);
                 });
             return chain[gamma];
         };
@@ -89,8 +90,11 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
             const specdec::tree_shape shape{.branching = b};
             const measured t = tokens_per_pass(runs, [&](std::size_t seed) {
                 std::mt19937_64 rng(seed);
-                return specdec::speculative_decode_tree(
-                    draft, target, prompt, {.shape = shape, .scheme = scheme, .max_new_tokens = tokens, .sampling = s}, rng);
+                return specdec::speculative_decode(draft, target, prompt,
+                                                   {.step = specdec::tree{.shape = shape, .scheme = scheme},
+                                                    .sampling = s,
+                                                    .budget = {.max_new_tokens = tokens}},
+                                                   rng);
             });
             const measured d = chain_of(shape.depth()), n = chain_of(shape.nodes());
             std::printf("| %s | %zu | %zu | %.3f ± %.3f | %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",

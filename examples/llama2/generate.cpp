@@ -5,6 +5,7 @@
 // bonus token blue. Plain text when the output is not a terminal, or with --no-color.
 //
 //   specdec-generate --models DIR --prompt "Once upon a time" --gamma 4 --temperature 0.8 --compare
+//   specdec-generate --models DIR --tree 2,2,1,1 --gamma auto
 //   specdec-generate --target stories260K.bin --draft llama2xs_tok512_279K.bin --tokenizer tok512.bin ...
 //
 // Drafters (--drafter): model (the --draft checkpoint, default), early-exit:K (the target's
@@ -13,11 +14,11 @@
 
 #include "command_line.hpp"
 #include "context_limit.hpp"
+#include "summary.hpp"
 #include "tokenizer.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
-#include <specdec/tree_decode.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -41,7 +42,9 @@ struct arguments {
     std::filesystem::path target, draft, tokenizer;
     std::string prompt = "Once upon a time";
     std::string drafter = "model";
-    specdec::decode_options decode{.gamma = 4, .max_new_tokens = 256, .stop_tokens = {1, 2}};
+    // The step (chain or tree) and its length policy are set from --gamma, --max-gamma, --scheme
+    // and --tree after parsing.
+    specdec::decode_options decode{.budget = {.max_new_tokens = 256, .stop_tokens = {1, 2}}};
     std::uint64_t seed = 42;
     std::size_t max_gamma = 8;
     std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
@@ -55,7 +58,7 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     std::filesystem::path models;
     if (const char* env = std::getenv("SPECDEC_MODELS_DIR"); env && *env) models = env;
     std::string gamma = "4", scheme = "block";
-    std::size_t max_tokens = a.decode.max_new_tokens;
+    std::size_t max_tokens = a.decode.budget.max_new_tokens;
     bool no_color = false;
 
     CLI::App app("Speculative decoding with llama2.c checkpoints, streamed to the terminal: accepted draft "
@@ -74,12 +77,14 @@ std::variant<arguments, int> parse(int argc, char** argv) {
         ->check(specdec_examples::drafter_validator({"model", "unigram", "bigram", "lookup", "lookup+model"}));
     app.add_option("--gamma", gamma,
                    "draft length N, or auto: choose each step's draft length from measured acceptance and "
-                   "timings, from 0 (a plain target step) to --max-gamma")
+                   "timings, from 0 (a plain target step) to --max-gamma; with --tree, auto chooses each step's "
+                   "tree depth, up to the depth of --tree (N is unused: the tree's own depth)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto"}) | CLI::TypeValidator<std::size_t>("N"));
     app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")->capture_default_str();
-    app.add_option("--draft-stop", a.decode.draft_stop_below,
-                   "end a draft after a token the draft gives probability below P")
+    app.add_option("--draft-stop", a.decode.draft.stop_below,
+                   "end a draft after a token the draft gives probability below P (in a tree: such a node gets "
+                   "no children)")
         ->check(CLI::Range(0.0f, 1.0f));
     app.add_option("--temperature", a.decode.sampling.temperature, "sampling temperature (0: greedy)")
         ->capture_default_str()
@@ -91,29 +96,32 @@ std::variant<arguments, int> parse(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::Range(0.0f, 1.0f));
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
-    app.add_option("--max-tokens", max_tokens, "tokens to generate")->capture_default_str();
-    app.add_option("--scheme", scheme, "verification scheme")
+    app.add_option("--max-new-tokens", max_tokens, "tokens to generate")->capture_default_str();
+    app.add_option("--max-tokens", max_tokens, "old spelling of --max-new-tokens")->group("");
+    app.add_option("--scheme", scheme, "verification scheme of chains (trees use traversal verification)")
         ->capture_default_str()
         ->check(CLI::IsMember({"token", "block"}));
     app.add_option("--tree", a.tree,
                    "draft a tree instead of a chain: branching per depth, e.g. 3,2,1,1 (model drafters; "
-                   "traversal verification, exact)")
+                   "traversal verification, exact; with --gamma auto the depth is chosen per step)")
         ->delimiter(',')
         ->check(CLI::PositiveNumber);
     app.add_flag("--compare", a.compare, "also run the autoregressive baseline and time both");
     app.add_flag("--no-color", no_color, "plain text output");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
 
-    if (gamma == "auto") {
-        // The adaptive policy chooses each step's γ in [0, --max-gamma].
-        a.decode.policy = specdec::gamma_policy::adaptive;
-        a.decode.gamma = a.max_gamma;
+    // --gamma auto: the adaptive policy chooses each step's γ in [0, --max-gamma], or with --tree
+    // the tree's depth in [0, depth of --tree] (the first levels of its branching).
+    const bool adaptive = gamma == "auto";
+    a.decode.length.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed;
+    if (!a.tree.empty()) {
+        a.decode.step = specdec::tree{.shape = {.branching = a.tree}};
     } else {
-        a.decode.policy = specdec::gamma_policy::fixed;
-        a.decode.gamma = std::stoull(gamma);
+        a.decode.step = specdec::chain{
+            .gamma = adaptive ? a.max_gamma : std::stoull(gamma),
+            .scheme = scheme == "block" ? specdec::verification_scheme::block : specdec::verification_scheme::token};
     }
-    a.decode.max_new_tokens = max_tokens;
-    a.decode.scheme = scheme == "block" ? specdec::verification_scheme::block : specdec::verification_scheme::token;
+    a.decode.budget.max_new_tokens = max_tokens;
     if (no_color) a.color = false;
     if (!models.empty()) {
         if (a.target.empty()) a.target = models / "stories260K.bin";
@@ -175,6 +183,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 /// What a run measured: the streamed generation, and with --compare the timed runs.
 struct run_outcome {
     specdec::decode_result result;
+    /// The adaptive policy's controller of the streamed run (its estimates explain its choices).
+    std::optional<specdec::gamma_controller> controller;
     double streamed_seconds = 0;
     specdec::decode_result baseline;
     std::vector<double> spec_rates, base_rates;  // tokens/s of each timed run
@@ -195,12 +205,20 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
     run_outcome o;
     auto opts = a.decode;
     opts.on_step = std::ref(out);
+    if (opts.length.policy == specdec::gamma_policy::adaptive) {
+        // The streamed run's controller, made as speculative_decode makes its own, kept for the
+        // summary.
+        const auto* t = std::get_if<specdec::tree>(&opts.step);
+        const std::size_t longest = t ? t->shape.depth() : std::get<specdec::chain>(opts.step).gamma;
+        opts.length.controller = &o.controller.emplace(longest, opts.length.adaptive);
+    }
     std::mt19937_64 rng(a.seed);
     const auto t0 = std::chrono::steady_clock::now();
     o.result = specdec::speculative_decode(drafter, target, prompt, opts, rng);
     o.streamed_seconds = seconds_since(t0);
     if (!a.compare) return o;
     opts.on_step = nullptr;
+    opts.length.controller = nullptr;  // each timed run with a fresh one, as the streamed run had
     for (int r = 0; r < compare_runs; ++r) {
         target.clear_cache();
         if (draft_model) draft_model->clear_cache();
@@ -217,72 +235,6 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
     return o;
 }
 
-/// --tree's drafter: the draft model's trees, only as deep as its context window allows (as
-/// context_limit.hpp does for chains; the output distribution is unaffected).
-struct limited_tree_drafter {
-    llama2::transformer* model;
-    specdec::tree_shape shape{};
-    std::vector<specdec::token_id> path{};
-    Eigen::VectorXf logits{}, q{}, scratch{};
-    std::vector<Eigen::MatrixXf> level_scores{};  // one score_tree matrix per level
-    specdec::sampling_workspace sws{};
-    [[nodiscard]] std::ptrdiff_t vocab_size() const { return model->vocab_size(); }
-    void propose_tree(std::span<const specdec::token_id> context, const specdec::tree_shape& asked,
-                      const specdec::sampling_config& sampling, specdec::uniform_source& uniforms,
-                      specdec::draft_tree& out) {
-        // A node at depth d is drawn from the model on context + d - 1 tokens.
-        const auto limit = static_cast<std::size_t>(model->max_context());
-        const std::size_t room = context.size() <= limit ? limit - context.size() + 1 : 0;
-        shape = asked;
-        shape.branching.resize(std::min(asked.depth(), room));
-        if (shape.branching.empty()) {
-            out.clear();
-            return;
-        }
-        specdec::draft_tree_from_model(*model, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
-                                       level_scores);
-    }
-};
-
-/// run() for --tree: tree drafting with the draft model, one score_tree pass per step.
-run_outcome run_tree(llama2::transformer& draft_model, llama2::transformer& target,
-                     const std::vector<specdec::token_id>& prompt, const arguments& a, streamer& out) {
-    constexpr int compare_runs = 5;
-    run_outcome o;
-    // (Assigned field by field: GCC 12 warns falsely that a vector in a designated initializer
-    // may be used uninitialized.)
-    specdec::tree_decode_options opts;
-    opts.shape.branching = a.tree;
-    opts.max_new_tokens = a.decode.max_new_tokens;
-    opts.stop_tokens = a.decode.stop_tokens;
-    opts.sampling = a.decode.sampling;
-    opts.on_step = [&](const specdec::tree_step_event& e) {
-        for (std::size_t i = 0; i < e.emitted.size(); ++i) out.text(e.emitted[i], i < e.accepted ? green : blue);
-        std::cout.flush();
-    };
-    limited_tree_drafter draft{&draft_model};
-    std::mt19937_64 rng(a.seed);
-    const auto t0 = std::chrono::steady_clock::now();
-    o.result = specdec::speculative_decode_tree(draft, target, prompt, opts, rng);
-    o.streamed_seconds = seconds_since(t0);
-    if (!a.compare) return o;
-    opts.on_step = nullptr;
-    for (int r = 0; r < compare_runs; ++r) {
-        target.clear_cache();
-        draft_model.clear_cache();
-        std::mt19937_64 spec_rng(a.seed);
-        const auto t1 = std::chrono::steady_clock::now();
-        const auto spec = specdec::speculative_decode_tree(draft, target, prompt, opts, spec_rng);
-        o.spec_rates.push_back(static_cast<double>(spec.tokens.size()) / seconds_since(t1));
-        target.clear_cache();
-        std::mt19937_64 base_rng(a.seed);
-        const auto t2 = std::chrono::steady_clock::now();
-        o.baseline = specdec::autoregressive_decode(target, prompt, a.decode, base_rng);
-        o.base_rates.push_back(static_cast<double>(o.baseline.tokens.size()) / seconds_since(t2));
-    }
-    return o;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -293,8 +245,9 @@ int main(int argc, char** argv) {
         llama2::transformer target(a.target);
         const llama2::tokenizer tok(a.tokenizer, static_cast<std::int32_t>(target.vocab_size()));
         const std::vector<specdec::token_id> prompt = tok.encode(a.prompt, true, false);
-        if (a.decode.max_new_tokens + prompt.size() > static_cast<std::size_t>(target.max_context()))
-            throw std::invalid_argument("--max-tokens " + std::to_string(a.decode.max_new_tokens) + " plus the prompt's " +
+        if (a.decode.budget.max_new_tokens + prompt.size() > static_cast<std::size_t>(target.max_context()))
+            throw std::invalid_argument("--max-new-tokens " + std::to_string(a.decode.budget.max_new_tokens) +
+                                        " plus the prompt's " +
                                         std::to_string(prompt.size()) + " tokens exceed the target's context of " +
                                         std::to_string(target.max_context()));
 
@@ -313,7 +266,10 @@ int main(int argc, char** argv) {
         if (!a.tree.empty()) {
             if (!draft_model || a.drafter == "lookup+model")
                 throw std::invalid_argument("--tree needs a model drafter: --drafter model or early-exit:K");
-            outcome = run_tree(*draft_model, target, prompt, a, out);
+            // The draft model's trees, cut to fit both models' windows; one score_tree pass per step.
+            llama2::context_limited_tree_drafter<llama2::transformer> d(
+                *draft_model, static_cast<std::size_t>(target.max_context()));
+            outcome = run(d, target, &*draft_model, prompt, a, out);
         } else if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
             llama2::context_limited_drafter<llama2::transformer> d(*draft_model);
             outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
@@ -334,30 +290,41 @@ int main(int argc, char** argv) {
         const auto& result = outcome.result;
         const auto& st = result.stats;
         std::cout << "\n\n";
-        const bool adaptive = a.decode.policy == specdec::gamma_policy::adaptive;
-        if (!a.tree.empty()) {
-            const specdec::tree_shape shape{.branching = a.tree};
+        const bool adaptive = a.decode.length.policy == specdec::gamma_policy::adaptive;
+        if (const auto* t = std::get_if<specdec::tree>(&a.decode.step)) {
             std::printf("drafter %s, tree", a.drafter.c_str());
             for (std::size_t i = 0; i < a.tree.size(); ++i) std::printf("%s%zu", i ? "," : " ", a.tree[i]);
-            std::printf(" (%zu nodes), traversal verification, temperature %g\n", shape.nodes(),
+            std::printf(" (%zu nodes)%s, traversal verification, temperature %g\n", t->shape.nodes(),
+                        adaptive ? ", depth auto" : "", static_cast<double>(a.decode.sampling.temperature));
+        } else {
+            const auto& c = std::get<specdec::chain>(a.decode.step);
+            std::printf("drafter %s, gamma %s%zu, %s verification, temperature %g\n", a.drafter.c_str(),
+                        adaptive ? "auto, at most " : "", c.gamma,
+                        c.scheme == specdec::verification_scheme::block ? "block" : "token",
                         static_cast<double>(a.decode.sampling.temperature));
-        } else
-        std::printf("drafter %s, gamma %s%zu, %s verification, temperature %g\n", a.drafter.c_str(),
-                    adaptive ? "auto, at most " : "", a.decode.gamma,
-                    a.decode.scheme == specdec::verification_scheme::block ? "block" : "token",
-                    static_cast<double>(a.decode.sampling.temperature));
+        }
         if (adaptive) {
-            // The chosen γ's distribution over the steps, and the β-based estimate of α.
-            std::printf("steps by gamma:");
+            // The chosen γ's (or tree depth's) distribution over the steps, for chains the β-based
+            // estimate of α, and why speculation stayed off when it mostly did.
+            const bool tree = !a.tree.empty();
+            std::printf("steps by %s:", tree ? "depth" : "gamma");
             for (std::size_t g = 0; g < st.steps_at_gamma.size(); ++g)
                 if (st.steps_at_gamma[g] != 0) std::printf(" %zu:%zu", g, st.steps_at_gamma[g]);
-            std::printf(" (of %zu steps); estimated alpha %.3f\n", st.steps, st.estimated_acceptance());
+            std::printf(" (of %zu steps)", st.steps);
+            if (!tree)
+                std::printf("; estimated alpha %s",
+                            llama2::alpha_text(st.estimated_acceptance(), llama2::estimated_positions(st)).c_str());
+            std::printf("\n");
+            if (outcome.controller)
+                if (const auto why = llama2::speculation_off_reason(st, *outcome.controller))
+                    std::printf("%s\n", why->c_str());
         }
-        std::printf("tokens %zu, target calls %zu, tokens per target call %.2f, measured alpha %.3f, %.0f tokens/s "
+        std::printf("tokens %zu, target calls %zu, tokens per target call %.2f, measured alpha %s, %.0f tokens/s "
                     "(streamed)\n",
                     result.tokens.size(), st.target_calls,
                     static_cast<double>(result.tokens.size()) / static_cast<double>(std::max<std::size_t>(1, st.target_calls)),
-                    st.acceptance_rate(), static_cast<double>(result.tokens.size()) / outcome.streamed_seconds);
+                    llama2::alpha_text(st.acceptance_rate(), llama2::tested_positions(st)).c_str(),
+                    static_cast<double>(result.tokens.size()) / outcome.streamed_seconds);
         if (a.compare) {
             const double spec_rate = median(outcome.spec_rates), base_rate = median(outcome.base_rates);
             std::printf("autoregressive: tokens %zu, target calls %zu\n", outcome.baseline.tokens.size(),

@@ -155,10 +155,12 @@ void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t 
                          ws.tree.max_depth(), "; at most ", ws.shape.nodes(), " of depth ", depth, " were asked for");
     } else if constexpr (BlockDrafter<D>) {
         ws.block.clear();
-        drafter.draft(context, depth, sampling, uniforms, ws.block);
+        // A chain as deep as the shape, within its node budget.
+        const std::size_t n = std::min(depth, ws.shape.nodes());
+        drafter.draft(context, n, sampling, uniforms, ws.block);
         // Checked as a chain's block is (length, token range, the sizes of probs and scales,
         // the scales' values) before tree_from_block reads its columns.
-        ws.block.tokens.resize(check_draft(ws.block, depth, vocab, where));
+        ws.block.tokens.resize(check_draft(ws.block, n, vocab, where));
         tree_from_block(ws.block, ws.tree);
     } else {
         // Sampled from the model's own checked rows: in range and well formed by construction.

@@ -9,12 +9,16 @@
 ///
 /// | check                     | what it tests                                                   | false alarms  |
 /// |---------------------------|-----------------------------------------------------------------|---------------|
-/// | check_contract            | score() column j = a fresh model's logits after context + draft[0..j), after rollbacks, shrinking contexts, any order, on copies | none (deterministic) |
-/// | check_draft_consistency   | a drafter's tokens follow the distributions it reports (χ² per position) | `significance` per position |
+/// | check_contract            | score() column j = a fresh model's logits after context + draft[0..j), after rollbacks, shrinking contexts, any order, on copies; score_tree() column i + 1 = the logits after context + node i's path | none (deterministic) |
+/// | check_draft_consistency   | a drafter's tokens (or tree nodes) follow the distributions it reports (χ² per position or depth) | `significance` per position |
 /// | check_equivalence         | the law of the first n tokens of speculative_decode = plain sampling from the target | `significance` per scheme and sampling config |
 /// | check_determinism         | the same seed gives the same tokens                              | none          |
 ///
-/// `run_conformance` runs them all. Not included by specdec/specdec.hpp.
+/// `run_conformance` runs them all. The decoding checks run the step of
+/// `conformance_options::decode` (decode_options::step): a chain (the default) under each of the
+/// chain schemes in `schemes`, or a tree under its own scheme; with a tree step, a tree drafter
+/// (TreeDrafter) is checked tree by tree and a tree verifier's score_tree() in the contract. Not
+/// included by specdec/specdec.hpp.
 ///
 /// \code
 /// #include <specdec/testing.hpp>
@@ -45,14 +49,17 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "adapters.hpp"
 #include "concepts.hpp"
+#include "decode_options.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
 #include "speculative_decode.hpp"
 #include "testing/stats.hpp"
+#include "tree.hpp"
 #include "types.hpp"
 #include "verify_types.hpp"
 
@@ -115,14 +122,24 @@ inline std::ostream& operator<<(std::ostream& os, const conformance_report& r) {
 struct conformance_options {
     /// Every context the checks build starts with these tokens (a llama2.c model needs BOS = 1).
     std::vector<token_id> prompt{};
-    /// γ of the decoding runs, and the longest draft the contract check scores (γ + 1).
+    /// γ of chain steps: the decoding checks run chains of this γ (in place of the chain's own in
+    /// `decode`), the draft check blocks of γ tokens, and the contract check scores drafts of up
+    /// to γ + 1 tokens. With a tree step, the tree's depth takes its place.
     std::size_t gamma = 4;
-    /// The verification schemes the equivalence check runs.
+    /// The chain verification schemes the equivalence and determinism checks run, each in turn,
+    /// when decode.step is a chain. A tree step runs its own scheme (tree::scheme) instead.
     std::vector<verification_scheme> schemes{verification_scheme::token, verification_scheme::block};
-    /// The sampling settings the draft and equivalence checks run (each with every scheme).
+    /// The sampling settings the draft and decoding checks run (each with every scheme).
     std::vector<sampling_config> samplings{sampling_config{}, sampling_config{.temperature = 0.6f, .top_k = 40}};
-    /// Further decoding settings (policy, draft_stop_below, stop_tokens, ...); gamma, scheme,
-    /// sampling, max_new_tokens and on_step are set by the checks.
+    /// Further decoding settings: the step (a specdec::chain, the default, or a specdec::tree
+    /// such as `{.shape = {.branching = {2, 2, 1, 1}}}`), the length policy, the draft's own
+    /// sampling and stop, stop tokens. Set by the checks: the target's sampling (each of
+    /// `samplings`), budget.max_new_tokens and on_step; of a chain, its γ (`gamma`) and scheme
+    /// (each of `schemes`; lenience 1 under block verification and in the equivalence check,
+    /// whose law is the target's only at lenience 1). The determinism check runs the fixed
+    /// policy, the equivalence check a fresh adaptive controller per run (length.controller is
+    /// not used). A drafter that only proposes trees runs a tree step: decode.step's tree, or the
+    /// default specdec::tree{} when decode.step is a chain.
     decode_options decode{};
 
     // ---- adapter contract ----
@@ -187,6 +204,33 @@ inline std::string number(double x) {
 
 inline double seconds_between(std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+/// The step the checks run with drafter type D: decode.step, except that a drafter that only
+/// proposes trees runs the default tree when decode.step is a chain (it cannot draft chains).
+template <class D>
+step_shape step_of(const conformance_options& o) {
+    if constexpr (!Drafter<D>) {
+        if (std::holds_alternative<specdec::chain>(o.decode.step)) return specdec::tree{};
+    }
+    return o.decode.step;
+}
+
+/// The longest draft of a step: the chain's γ (the options' `gamma`) or the tree's depth.
+inline std::size_t longest_draft(const step_shape& step, const conformance_options& o) {
+    if (const auto* t = std::get_if<specdec::tree>(&step)) return t->shape.depth();
+    return o.gamma;
+}
+
+/// "tree 2,2,1,1 (14 nodes)".
+inline std::string shape_text(const tree_shape& shape) {
+    std::string s = "tree ";
+    for (std::size_t d = 0; d < shape.depth(); ++d) s += (d ? "," : "") + std::to_string(shape.branching[d]);
+    return s + " (" + std::to_string(shape.nodes()) + " nodes)";
+}
+
+inline const char* tree_scheme_text(tree_verification_scheme s) {
+    return s == tree_verification_scheme::traversal ? "traversal verification" : "recursive rejection sampling";
 }
 
 /// Softmax at temperature 1, in double; `problem` names what makes the logits invalid.
@@ -276,7 +320,7 @@ public:
 private:
     using seq = std::vector<token_id>;
 
-    std::size_t max_draft() const { return o_.gamma + 1; }
+    std::size_t max_draft() const { return longest_draft(o_.decode.step, o_) + 1; }
 
     void fail(std::string why) {
         if (!r_.passed) return;
@@ -554,6 +598,102 @@ private:
                 ctx = next_context(ctx, draft, false);
             }
         }
+        if constexpr (TreeVerifier<M>) {
+            if (std::holds_alternative<specdec::tree>(o_.decode.step)) tree_steps();
+        }
+    }
+
+    /// A random tree for a context with `room` tokens left before max_context: every node fits
+    /// (context + nodes <= max_context, as an engine whose window holds the whole tree needs),
+    /// up to max_draft() levels, 1 to 3 children of the root and 0 to 3 of each other node,
+    /// random tokens (siblings may repeat, as i.i.d. draws do).
+    draft_tree random_tree(std::size_t room) {
+        draft_tree t;
+        const std::size_t depth = uniform(0, std::min(max_draft(), room));
+        const std::size_t cap = std::min(room, 3 * max_draft());
+        std::size_t begin = 0, end = 0;
+        for (std::size_t d = 0; d < depth && t.size() < cap; ++d) {
+            const std::size_t parents = d == 0 ? 1 : end - begin;
+            for (std::size_t k = 0; k < parents && t.size() < cap; ++k) {
+                const std::int32_t parent = d == 0 ? -1 : static_cast<std::int32_t>(begin + k);
+                const std::size_t children = uniform(d == 0 ? 1 : 0, 3);
+                for (std::size_t j = 0; j < children && t.size() < cap; ++j) t.add(parent, random_token());
+            }
+            begin = d == 0 ? 0 : end;
+            end = t.size();
+            if (begin == end) break;
+        }
+        return t;
+    }
+
+    /// One score_tree(context, tree) call (TreeVerifier 1-2): column 0 must be a fresh model's
+    /// logits after the context, column i + 1 those after the context + node i's path. A column
+    /// that matches the context + every node before it in index order instead points at the
+    /// attention mask.
+    bool probe_tree(M& m, const seq& context, const draft_tree& tree, const std::string& where) {
+        ++calls_;
+        Eigen::MatrixXf s;
+        m.score_tree(std::span<const token_id>(context), tree, s);
+        const std::string call = "score_tree(context of " + std::to_string(context.size()) + " tokens, tree of " +
+                                 std::to_string(tree.size()) + " nodes)";
+        if (s.rows() != vocab_ || s.cols() != static_cast<Eigen::Index>(tree.size() + 1)) {
+            fail(call + " returned " + std::to_string(s.rows()) + " x " + std::to_string(s.cols()) + "; expected " +
+                 std::to_string(vocab_) + " x " + std::to_string(tree.size() + 1) + " (" + where + ")");
+            return false;
+        }
+        std::vector<token_id> path;
+        for (std::size_t c = 0; c <= tree.size(); ++c) {
+            path_tokens(tree, static_cast<std::int32_t>(c) - 1, path);
+            seq prefix = context;
+            prefix.insert(prefix.end(), path.begin(), path.end());
+            const Eigen::VectorXf col = s.col(static_cast<Eigen::Index>(c));
+            const std::string what =
+                call + " column " + std::to_string(c) +
+                (c == 0 ? std::string(" (the root)")
+                        : " (node " + std::to_string(c - 1) + " at depth " + std::to_string(path.size()) + ")");
+            if (compare(col, prefix, prefix, what, where)) continue;
+            // Node c - 1 read as if the tree were a chain of the nodes in index order: it attends
+            // to earlier nodes that are not its ancestors.
+            seq in_order = context;
+            in_order.insert(in_order.end(), tree.tokens.begin(), tree.tokens.begin() + static_cast<std::ptrdiff_t>(c));
+            if (c > 0 && in_order != prefix && r_.failure.find("differs from a fresh model's logits") != std::string::npos) {
+                const auto d = to_distribution(col);
+                if (d.problem.empty() && total_variation(d.p, reference(in_order)) <= o_.tolerance)
+                    r_.failure += "; they equal the logits after the context and every node before it in index "
+                                  "order: the node attends to nodes that are not its ancestors (check the tree "
+                                  "attention mask: node i may see the context, its ancestors and itself only)";
+            }
+            return false;
+        }
+        return true;
+    }
+
+    /// 7. score_tree as tree decoding calls it (TreeVerifier 3): requests on fresh models, each
+    ///    call's context the last one, then the path to an accepted node of its tree (or none),
+    ///    then one more token.
+    void tree_steps() {
+        reached_.push_back("tree steps");
+        const std::size_t lo = min_len(), hi = o_.max_context - max_draft();
+        std::size_t calls = 0;
+        while (calls < o_.contract_calls) {
+            auto m = make_();
+            seq context = random_sequence(uniform(lo, (lo + hi) / 2));
+            bool first = true;
+            while (calls < o_.contract_calls && context.size() < o_.max_context) {
+                ++calls;
+                const draft_tree tree = random_tree(o_.max_context - context.size());
+                if (!probe_tree(m, context, tree,
+                                first ? std::string("the first score_tree call on a fresh model")
+                                      : std::string("tree steps: each context is the last one, then the path to "
+                                                    "the accepted node of its tree, then one more token")))
+                    return;
+                first = false;
+                std::vector<token_id> path;
+                path_tokens(tree, static_cast<std::int32_t>(uniform(0, tree.size())) - 1, path);
+                context.insert(context.end(), path.begin(), path.end());
+                context.push_back(random_token());
+            }
+        }
     }
 
     auto copy_of(M& m) {
@@ -624,8 +764,20 @@ struct as_block_drafter<D> {
     model_drafter<D> m_;
 };
 
+/// How the χ² test of draft consistency failed, in words: too many draws in the first cells (of
+/// the most probable tokens) means the tokens come from a more peaked distribution than the
+/// reported q.
+inline std::string pit_direction(const std::vector<std::size_t>& counts) {
+    return counts.front() > counts.back()
+               ? "the drafted tokens are more concentrated on the likely tokens than q says (drawn at a lower "
+                 "temperature than the one reported?)"
+               : "the drafted tokens are more spread out than q says (drawn at a higher temperature than the one "
+                 "reported, or from another position's q?)";
+}
+
+/// Draft consistency of a chain drafter: blocks of `gamma` tokens.
 template <Drafter D>
-report draft_consistency(D& drafter, const conformance_options& o) {
+report block_draft_consistency(D& drafter, const conformance_options& o, std::size_t gamma) {
     const auto t0 = std::chrono::steady_clock::now();
     report r;
     r.check = "draft consistency";
@@ -638,7 +790,7 @@ report draft_consistency(D& drafter, const conformance_options& o) {
         }
     };
     if (vocab <= 0) fail("vocab_size() = " + std::to_string(vocab) + " must be positive");
-    const std::size_t lo = o.prompt.size() + 1, hi = std::max(lo, o.max_context > o.gamma ? o.max_context - o.gamma : lo);
+    const std::size_t lo = o.prompt.size() + 1, hi = std::max(lo, o.max_context > gamma ? o.max_context - gamma : lo);
     std::vector<std::vector<token_id>> contexts;
     for (std::size_t i = 0; i < std::max<std::size_t>(o.draft_contexts, 1) && r.passed; ++i) {
         std::vector<token_id> c = o.prompt;
@@ -652,14 +804,14 @@ report draft_consistency(D& drafter, const conformance_options& o) {
     auto call = [&](const std::vector<token_id>& c, const sampling_config& s, uniform_source& u, draft_block& out) {
         out.clear();
         out.stop_below = 0.0f;
-        blocks_of.draft(std::span<const token_id>(c), o.gamma, s, u, out);
+        blocks_of.draft(std::span<const token_id>(c), gamma, s, u, out);
     };
     draft_block block, again;
     for (const sampling_config& s : o.samplings) {
         if (!r.passed) break;
         const std::string config = sampling_text(s);
         const std::size_t bins = std::max<std::size_t>(o.pit_bins, 2);
-        std::vector<std::vector<std::size_t>> counts(o.gamma, std::vector<std::size_t>(bins, 0));
+        std::vector<std::vector<std::size_t>> counts(gamma, std::vector<std::size_t>(bins, 0));
         std::map<std::vector<token_id>, std::vector<token_id>> point_drafts;  // context -> tokens
         for (std::size_t k = 0; k < o.draft_blocks && r.passed; ++k) {
             // Context by context, so that a drafter with a cache recomputes only the draft positions.
@@ -668,9 +820,9 @@ report draft_consistency(D& drafter, const conformance_options& o) {
             call(c, s, u, block);
             ++blocks;
             const std::string where = "block " + std::to_string(k + 1) + " after " + tokens_text(c) + ", " + config;
-            if (block.tokens.size() > o.gamma) {
+            if (block.tokens.size() > gamma) {
                 fail("draft() proposed " + std::to_string(block.tokens.size()) + " tokens; gamma was " +
-                     std::to_string(o.gamma) + " (" + where + ")");
+                     std::to_string(gamma) + " (" + where + ")");
                 break;
             }
             for (std::size_t i = 0; i < block.tokens.size(); ++i)
@@ -729,7 +881,7 @@ report draft_consistency(D& drafter, const conformance_options& o) {
         }
         if (!r.passed) break;
         const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
-        for (std::size_t i = 0; i < o.gamma; ++i) {
+        for (std::size_t i = 0; i < gamma; ++i) {
             std::size_t n = 0;
             for (auto c : counts[i]) n += c;
             if (n < 5 * bins) continue;  // too few draws at this position for the χ² approximation
@@ -740,13 +892,7 @@ report draft_consistency(D& drafter, const conformance_options& o) {
                 worst_stat = g.statistic;
             }
             if (g.p_value < o.significance) {
-                // Which way: too many draws in the first cells (of the most probable tokens) means
-                // the tokens come from a more peaked distribution than the reported q.
-                const std::size_t head = counts[i][0], tail = counts[i][bins - 1];
-                std::string how = head > tail ? "the drafted tokens are more concentrated on the likely tokens than q says "
-                                                "(drawn at a lower temperature than the one reported?)"
-                                              : "the drafted tokens are more spread out than q says (drawn at a higher "
-                                                "temperature than the one reported, or from another position's q?)";
+                const std::string how = pit_direction(counts[i]);
                 fail("draft position " + std::to_string(i) + ", " + config + ": the tokens are not distributed as the "
                      "reported q (chi2 = " + number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) +
                      ", p = " + number(g.p_value) + " < " + number(o.significance) + " over " + std::to_string(n) +
@@ -758,7 +904,7 @@ report draft_consistency(D& drafter, const conformance_options& o) {
     r.statistic = worst_stat;
     if (tests > 0) r.p_value = worst_p;
     r.false_alarm_rate = static_cast<double>(tests) * o.significance;
-    r.ran = std::to_string(blocks) + " blocks of up to " + std::to_string(o.gamma) + " tokens on " +
+    r.ran = std::to_string(blocks) + " blocks of up to " + std::to_string(gamma) + " tokens on " +
             std::to_string(contexts.size()) + " contexts, " + std::to_string(o.samplings.size()) +
             " sampling configs; " + std::to_string(tested_tokens) + " tokens tested against their reported q (" +
             std::to_string(tests) + " chi-square tests, one per position and config, " + std::to_string(o.pit_bins) +
@@ -766,6 +912,173 @@ report draft_consistency(D& drafter, const conformance_options& o) {
             (point_blocks ? "; " + std::to_string(point_blocks) + " point-mass blocks checked for determinism" : "");
     r.seconds = seconds_between(t0);
     return r;
+}
+
+/// Draft consistency of a tree drafter (TreeDrafter 1-3): trees of `shape`, each node's token
+/// tested against its column, given its earlier siblings when it was drawn without
+/// replacement (the column with their tokens removed, renormalized): uniform PIT values exactly
+/// when every node was drawn as the tree says.
+template <TreeDrafter D>
+report tree_draft_consistency(D& drafter, const tree_shape& shape, const conformance_options& o) {
+    const auto t0 = std::chrono::steady_clock::now();
+    report r;
+    r.check = "draft consistency";
+    const auto vocab = static_cast<std::ptrdiff_t>(drafter.vocab_size());
+    std::mt19937_64 rng(o.seed ^ 0x9e3779b97f4a7c15ULL);
+    auto fail = [&](std::string why) {
+        if (r.passed) {
+            r.passed = false;
+            r.failure = std::move(why);
+        }
+    };
+    if (vocab <= 0) fail("vocab_size() = " + std::to_string(vocab) + " must be positive");
+    const std::size_t depth = shape.depth(), cap = shape.nodes();
+    // Room for every node after the context (an engine whose window holds the whole tree).
+    const std::size_t lo = o.prompt.size() + 1, hi = std::max(lo, o.max_context > cap ? o.max_context - cap : lo);
+    std::vector<std::vector<token_id>> contexts;
+    for (std::size_t i = 0; i < std::max<std::size_t>(o.draft_contexts, 1) && r.passed; ++i) {
+        std::vector<token_id> c = o.prompt;
+        const std::size_t len = lo + static_cast<std::size_t>(rng() % (hi - lo + 1));
+        while (c.size() < len) c.push_back(static_cast<token_id>(rng() % static_cast<std::uint64_t>(vocab)));
+        contexts.push_back(std::move(c));
+    }
+    std::size_t trees = 0, point_trees = 0, tested_nodes = 0, tests = 0;
+    double worst_p = 1.0, worst_stat = 0.0;
+    draft_tree tree;
+    Eigen::VectorXf w;
+    for (const sampling_config& s : o.samplings) {
+        if (!r.passed) break;
+        const std::string config = sampling_text(s);
+        const std::size_t bins = std::max<std::size_t>(o.pit_bins, 2);
+        std::vector<std::vector<std::size_t>> counts(depth, std::vector<std::size_t>(bins, 0));
+        // context -> (tokens, parents) of a point-mass tree
+        std::map<std::vector<token_id>, std::pair<std::vector<token_id>, std::vector<std::int32_t>>> point_trees_of;
+        for (std::size_t k = 0; k < o.draft_blocks && r.passed; ++k) {
+            const auto& c = contexts[k * contexts.size() / o.draft_blocks];
+            uniform_source u(rng);
+            tree.clear();
+            drafter.propose_tree(std::span<const token_id>(c), shape, s, u, tree);
+            ++trees;
+            const std::string where = "tree " + std::to_string(k + 1) + " after " + tokens_text(c) + ", " + config;
+            if (tree.size() > cap || static_cast<std::size_t>(std::max(tree.max_depth(), 0)) > depth) {
+                fail("propose_tree proposed " + std::to_string(tree.size()) + " nodes of depth up to " +
+                     std::to_string(tree.max_depth()) + "; the shape " + shape_text(shape) + " allows at most " +
+                     std::to_string(cap) + " of depth " + std::to_string(depth) + " (" + where + ")");
+                break;
+            }
+            try {
+                specdec::detail::check_tree_structure(tree, vocab, "propose_tree");
+            } catch (const std::invalid_argument& e) {
+                fail(std::string("the proposed tree is malformed: ") + e.what() + " (" + where + ")");
+                break;
+            }
+            if (!tree.has_distributions()) {
+                // Point masses: the tree must be a function of the context alone.
+                ++point_trees;
+                auto [it, inserted] = point_trees_of.emplace(c, std::make_pair(tree.tokens, tree.parents));
+                if (!inserted && (it->second.first != tree.tokens || it->second.second != tree.parents))
+                    fail("a tree drafter without distributions (point masses) proposed the tokens " +
+                         tokens_text(tree.tokens) + " after proposing " + tokens_text(it->second.first) +
+                         " (or another structure) for the same context: point-mass trees must be a deterministic "
+                         "function of the context; report the distributions the nodes were drawn from instead (" +
+                         where + ")");
+                continue;
+            }
+            if (tree.probs.rows() != vocab || tree.probs.cols() != static_cast<Eigen::Index>(tree.size())) {
+                fail("the tree's draft distributions are " + std::to_string(tree.probs.rows()) + " x " +
+                     std::to_string(tree.probs.cols()) + " for " + std::to_string(tree.size()) + " nodes; expected " +
+                     std::to_string(vocab) + " rows and one column per node (" + where + ")");
+                break;
+            }
+            for (std::size_t i = 0; i < tree.size() && r.passed; ++i) {
+                const auto col = tree.probs.col(static_cast<Eigen::Index>(i));
+                double sum = 0.0;
+                bool valid = true;
+                for (Eigen::Index y = 0; y < col.size() && valid; ++y) {
+                    const double v = col[y];
+                    valid = std::isfinite(v) && v >= 0.0;
+                    sum += v;
+                }
+                if (!valid || std::abs(sum - 1.0) > 1e-3) {
+                    fail("the reported q of node " + std::to_string(i) +
+                         (valid ? " sums to " + number(sum) : std::string(" has a negative or non-finite entry")) +
+                         "; it must be a distribution (" + where + ")");
+                    break;
+                }
+                // The law node i was drawn from: its column, without the tokens of its earlier
+                // siblings when it was drawn without replacement.
+                w = col;
+                double mass = 1.0;
+                if (tree.draws_of(i) == sibling_draws::without_replacement) {
+                    for (std::size_t j = 0; j < i; ++j)
+                        if (tree.parents[j] == tree.parents[i]) w[tree.tokens[j]] = 0.0f;
+                    mass = 0.0;
+                    for (Eigen::Index y = 0; y < w.size(); ++y) mass += w[y];
+                }
+                const auto x = static_cast<Eigen::Index>(tree.tokens[i]);
+                if (!(w[x] > 0.0f) || !(mass > 0.0)) {
+                    fail("node " + std::to_string(i) + " (token " + std::to_string(x) +
+                         ") has probability 0 under the reported q" +
+                         (tree.draws_of(i) == sibling_draws::without_replacement
+                              ? std::string(" once its earlier siblings are removed (drawn without replacement)")
+                              : std::string()) +
+                         ": the token was not drawn from it (" + where + ")");
+                    break;
+                }
+                const double pit = randomized_pit(w, 1.0 / mass, x, uniform01(rng));
+                const auto d = static_cast<std::size_t>(tree.depths[i] - 1);
+                ++counts[d][std::min(bins - 1, static_cast<std::size_t>(pit * static_cast<double>(bins)))];
+                ++tested_nodes;
+            }
+        }
+        if (!r.passed) break;
+        const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
+        for (std::size_t d = 0; d < depth; ++d) {
+            std::size_t n = 0;
+            for (auto c : counts[d]) n += c;
+            if (n < 5 * bins) continue;  // too few draws at this depth for the χ² approximation
+            const auto g = chi_square_test(counts[d], uniform);
+            ++tests;
+            if (g.p_value < worst_p) {
+                worst_p = g.p_value;
+                worst_stat = g.statistic;
+            }
+            if (g.p_value < o.significance) {
+                fail("tree depth " + std::to_string(d + 1) + ", " + config +
+                     ": the nodes' tokens are not distributed as the reported q (chi2 = " + number(g.statistic) +
+                     ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
+                     number(o.significance) + " over " + std::to_string(n) + " nodes): " + pit_direction(counts[d]));
+                break;
+            }
+        }
+    }
+    r.statistic = worst_stat;
+    if (tests > 0) r.p_value = worst_p;
+    r.false_alarm_rate = static_cast<double>(tests) * o.significance;
+    r.ran = std::to_string(trees) + " trees of the shape " + shape_text(shape) + " on " +
+            std::to_string(contexts.size()) + " contexts, " + std::to_string(o.samplings.size()) +
+            " sampling configs; " + std::to_string(tested_nodes) +
+            " nodes tested against their reported q, given their earlier siblings (" + std::to_string(tests) +
+            " chi-square tests, one per depth and config, " + std::to_string(o.pit_bins) + " cells each)" +
+            (point_trees ? "; " + std::to_string(point_trees) + " point-mass trees checked for determinism" : "");
+    r.seconds = seconds_between(t0);
+    return r;
+}
+
+/// Draft consistency of the drafter as the checks' step drafts with it: trees with a tree step
+/// and a TreeDrafter, blocks otherwise (a chain's γ, or as deep as the tree).
+template <class D>
+    requires(Drafter<D> || TreeDrafter<D>)
+report draft_consistency(D& drafter, const conformance_options& o) {
+    const step_shape step = step_of<D>(o);
+    if (const auto* t = std::get_if<specdec::tree>(&step)) {
+        if constexpr (TreeDrafter<D>) return tree_draft_consistency(drafter, t->shape, o);
+    }
+    if constexpr (Drafter<D>) {
+        return block_draft_consistency(drafter, o, longest_draft(step, o));
+    } else {
+        return {};  // unreachable: step_of gives a drafter of trees only a tree step
+    }
 }
 
 /// The target's exact law over a partition of the sequences of its first `length` tokens into
@@ -894,7 +1207,35 @@ inline std::vector<std::vector<token_id>> prefix_cells(const std::vector<std::ve
     return cell_of;
 }
 
-template <Drafter D, Verifier V>
+/// A step the decoding checks run, and its name in the reports.
+struct named_step {
+    step_shape step;
+    std::string name;
+};
+
+/// The steps the decoding checks run with drafter type D, one per scheme: a chain step (γ =
+/// o.gamma) under each of o.schemes, its lenience kept only under token verification and when
+/// `keep_lenience`; or the tree step under its own scheme.
+template <class D>
+std::vector<named_step> steps_to_run(const conformance_options& o, bool keep_lenience) {
+    const step_shape step = step_of<D>(o);
+    std::vector<named_step> out;
+    if (const auto* t = std::get_if<specdec::tree>(&step)) {
+        out.push_back({*t, shape_text(t->shape) + ", " + tree_scheme_text(t->scheme)});
+        return out;
+    }
+    for (const auto scheme : o.schemes) {
+        specdec::chain c = std::get<specdec::chain>(step);
+        c.gamma = o.gamma;
+        c.scheme = scheme;
+        if (!keep_lenience || scheme != verification_scheme::token) c.lenience = 1.0f;
+        out.push_back({c, scheme_text(scheme)});
+    }
+    return out;
+}
+
+template <class D, Verifier V>
+    requires(Drafter<D> || TreeDrafter<D>)
 report equivalence(D& drafter, V& target, const conformance_options& o) {
     const auto t0 = std::chrono::steady_clock::now();
     report r;
@@ -902,25 +1243,24 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
     double worst_p = 1.0, worst_stat = 0.0;
     std::size_t tests = 0, index = 0;
     std::ostringstream ran;
-    for (const auto scheme : o.schemes) {
+    for (const auto& step : steps_to_run<D>(o, false)) {
         for (const auto& s : o.samplings) {
             if (!r.passed) break;
             ++index;
             decode_options opts = o.decode;
-            opts.gamma = o.gamma;
-            opts.scheme = scheme;
+            opts.step = step.step;
             opts.sampling = s;
-            opts.max_new_tokens = o.length;
+            opts.budget.max_new_tokens = o.length;
             opts.on_step = nullptr;
-            if (opts.policy == gamma_policy::adaptive) opts.controller = nullptr;
-            const std::string config = std::string(scheme_text(scheme)) + ", " + sampling_text(s);
+            if (opts.length.policy == gamma_policy::adaptive) opts.length.controller = nullptr;
+            const std::string config = step.name + ", " + sampling_text(s);
             std::mt19937_64 rng_a(o.seed + 1000 * index), rng_b(o.seed + 1000 * index + 1);
             const auto ts = std::chrono::steady_clock::now();
             std::vector<std::vector<token_id>> a, b;
             a.reserve(o.samples);
             if (!o.two_sample) {
                 // Every prefix the sample is expected to reach 5 times or more is expanded.
-                const prefix_law law(target, o.prompt, o.length, s, opts.stop_tokens,
+                const prefix_law law(target, o.prompt, o.length, s, opts.budget.stop_tokens,
                                      5.0 / static_cast<double>(std::max<std::size_t>(o.samples, 1)));
                 std::vector<std::size_t> counts(law.probs().size(), 0);
                 for (std::size_t k = 0; k < o.samples; ++k) {
@@ -1027,25 +1367,25 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
     return r;
 }
 
-template <Drafter D, Verifier V>
+template <class D, Verifier V>
+    requires(Drafter<D> || TreeDrafter<D>)
 report determinism(D& drafter, V& target, const conformance_options& o) {
     const auto t0 = std::chrono::steady_clock::now();
     report r;
     r.check = "determinism";
     decode_options opts = o.decode;
-    opts.gamma = o.gamma;
-    opts.max_new_tokens = std::max<std::size_t>(o.length, 4 * (o.gamma + 1));
+    opts.budget.max_new_tokens = std::max<std::size_t>(o.length, 4 * (longest_draft(step_of<D>(o), o) + 1));
     opts.on_step = nullptr;
-    // At a fixed γ: the adaptive policy chooses γ from measured times, which differ between
-    // runs of a correct adapter and change which uniforms each step uses (exact either way);
-    // this check is of the adapters, so nothing but them may vary.
-    opts.policy = gamma_policy::fixed;
-    opts.controller = nullptr;
+    // At a fixed γ (or tree depth): the adaptive policy chooses γ from measured times, which
+    // differ between runs of a correct adapter and change which uniforms each step uses (exact
+    // either way); this check is of the adapters, so nothing but them may vary.
+    opts.length.policy = gamma_policy::fixed;
+    opts.length.controller = nullptr;
     std::size_t runs = 0;
-    for (const auto scheme : o.schemes) {
+    for (const auto& step : steps_to_run<D>(o, true)) {
         for (const auto& s : o.samplings) {
             if (!r.passed) break;
-            opts.scheme = scheme;
+            opts.step = step.step;
             opts.sampling = s;
             auto run = [&](std::uint64_t seed, bool spec) {
                 std::mt19937_64 g(seed);
@@ -1064,8 +1404,7 @@ report determinism(D& drafter, V& target, const conformance_options& o) {
                     while (i < first.size() && i < other->size() && first[i] == (*other)[i]) ++i;
                     r.passed = false;
                     r.failure = std::string(spec ? "speculative_decode" : "autoregressive_decode") + ", " +
-                                scheme_text(scheme) + ", " + sampling_text(s) +
-                                ": the same seed gave different tokens " +
+                                step.name + ", " + sampling_text(s) + ": the same seed gave different tokens " +
                                 (other == &second ? "on a second run" : "after a run with another seed") +
                                 ", first at token " + std::to_string(i) + " (" + tokens_text(first) + " then " +
                                 tokens_text(*other) + "): hidden randomness (a generator of the adapter's own?) or "
@@ -1076,7 +1415,7 @@ report determinism(D& drafter, V& target, const conformance_options& o) {
             }
         }
     }
-    r.ran = std::to_string(runs) + " runs of " + std::to_string(opts.max_new_tokens) +
+    r.ran = std::to_string(runs) + " runs of " + std::to_string(opts.budget.max_new_tokens) +
             " tokens, speculative and autoregressive, each seed repeated (also after a run with another seed)";
     r.seconds = seconds_between(t0);
     return r;
@@ -1109,9 +1448,15 @@ report guarded(const char* check, F&& run) {
 /// growing context; rejections (the context drops draft tokens and adds a correction: the
 /// classic KV-cache bug); a shrinking context; unrelated contexts in arbitrary order; two copies
 /// used in turn on different sequences. Contexts are `o.prompt` followed by random tokens, up to
-/// `o.max_context`; drafts have 0 to γ + 1 tokens. The first mismatch is reported with the
-/// scenario, the call, the history and, when the logits match those of a neighbouring position,
-/// that they are shifted by one.
+/// `o.max_context`; drafts have 0 to γ + 1 tokens (the tree's depth + 1 with a tree step). With a
+/// tree step (o.decode.step) and a TreeVerifier, also score_tree (TreeVerifier 1-3): random trees
+/// (up to depth + 1 levels, the context and every node within `o.max_context`) on fresh models,
+/// each call's context the last one, then the path to an accepted node, then one more token;
+/// every column is compared. The
+/// first mismatch is reported with the scenario, the call, the history and, when the logits
+/// match those of a neighbouring position, that they are shifted by one (for a tree node: when
+/// they match the context + every earlier node in index order, that the attention mask lets it
+/// see nodes that are not its ancestors).
 ///
 /// Deterministic: a model that keeps the contract always passes (false-alarm rate 0).
 ///
@@ -1148,18 +1493,27 @@ template <class Make>
 /// distributions (point masses) must repeat its tokens for the same context. Also checks that
 /// each q_i is a distribution and gives its token positive probability.
 ///
-/// False-alarm rate: at most `o.significance` per position and config (the report states the
-/// total), plus the error of the χ² approximation. A plain LanguageModel drafter goes through
-/// model_drafter (the library's own sampling).
-template <Drafter D>
+/// With a tree step and a TreeDrafter (TreeDrafter 1-3), the drafter proposes trees of the
+/// step's shape instead, each checked for its structure (parents first, depths, tokens in range,
+/// at most the shape's nodes and depth), and each node's token goes through the transform of the
+/// law it was drawn from: its column, given its earlier siblings when tree.draws says without
+/// replacement; one χ² test per depth. A point-mass tree must repeat itself for the same context.
+/// Other drafters with a tree step are checked as blocks as deep as the tree.
+///
+/// False-alarm rate: at most `o.significance` per position (or depth) and config (the report
+/// states the total), plus the error of the χ² approximation. A plain LanguageModel drafter goes
+/// through model_drafter (the library's own sampling).
+template <class D>
+    requires(Drafter<D> || TreeDrafter<D>)
 [[nodiscard]] report check_draft_consistency(D& drafter, const conformance_options& o = {}) {
     return detail::guarded("draft consistency", [&] { return detail::draft_consistency(drafter, o); });
 }
 
 /// Sequence-level equivalence (Leviathan et al. 2023, App. A.1): the law of the first `o.length`
 /// tokens generated after `o.prompt` by speculative_decode with the user's pair equals the law
-/// of plain sampling from the target, for every scheme in `o.schemes` and sampling config in
-/// `o.samplings` (with `o.decode`'s other settings).
+/// of plain sampling from the target, for every scheme in `o.schemes` (or, for a tree step, the
+/// tree's own scheme) and sampling config in `o.samplings` (with `o.decode`'s other settings:
+/// the tree's shape, the length policy, the draft's sampling and stop, stop tokens).
 ///
 /// By default `o.samples` sequences are tested (Pearson's χ²) against the target's exact
 /// probabilities of a partition into prefix cells: the target's probability tree is enumerated
@@ -1174,24 +1528,28 @@ template <Drafter D>
 /// to the error of the χ² approximation (cells expected fewer than 5 times are pooled, and a
 /// pool still that small is tested exactly on its own, see testing::chi_square_test; for the
 /// same test specdec's distribution suite measured 1-2 × 10^-4 at a nominal 10^-4).
-template <Drafter D, Verifier V>
+template <class D, Verifier V>
+    requires(Drafter<D> || TreeDrafter<D>)
 [[nodiscard]] report check_equivalence(D& drafter, V& target, const conformance_options& o = {}) {
     return detail::guarded("sequence-level equivalence", [&] { return detail::equivalence(drafter, target, o); });
 }
 
 /// Determinism: speculative_decode and autoregressive_decode give the same tokens for the same
-/// seed, run twice and again after a run with another seed, for every scheme and sampling config.
-/// Always at the fixed γ policy (an adaptive policy that measures times may choose another γ on
-/// a second run of a correct adapter). Deterministic: false-alarm rate 0.
-template <Drafter D, Verifier V>
+/// seed, run twice and again after a run with another seed, for every scheme (or the tree step)
+/// and sampling config. Always at the fixed γ policy (an adaptive policy that measures times may
+/// choose another γ on a second run of a correct adapter). Deterministic: false-alarm rate 0.
+template <class D, Verifier V>
+    requires(Drafter<D> || TreeDrafter<D>)
 [[nodiscard]] report check_determinism(D& drafter, V& target, const conformance_options& o = {}) {
     return detail::guarded("determinism", [&] { return detail::determinism(drafter, target, o); });
 }
 
 /// Runs every check on the pair: the contract of the target (and of the drafter, when it is a
 /// copyable LanguageModel), draft consistency, determinism, sequence-level equivalence.
-/// A target that cannot be copied skips the contract (use check_contract_with).
-template <Drafter D, Verifier V>
+/// A target that cannot be copied skips the contract (use check_contract_with). The drafter may
+/// be a TreeDrafter (then the checks run a tree step, see conformance_options::decode).
+template <class D, Verifier V>
+    requires(Drafter<D> || TreeDrafter<D>)
 [[nodiscard]] conformance_report run_conformance(D& drafter, V& target, const conformance_options& o = {}) {
     conformance_report out;
     if constexpr (std::copy_constructible<V>) {

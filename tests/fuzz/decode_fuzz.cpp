@@ -3,36 +3,49 @@
 //
 // Input: an instruction-set byte, a mode byte (decode or a loop of steps; which drafter and
 // which verifier), the options (γ, token budget, stop tokens, sampling settings, lenience,
-// scheme, fixed or adaptive γ with its settings and costs, acceptance estimates, the draft-side
-// stop, a callback that may throw), the prompt, then the script: every call of a model reads
-// its next command and data from it. A command returns good logits or draft blocks, or a
-// fault: rows of the wrong size, NaN, +Inf or all -Inf rows, score() matrices of the wrong
-// shape, draft blocks with too many tokens, out-of-range tokens, malformed or non-normalized
-// columns, bad scales, or an exception of the adapter's own type (fuzz_adapter_error).
+// scheme, fixed or adaptive length with its settings and costs, acceptance estimates, the
+// draft-side stop, a callback that may throw), the prompt, the tree byte (a tree step and its
+// shape; its bit 2 (value 4): the draft's own sampling settings follow the shape), then the
+// script: every call of a model reads its next command and data from it. A command returns
+// good logits or draft blocks, or a fault: rows of the wrong size, NaN, +Inf or all -Inf rows,
+// score() matrices of the wrong shape, draft blocks with too many tokens, out-of-range tokens,
+// malformed or non-normalized columns, bad scales, or an exception of the adapter's own type
+// (fuzz_adapter_error). (The layout of the inputs written before the API of decode_options'
+// parts is kept: the draft's sampling is read only when bit 2 of the tree byte is set, which
+// no seed of tests/fuzz/corpus had.)
 //
 // Drafters: a block drafter driven by the script, a plain model (through model_drafter),
 // prompt lookup, a fallback chain (prompt lookup, then the plain model), an n-gram model.
 // Verifiers: a plain model (next_logits per position), a batched score(), an in-place
-// score_into(). In decode mode, options.tree may be set: each step then drafts a tree of the
-// input's shape (up to three levels) and verifies it with either tree scheme, the verifiers
-// scoring it node by node or path by path.
+// score_into(). In decode mode the step is a chain (γ from the input; 0 is a plain target step
+// under the fixed policy) or a tree of the input's shape (up to three levels) verified with
+// either tree scheme, the verifiers scoring it node by node or path by path; either composes
+// with the fixed or adaptive length (γ, or the tree's depth, chosen per step), the draft's own
+// sampling and the draft-side stop (a tree's node below it gets no children). The chain's
+// lenience, scheme and acceptance estimates do not apply to a tree (their bytes are read and
+// unused).
 //
 // Invariants. Errors: invalid options, a vocabulary mismatch or a prompt or stop token out of
 // range throw std::invalid_argument before any model is called; otherwise std::invalid_argument
 // only after the script injected a fault, fuzz_adapter_error only when an adapter or the
 // callback threw it, nothing else ever. A model never sees a token outside [0, V), nor a draft
-// longer than γ. speculative_step leaves the sequence and the statistics exactly as they were
-// when it throws, and otherwise appends draft[0..accepted) and next_token. speculative_decode
-// returns tokens in range, exactly max_new_tokens of them unless a stop token (only the last
-// one) ended the run, statistics that add up (steps, steps_at_gamma, drafted, accepted and
-// rejected tokens, per-position counts, target calls, acceptance estimates in [0, reached]),
-// and callback events whose emitted tokens are the output.
+// (or tree path) longer than γ (the tree's depth). speculative_step leaves the sequence and the
+// statistics exactly as they were when it throws, and otherwise appends draft[0..accepted) and
+// next_token. speculative_decode returns tokens in range, exactly max_new_tokens of them unless
+// a stop token (only the last one) ended the run, statistics that add up (steps,
+// steps_at_gamma, drafted, accepted and rejected tokens, per-position counts, target calls,
+// acceptance estimates in [0, reached], none for trees), and callback events whose emitted
+// tokens are the output, whose target passes add up to the target calls, and, for trees, whose
+// accepted path is the path of the accepted node of a tree no deeper than the depth asked, in
+// which no node has a parent whose draft probability is below the draft-side stop.
 
 #include "fuzz_common.hpp"
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
+#include <variant>
 
 namespace {
 
@@ -233,6 +246,9 @@ void check_stats(const specdec::decode_stats& st) {
 
 struct run_settings {
     specdec::decode_options options;
+    specdec::step_options step;                 // step mode's
+    const specdec::tree* tree = nullptr;        // the options' tree step, if any
+    std::size_t longest = 0;                    // the chain's γ or the tree's depth
     std::vector<token_id> prompt;
     bool upfront_invalid = false;  // the options (or prompt, stop tokens, vocabularies) must be rejected
     bool step_mode = false;
@@ -245,19 +261,48 @@ template <class D, class Vf>
 void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     std::vector<specdec::step_event> events;
     std::vector<token_id> emitted;
-    std::size_t callback_calls = 0;
+    std::size_t callback_calls = 0, passes = 0;
     if (rs.callback_throw_at != 0 || (s.in.byte() & 1u)) {
         rs.options.on_step = [&](const specdec::step_event& e) {
             ++callback_calls;
+            FUZZ_CHECK(e.sequence == 0);
             FUZZ_CHECK(e.accepted <= e.draft.size());
-            const std::size_t longest = rs.options.tree ? rs.options.tree->depth() : rs.options.gamma;
-            FUZZ_CHECK(e.draft.size() <= e.gamma && e.gamma <= longest);
-            if (rs.options.tree) FUZZ_CHECK(e.draft.size() == e.accepted);  // the accepted path
+            FUZZ_CHECK(e.draft.size() <= e.gamma && e.gamma <= rs.longest);
             FUZZ_CHECK(e.emitted.size() <= e.accepted + 1);
             FUZZ_CHECK(e.acceptance.size() <= e.draft.size());
+            FUZZ_CHECK(e.target_passes >= 1);
             s.check_tokens(e.draft);
             s.check_tokens(e.emitted);
             FUZZ_CHECK(e.next_token >= 0 && e.next_token < s.V);
+            if (rs.tree) {
+                // The accepted path: the path of the accepted node, in a tree no deeper than asked.
+                FUZZ_CHECK(e.tree != nullptr);
+                const specdec::draft_tree& t = *e.tree;
+                FUZZ_CHECK(e.draft.size() == e.accepted);
+                FUZZ_CHECK(e.acceptance.empty());
+                // At most the shape's nodes (a block drafter's chain too: it was once drafted as deep
+                // as the depth asked, past shape.max_nodes; found by this harness).
+                FUZZ_CHECK(t.size() <= rs.tree->shape.nodes());
+                FUZZ_CHECK(static_cast<std::size_t>(t.max_depth()) <= e.gamma);
+                FUZZ_CHECK((e.last_node < 0) == (e.accepted == 0));
+                FUZZ_CHECK(e.last_node >= -1 && e.last_node < static_cast<std::int32_t>(t.size()));
+                std::vector<token_id> path;
+                specdec::path_tokens(t, e.last_node, path);
+                FUZZ_CHECK(std::equal(path.begin(), path.end(), e.draft.begin(), e.draft.end()));
+                s.check_tokens(t.tokens);
+                if (rs.verifier_is_lm) FUZZ_CHECK(e.target_passes == t.size() + 1);
+                // The draft-side stop: a node whose draft probability is below it has no children.
+                const float stop = rs.options.draft.stop_below;
+                if (stop > 0.0f && t.has_distributions())
+                    for (std::size_t i = 0; i < t.size(); ++i) {
+                        const std::int32_t p = t.parents[i];
+                        if (p >= 0) FUZZ_CHECK(!(t.probs(t.tokens[static_cast<std::size_t>(p)], p) < stop));
+                    }
+            } else {
+                FUZZ_CHECK(e.tree == nullptr && e.last_node == -1);
+                FUZZ_CHECK(e.target_passes == (rs.verifier_is_lm ? e.draft.size() + 1 : 1));
+            }
+            passes += e.target_passes;
             emitted.insert(emitted.end(), e.emitted.begin(), e.emitted.end());
             events.push_back(e);
             if (callback_calls == rs.callback_throw_at) s.raise();
@@ -278,11 +323,14 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     FUZZ_CHECK(!rs.upfront_invalid);
     const auto& o = rs.options;
     const auto& st = res.stats;
+    const auto& budget = o.budget;
     s.check_tokens(res.tokens);
-    FUZZ_CHECK(res.tokens.size() <= o.max_new_tokens);
-    const auto is_stop = [&](token_id t) { return std::find(o.stop_tokens.begin(), o.stop_tokens.end(), t) != o.stop_tokens.end(); };
+    FUZZ_CHECK(res.tokens.size() <= budget.max_new_tokens);
+    const auto is_stop = [&](token_id t) {
+        return std::find(budget.stop_tokens.begin(), budget.stop_tokens.end(), t) != budget.stop_tokens.end();
+    };
     if (res.stop == specdec::stop_reason::max_new_tokens) {
-        FUZZ_CHECK(res.tokens.size() == o.max_new_tokens);
+        FUZZ_CHECK(res.tokens.size() == budget.max_new_tokens);
         FUZZ_CHECK(res.tokens.size() == st.accepted_tokens + st.steps);
     } else {
         FUZZ_CHECK(!res.tokens.empty() && is_stop(res.tokens.back()));
@@ -291,29 +339,30 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     for (std::size_t i = 0; i + 1 < res.tokens.size(); ++i) FUZZ_CHECK(!is_stop(res.tokens[i]));
     FUZZ_CHECK((st.steps == 0) == res.tokens.empty());
     FUZZ_CHECK(std::accumulate(st.steps_at_gamma.begin(), st.steps_at_gamma.end(), std::size_t{0}) == st.steps);
-    if (o.tree) {
+    FUZZ_CHECK(st.steps_at_gamma.size() <= rs.longest + 1);
+    if (rs.tree) {
         // Trees: one pass per node and the root for a plain model, per root-to-leaf path for
         // score(), so at least one per step and at most one per node and step.
-        FUZZ_CHECK(st.steps_at_gamma.size() <= o.tree->depth() + 1);
         if (rs.verifier_is_lm) FUZZ_CHECK(st.target_calls == st.drafted_tokens + st.steps);
         else FUZZ_CHECK(st.target_calls >= st.steps && st.target_calls <= st.drafted_tokens + st.steps);
     } else {
-        FUZZ_CHECK(st.steps_at_gamma.size() <= o.gamma + 1);
         FUZZ_CHECK(st.target_calls == (rs.verifier_is_lm ? st.drafted_tokens + st.steps : st.steps));
     }
     check_stats(st);
-    const bool estimated = o.estimate_acceptance || o.policy == specdec::gamma_policy::adaptive;
+    const auto* c = std::get_if<specdec::chain>(&o.step);
+    const bool estimated = c && (c->estimate_acceptance || o.length.policy == specdec::gamma_policy::adaptive);
     if (!estimated) FUZZ_CHECK(st.expected_accepted_at_position.empty());
     if (o.on_step) {
         FUZZ_CHECK(events.size() == st.steps);
         FUZZ_CHECK(emitted == res.tokens);
+        FUZZ_CHECK(passes == st.target_calls);
     }
 }
 
 /// A loop of speculative_step calls on one sequence, continuing after errors.
 template <class D, class Vf>
 void run_steps(D& drafter, Vf& verifier, script& s, run_settings& rs) {
-    const specdec::step_options opts{rs.options.gamma, rs.options.sampling, rs.options.lenience, rs.options.scheme};
+    const specdec::step_options& opts = rs.step;
     std::vector<token_id> sequence = rs.prompt;
     specdec::decode_stats stats;
     specdec::step_workspace ws;
@@ -407,44 +456,39 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     auto& o = rs.options;
     const constexpr float nan = std::numeric_limits<float>::quiet_NaN();
-    o.gamma = in.byte() % 10;  // 0 is invalid
-    s.gamma_max = o.gamma;
-    o.max_new_tokens = in.byte() % 40;
+    // The chain's settings (step mode's too); the step becomes a tree below when the tree byte
+    // says so.
+    specdec::chain c{.gamma = in.byte() % 10u};  // 0: plain target steps (fixed policy only; invalid in step mode)
+    o.budget.max_new_tokens = in.byte() % 40;
     const std::size_t n_stop = in.byte() % 4;
     bool stop_out_of_range = false;
     for (std::size_t i = 0; i < n_stop; ++i) {
         const std::uint8_t b = in.byte();
         const token_id t = b < 250 ? static_cast<token_id>(in.byte() % V) : static_cast<token_id>(V + b - 252);
         stop_out_of_range = stop_out_of_range || t < 0 || t >= V;
-        o.stop_tokens.push_back(t);
+        o.budget.stop_tokens.push_back(t);
     }
     o.sampling = fuzz::sampling(in);
-    o.lenience = pick(in, {0.5f, 0.9f, 0.0f, -1.0f, nan, 2.0f}, 1.0f);
-    o.scheme = (in.byte() & 1u) ? specdec::verification_scheme::token : specdec::verification_scheme::block;
-    o.estimate_acceptance = (in.byte() & 1u) != 0;
-    o.draft_stop_below = pick(in, {0.1f, 0.5f, 1.0f, 0.01f, -0.1f, 1.5f, nan}, 0.0f);
+    c.lenience = pick(in, {0.5f, 0.9f, 0.0f, -1.0f, nan, 2.0f}, 1.0f);
+    c.scheme = (in.byte() & 1u) ? specdec::verification_scheme::token : specdec::verification_scheme::block;
+    c.estimate_acceptance = (in.byte() & 1u) != 0;
+    o.draft.stop_below = pick(in, {0.1f, 0.5f, 1.0f, 0.01f, -0.1f, 1.5f, nan}, 0.0f);
     const std::uint8_t policy = in.byte();
-    std::optional<specdec::gamma_controller> controller;
-    bool controller_invalid = false;
+    bool adaptive_invalid = false;
     if (policy >= 128) {
-        o.policy = specdec::gamma_policy::adaptive;
+        o.length.policy = specdec::gamma_policy::adaptive;
         static constexpr double costs[] = {1.0, 0.1, 10.0, 0.0, -1.0, std::numeric_limits<double>::quiet_NaN(),
                                            std::numeric_limits<double>::infinity(), 1e300};
         const double draft_cost = costs[in.byte() % 8], pass_base = costs[in.byte() % 8], pass_slope = costs[in.byte() % 8];
-        o.adaptive.draft_cost = [draft_cost](std::size_t n) { return draft_cost * static_cast<double>(n); };
+        auto& a = o.length.adaptive;
+        a.draft_cost = [draft_cost](std::size_t n) { return draft_cost * static_cast<double>(n); };
         if ((policy & 3u) != 3u)  // else one callback only: invalid
-            o.adaptive.pass_cost = [=](std::size_t m) { return pass_base + pass_slope * static_cast<double>(m); };
-        o.adaptive.explore_every = in.byte() % 6;
-        o.adaptive.max_explore_every = in.byte() % 9;
-        o.adaptive.window = in.byte() % 5;  // 0 is invalid
-        o.adaptive.explore_budget = (policy & 4u) ? 0.05 : (policy & 8u ? 1.5 : 0.5);  // 1.5 is invalid
-        controller_invalid = (policy & 3u) == 3u || o.adaptive.window == 0 || o.adaptive.explore_budget > 1.0;
-        if ((policy & 16u) && !controller_invalid && o.gamma > 0) {
-            const std::size_t gmax = (policy & 32u) ? o.gamma + 1 : o.gamma;  // a mismatch is invalid
-            controller.emplace(gmax, o.adaptive);
-            o.controller = &*controller;
-            controller_invalid = gmax != o.gamma;
-        }
+            a.pass_cost = [=](std::size_t m) { return pass_base + pass_slope * static_cast<double>(m); };
+        a.explore_every = in.byte() % 6;
+        a.max_explore_every = in.byte() % 9;
+        a.window = in.byte() % 5;  // 0 is invalid
+        a.explore_budget = (policy & 4u) ? 0.05 : (policy & 8u ? 1.5 : 0.5);  // 1.5 is invalid
+        adaptive_invalid = (policy & 3u) == 3u || a.window == 0 || a.explore_budget > 1.0;
     }
     const std::size_t prompt_len = in.byte() % 9;
     bool prompt_out_of_range = false;
@@ -457,36 +501,55 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const bool vocab_lie = in.byte() >= 250;
     const Eigen::Index drafter_vocab = vocab_lie ? V + 1 : V;
     rs.callback_throw_at = in.byte() >= 240 ? 1 + in.byte() % 4 : 0;
-    // Tree decoding (speculative_decode with options.tree), in decode mode: a shape of up to
-    // three levels (a branching of 0 ends it; depth 0 is invalid) and a node cap, either scheme.
+    // The tree byte. In decode mode, >= 192: a tree step of up to three levels (a branching of
+    // 0 ends it; depth 0 is invalid) with a node cap, either scheme. Bit 2 (value 4), in either
+    // mode: the draft's own sampling settings follow (after the shape).
     const std::uint8_t tree_byte = in.byte();
+    o.step = c;
     if (!rs.step_mode && tree_byte >= 192) {
-        specdec::tree_shape shape{.branching = {}};
-        for (std::size_t d = 0; d < 1u + tree_byte % 3u; ++d) shape.branching.push_back(in.byte() % 4);
-        shape.max_nodes = (tree_byte & 8u) ? in.byte() % 8 : 0;
-        shape.draws = (tree_byte & 16u) ? specdec::sibling_draws::iid : specdec::sibling_draws::without_replacement;
-        o.tree = shape;
-        o.tree_scheme = (tree_byte & 32u) ? specdec::tree_verification_scheme::recursive_rejection
-                                          : specdec::tree_verification_scheme::traversal;
-        s.gamma_max = shape.depth();  // the longest path a verifier may be asked to score
+        specdec::tree t{.shape = {.branching = {}}};
+        for (std::size_t d = 0; d < 1u + tree_byte % 3u; ++d) t.shape.branching.push_back(in.byte() % 4);
+        t.shape.max_nodes = (tree_byte & 8u) ? in.byte() % 8 : 0;
+        t.shape.draws = (tree_byte & 16u) ? specdec::sibling_draws::iid : specdec::sibling_draws::without_replacement;
+        t.scheme = (tree_byte & 32u) ? specdec::tree_verification_scheme::recursive_rejection
+                                     : specdec::tree_verification_scheme::traversal;
+        o.step = t;
+        rs.tree = &std::get<specdec::tree>(o.step);
+    }
+    if (tree_byte & 4u) o.draft.sampling = fuzz::sampling(in);
+    rs.longest = rs.tree ? rs.tree->shape.depth() : c.gamma;
+    s.gamma_max = rs.longest;  // the longest draft (tree path) a verifier may be asked to score
+    rs.step = specdec::step_options{.gamma = c.gamma, .sampling = o.sampling, .lenience = c.lenience,
+                                    .scheme = c.scheme, .draft_sampling = o.draft.sampling};
+    // A controller of the caller's, made for the step's longest draft (or, invalid, one more).
+    std::optional<specdec::gamma_controller> controller;
+    bool controller_mismatch = false;
+    if (o.length.policy == specdec::gamma_policy::adaptive && (policy & 16u) && !adaptive_invalid && rs.longest > 0) {
+        const std::size_t gmax = (policy & 32u) ? rs.longest + 1 : rs.longest;
+        controller.emplace(gmax, o.length.adaptive);
+        o.length.controller = &*controller;
+        controller_mismatch = gmax != rs.longest;
     }
 
-    const bool lenience_ok = o.lenience > 0.0f && o.lenience <= 1.0f &&
-                             !(o.lenience != 1.0f && o.scheme == specdec::verification_scheme::block);
-    // An empty prompt (or sequence, in step mode) is rejected before any model call.
-    rs.upfront_invalid = o.gamma == 0 || !fuzz::valid_sampling(o.sampling) || !lenience_ok || vocab_lie ||
+    // Rejected before any model call, in either mode: invalid sampling settings (the target's or
+    // the draft's), a vocabulary mismatch, an empty prompt (or sequence, in step mode) or a
+    // prompt token out of range.
+    const bool draft_sampling_ok = !o.draft.sampling || fuzz::valid_sampling(*o.draft.sampling);
+    const bool lenience_ok = c.lenience > 0.0f && c.lenience <= 1.0f &&
+                             !(c.lenience != 1.0f && c.scheme == specdec::verification_scheme::block);
+    rs.upfront_invalid = !fuzz::valid_sampling(o.sampling) || !draft_sampling_ok || vocab_lie ||
                          prompt_out_of_range || rs.prompt.empty();
-    if (o.tree) {
-        // γ does not apply; the options that apply to chains only must keep their defaults.
-        rs.upfront_invalid = !fuzz::valid_sampling(o.sampling) || vocab_lie || prompt_out_of_range ||
-                             rs.prompt.empty() || stop_out_of_range || o.tree->depth() == 0 ||
-                             o.policy != specdec::gamma_policy::fixed || o.estimate_acceptance ||
-                             o.draft_stop_below != 0.0f || o.lenience != 1.0f ||
-                             o.scheme != specdec::verification_scheme::block;
-    } else if (!rs.step_mode) {
+    if (rs.step_mode) {
+        rs.upfront_invalid = rs.upfront_invalid || c.gamma == 0 || !lenience_ok;
+    } else {
+        const bool adaptive = o.length.policy == specdec::gamma_policy::adaptive;
         rs.upfront_invalid = rs.upfront_invalid || stop_out_of_range ||
-                             !(o.draft_stop_below >= 0.0f && o.draft_stop_below <= 1.0f) ||
-                             (o.policy == specdec::gamma_policy::adaptive && controller_invalid);
+                             !(o.draft.stop_below >= 0.0f && o.draft.stop_below <= 1.0f) ||
+                             (adaptive && (adaptive_invalid || controller_mismatch || rs.longest == 0));
+        if (rs.tree)  // the chain's lenience and scheme do not apply
+            rs.upfront_invalid = rs.upfront_invalid || rs.tree->shape.depth() == 0;
+        else
+            rs.upfront_invalid = rs.upfront_invalid || !lenience_ok;
     }
 
     switch (drafter_kind) {

@@ -111,12 +111,12 @@ def decode_seeds():
         return out
 
     def seed(drafter, verifier, step=False, gamma=4, max_new=16, samp=sampling(), policy=0, scheme=0, large=False,
-             extra=b"", tree=b"\x00"):
+             extra=b"", tree=b"\x00", stop=0):
         mode = (1 if step else 0) | (drafter << 1) | (verifier << 4) | (0x80 if large else 0)
         out = bytes([rnd.randrange(3), mode])
         out += u16(2500) if large else bytes([11])   # V = 12 (or 2501)
         out += bytes([gamma, max_new, 1, 0, 2])       # gamma, budget, one stop token (id 2)
-        out += samp + bytes([0, scheme, 0, 0, policy])
+        out += samp + bytes([0, scheme, 0, stop, policy])
         if policy >= 128:
             out += bytes([0, 3, 4, 4, 8, 2])            # costs 1, -1 (pass), 0 ; explore 4, max 8, window 2
         out += bytes([4, 0, 1, 0, 5, 0, 1, 0, 5])       # prompt 1 5 1 5
@@ -137,6 +137,14 @@ def decode_seeds():
     write("decode_fuzz", "tree-lm-lm", seed(1, 0, tree=bytes([192 + 2, 2, 2, 1])))
     write("decode_fuzz", "tree-lm-batch-iid-rrs", seed(1, 1, tree=bytes([192 + 16 + 32 + 1, 3, 1])))
     write("decode_fuzz", "tree-block-inplace-capped", seed(0, 2, tree=bytes([192 + 8 + 2, 2, 2, 2, 5])))
+    # The one engine's compositions: trees with the adaptive depth, the draft's own sampling (tree
+    # byte flag 4, its settings after the shape) and the draft-side stop; chains of gamma 0.
+    write("decode_fuzz", "tree-adaptive-draft-sampling-stop",
+          seed(1, 1, policy=128 + 4, stop=161, tree=bytes([192 + 4 + 2, 2, 2, 1]) + sampling(t=2)))
+    write("decode_fuzz", "tree-adaptive-controller-rrs",
+          seed(1, 0, policy=128 + 16 + 4, stop=162, tree=bytes([192 + 32 + 4 + 1, 3, 2]) + sampling(t=3)))
+    write("decode_fuzz", "chain-gamma0", seed(1, 1, gamma=0))
+    write("decode_fuzz", "steps-draft-sampling", seed(0, 2, step=True, tree=bytes([4]) + sampling(t=3)))
 
 
 def tokenizer_file(extra):
