@@ -767,6 +767,33 @@ struct as_block_drafter<D> {
 /// How the χ² test of draft consistency failed, in words: too many draws in the first cells (of
 /// the most probable tokens) means the tokens come from a more peaked distribution than the
 /// reported q.
+/// The χ² test of uniformity of each row of `counts` (randomized PIT values binned, one row per
+/// draft position or tree depth), skipping rows with fewer than 5 draws per cell; counts the
+/// tests made and keeps the smallest p-value (and its statistic). Returns the first row whose
+/// p-value is below `significance` and its test, or a row index of counts.size() when none is.
+struct pit_rows_outcome {
+    std::size_t failed_row = 0;
+    gof_result test{};
+    std::size_t draws = 0;
+};
+inline pit_rows_outcome test_pit_rows(const std::vector<std::vector<std::size_t>>& counts, std::size_t bins,
+                                      double significance, std::size_t& tests, double& worst_p, double& worst_stat) {
+    const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+        std::size_t n = 0;
+        for (auto c : counts[i]) n += c;
+        if (n < 5 * bins) continue;  // too few draws in this row for the χ² approximation
+        const auto g = chi_square_test(counts[i], uniform);
+        ++tests;
+        if (g.p_value < worst_p) {
+            worst_p = g.p_value;
+            worst_stat = g.statistic;
+        }
+        if (g.p_value < significance) return {i, g, n};
+    }
+    return {counts.size(), {}, 0};
+}
+
 inline std::string pit_direction(const std::vector<std::size_t>& counts) {
     return counts.front() > counts.back()
                ? "the drafted tokens are more concentrated on the likely tokens than q says (drawn at a lower "
@@ -880,25 +907,13 @@ report block_draft_consistency(D& drafter, const conformance_options& o, std::si
             }
         }
         if (!r.passed) break;
-        const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
-        for (std::size_t i = 0; i < gamma; ++i) {
-            std::size_t n = 0;
-            for (auto c : counts[i]) n += c;
-            if (n < 5 * bins) continue;  // too few draws at this position for the χ² approximation
-            const auto g = chi_square_test(counts[i], uniform);
-            ++tests;
-            if (g.p_value < worst_p) {
-                worst_p = g.p_value;
-                worst_stat = g.statistic;
-            }
-            if (g.p_value < o.significance) {
-                const std::string how = pit_direction(counts[i]);
-                fail("draft position " + std::to_string(i) + ", " + config + ": the tokens are not distributed as the "
-                     "reported q (chi2 = " + number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) +
-                     ", p = " + number(g.p_value) + " < " + number(o.significance) + " over " + std::to_string(n) +
-                     " tokens): " + how);
-                break;
-            }
+        const auto t = test_pit_rows(counts, bins, o.significance, tests, worst_p, worst_stat);
+        if (const std::size_t i = t.failed_row; i < counts.size()) {
+            const auto& g = t.test;
+            fail("draft position " + std::to_string(i) + ", " + config + ": the tokens are not distributed as the "
+                 "reported q (chi2 = " + number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) +
+                 ", p = " + number(g.p_value) + " < " + number(o.significance) + " over " + std::to_string(t.draws) +
+                 " tokens): " + pit_direction(counts[i]));
         }
     }
     r.statistic = worst_stat;
@@ -1032,24 +1047,13 @@ report tree_draft_consistency(D& drafter, const tree_shape& shape, const conform
             }
         }
         if (!r.passed) break;
-        const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
-        for (std::size_t d = 0; d < depth; ++d) {
-            std::size_t n = 0;
-            for (auto c : counts[d]) n += c;
-            if (n < 5 * bins) continue;  // too few draws at this depth for the χ² approximation
-            const auto g = chi_square_test(counts[d], uniform);
-            ++tests;
-            if (g.p_value < worst_p) {
-                worst_p = g.p_value;
-                worst_stat = g.statistic;
-            }
-            if (g.p_value < o.significance) {
-                fail("tree depth " + std::to_string(d + 1) + ", " + config +
-                     ": the nodes' tokens are not distributed as the reported q (chi2 = " + number(g.statistic) +
-                     ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
-                     number(o.significance) + " over " + std::to_string(n) + " nodes): " + pit_direction(counts[d]));
-                break;
-            }
+        const auto t = test_pit_rows(counts, bins, o.significance, tests, worst_p, worst_stat);
+        if (const std::size_t d = t.failed_row; d < counts.size()) {
+            const auto& g = t.test;
+            fail("tree depth " + std::to_string(d + 1) + ", " + config +
+                 ": the nodes' tokens are not distributed as the reported q (chi2 = " + number(g.statistic) +
+                 ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
+                 number(o.significance) + " over " + std::to_string(t.draws) + " nodes): " + pit_direction(counts[d]));
         }
     }
     r.statistic = worst_stat;
