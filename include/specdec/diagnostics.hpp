@@ -1,7 +1,8 @@
 #pragma once
 /// \file
 /// Compile-time diagnosis of the entry points' requirements: which part of a concept a type
-/// misses, in a static_assert message that names the requirement and the fix.
+/// misses, in a static_assert message that names the requirement and the fix. The entry points
+/// run it on their arguments; check_drafter and check_verifier run it on an adapter of yours.
 ///
 /// The entry points (speculative_decode, batch_decoder, autoregressive_decode,
 /// speculative_step) are constrained on the concepts of concepts.hpp; each also has an
@@ -375,9 +376,6 @@ constexpr bool diagnose_other_verifier() {
     }
 }
 
-/// The arguments of speculative_decode and batch_decoder: a drafter that drafts chains or
-/// trees for one sequence (Drafter, TreeDrafter) or chains for many (MultiSequenceDrafter), a
-/// verifier likewise, and a generator; up to the first requirement that fails.
 /// Runs Check::run() only when `run` holds (a class template's member function is
 /// instantiated only when called, unlike a function template named as an argument).
 template <bool run, class Check>
@@ -402,13 +400,12 @@ struct other_verifier_check {
     static constexpr bool run() { return diagnose_other_verifier<V>(); }
 };
 
-template <class D, class V, class G>
-constexpr bool diagnose_decoder_call() {
+/// The drafter of speculative_decode or batch_decoder, requirement by requirement; true when
+/// one was reported.
+template <class D>
+constexpr bool diagnose_decoder_drafter() {
     using UD = std::remove_const_t<D>;
-    using UV = std::remove_const_t<V>;
     constexpr bool drafter_ok = Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>;
-    constexpr bool verifier_ok =
-        Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
     // (Each check runs only when its condition holds: a check is a function template whose
     // static_assert fires once instantiated, so `condition && check()` would not do.)
     if constexpr (!drafter_ok && std::is_const_v<D> && (TreeDrafter<UD> || MultiSequenceDrafter<UD>)) {
@@ -418,24 +415,42 @@ constexpr bool diagnose_decoder_call() {
         return true;
     } else if constexpr (diagnose_if<!drafter_ok, other_drafter_check<D>>()) {
         return true;
-    } else if constexpr (diagnose_if<!drafter_ok || (Drafter<D> && !TreeDrafter<D> && !MultiSequenceDrafter<D>),
-                                     drafter_check<D>>()) {
-        return true;  // (for a plain LanguageModel drafter: the scalar type of its logits)
-    } else if constexpr (!verifier_ok && std::is_const_v<V> &&
-                         (TreeVerifier<UV> || MultiSequenceVerifier<UV> || MultiSequenceTreeVerifier<UV>)) {
+    } else {
+        // (For a plain LanguageModel drafter: the scalar type of its logits.)
+        return diagnose_if<!drafter_ok || (Drafter<D> && !TreeDrafter<D> && !MultiSequenceDrafter<D>),
+                           drafter_check<D>>();
+    }
+}
+
+/// The verifier of speculative_decode or batch_decoder, requirement by requirement.
+template <class V>
+constexpr bool diagnose_decoder_verifier() {
+    using UV = std::remove_const_t<V>;
+    constexpr bool verifier_ok =
+        Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
+    if constexpr (!verifier_ok && std::is_const_v<V> &&
+                  (TreeVerifier<UV> || MultiSequenceVerifier<UV> || MultiSequenceTreeVerifier<UV>)) {
         static_assert(dependent_false<V>,
                       "specdec: the verifier is const: its member functions must be const, or pass a non-const "
                       "verifier (models keep state such as a KV cache, so they are taken by non-const reference)");
         return true;
     } else if constexpr (diagnose_if<!verifier_ok, other_verifier_check<V>>()) {
         return true;
-    } else if constexpr (diagnose_if<!verifier_ok || (Verifier<V> && !TreeVerifier<V> && !MultiSequenceVerifier<V> &&
-                                                      !MultiSequenceTreeVerifier<V>),
-                                     verifier_check<V>>()) {
-        return true;
     } else {
-        return diagnose_generator<G>();
+        return diagnose_if<!verifier_ok || (Verifier<V> && !TreeVerifier<V> && !MultiSequenceVerifier<V> &&
+                                            !MultiSequenceTreeVerifier<V>),
+                           verifier_check<V>>();
     }
+}
+
+/// The arguments of speculative_decode and batch_decoder: a drafter that drafts chains or
+/// trees for one sequence (Drafter, TreeDrafter) or chains for many (MultiSequenceDrafter), a
+/// verifier likewise, and a generator; up to the first requirement that fails.
+template <class D, class V, class G>
+constexpr bool diagnose_decoder_call() {
+    if constexpr (diagnose_decoder_drafter<D>()) return true;
+    else if constexpr (diagnose_decoder_verifier<V>()) return true;
+    else return diagnose_generator<G>();
 }
 
 /// The body of speculative_decode's unconstrained fallback overload (see reject_speculative_call).
@@ -451,3 +466,26 @@ constexpr void reject_decoder_call() {
 }
 
 }  // namespace specdec::detail
+
+namespace specdec {
+
+/// The entry points' compile-time diagnosis of an adapter, for a static_assert of your own next
+/// to the adapter: `static_assert(specdec::check_verifier<my_model>());` is true when my_model
+/// can be the target of speculative_decode and batch_decoder (a Verifier, TreeVerifier,
+/// MultiSequenceVerifier or MultiSequenceTreeVerifier whose logits are float); otherwise the
+/// compiler stops at a message that names the requirement missed and the fix (e.g.
+/// "next_logits must return an Eigen vector of float ...; got std::vector"), where a concept in a
+/// static_assert says only that its constraints are not satisfied.
+template <class V>
+[[nodiscard]] constexpr bool check_verifier() {
+    return !detail::diagnose_decoder_verifier<V>();
+}
+
+/// The same for a drafter (a Drafter, TreeDrafter or MultiSequenceDrafter):
+/// `static_assert(specdec::check_drafter<my_drafter>());`.
+template <class D>
+[[nodiscard]] constexpr bool check_drafter() {
+    return !detail::diagnose_decoder_drafter<D>();
+}
+
+}  // namespace specdec

@@ -12,6 +12,8 @@ struct model {
     Eigen::VectorXf next_logits(std::span<const specdec::token_id>) { return Eigen::VectorXf::Zero(4); }
 };
 
+static_assert(specdec::check_verifier<model>() && specdec::check_drafter<model>());
+
 int main() {
     model draft, target;
     std::mt19937_64 rng(1);
