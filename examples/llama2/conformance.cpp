@@ -15,6 +15,7 @@
 #include "command_line.hpp"
 #include "context_limit.hpp"
 #include "tokenizer.hpp"
+#include "batch_transformer.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
@@ -45,6 +46,8 @@ struct arguments {
     specdec::testing::conformance_options kit{};
     bool power = false;
     std::size_t power_runs = 20;
+    std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
+    std::size_t batch = 0;          // --batch: sequences per pass of the multi-sequence contract (0: off)
 };
 
 /// Parses the command line; returns the arguments, or the exit status to end with.
@@ -91,12 +94,24 @@ std::variant<arguments, int> parse(int argc, char** argv) {
         ->capture_default_str()
         ->check(CLI::IsMember({"token", "block", "both"}));
     app.add_option("--seed", k.seed, "seed of the checks")->capture_default_str();
+    app.add_option("--tree", a.tree,
+                   "decode with draft trees of this branching per depth, e.g. 2,2,1,1 (the decoding checks run "
+                   "with a tree step; with --drafter model or early-exit:K the trees branch; the target's "
+                   "score_tree is checked by the contract)")
+        ->delimiter(',')
+        ->check(CLI::PositiveNumber);
+    app.add_option("--batch", a.batch,
+                   "also check the llama2 batch engine's score_batch, score_tree_batch and draft_batch (target "
+                   "and draft) with up to N sequences per pass, against each sequence scored alone")
+        ->check(CLI::PositiveNumber);
     app.add_flag("--power", a.power,
                  "instead of the checks: how often the equivalence test (token verification, temperature 1) "
                  "detects first-token laws at known total-variation distances");
     app.add_option("--power-runs", a.power_runs, "runs per distance of --power")->capture_default_str();
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
 
+    if (!a.tree.empty()) k.decode.step = specdec::tree{.shape = {.branching = a.tree}};
+    if (a.batch > 0) k.batch = a.batch;
     if (scheme == "token") k.schemes = {specdec::verification_scheme::token};
     if (scheme == "block") k.schemes = {specdec::verification_scheme::block};
     if (!models.empty()) {
@@ -232,8 +247,24 @@ int main(int argc, char** argv) {
             report.checks.push_back(specdec::testing::check_contract(*draft_model, a.kit));
             report.checks.back().check = "adapter contract (draft model)";
         }
+        if (a.batch > 0) {
+            // The batch engine over the same weights: every pass against each sequence scored alone.
+            llama2::batch_transformer batch_target(target.model());
+            report.checks.push_back(specdec::testing::check_multi_sequence_contract(batch_target, a.kit));
+            report.checks.back().check = "multi-sequence contract (batch engine, target)";
+            if (draft_model) {
+                llama2::batch_transformer batch_draft(draft_model->model(), draft_model->n_layers());
+                report.checks.push_back(specdec::testing::check_multi_sequence_contract(batch_draft, a.kit));
+                report.checks.back().check = "multi-sequence contract (batch engine, draft)";
+            }
+        }
         const auto vocab = target.vocab_size();
-        if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
+        if (!a.tree.empty() && draft_model) {
+            // Trees that branch, cut to fit both models' windows (every node counts).
+            llama2::context_limited_tree_drafter<llama2::transformer> d(*draft_model,
+                                                                        static_cast<std::size_t>(target.max_context()));
+            add_pair_checks(report, d, target, a.kit);
+        } else if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
             llama2::context_limited_drafter<llama2::transformer> d(*draft_model);
             add_pair_checks(report, d, target, a.kit);
         } else if (a.drafter == "bigram") {
@@ -250,8 +281,9 @@ int main(int argc, char** argv) {
         }
         std::cout << report;
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("%s: %zu checks, drafter %s, %.1f s\n", report.ok() ? "all passed" : "FAILED", report.checks.size(),
-                    a.drafter.c_str(), seconds);
+        std::printf("%s: %zu checks, drafter %s%s%s, %.1f s\n", report.ok() ? "all passed" : "FAILED",
+                    report.checks.size(), a.drafter.c_str(), a.tree.empty() ? "" : ", trees",
+                    a.batch > 0 ? ", batch engine" : "", seconds);
         return report.ok() ? 0 : 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "specdec-conformance: %s\n", e.what());

@@ -13,6 +13,7 @@
 /// | check_draft_consistency   | a drafter's tokens (or tree nodes) follow the distributions it reports (χ² per position or depth) | `significance` per position |
 /// | check_equivalence         | the law of the first n tokens of speculative_decode = plain sampling from the target | `significance` per scheme and sampling config |
 /// | check_determinism         | the same seed gives the same tokens                              | none          |
+/// | check_multi_sequence_contract | score_batch / score_tree_batch / draft_batch give each request what it gets alone, across joining, leaving, reused slots, shuffled and ragged requests | none (deterministic) |
 ///
 /// `run_conformance` runs them all. The decoding checks run the step of
 /// `conformance_options::decode` (decode_options::step): a chain (the default) under each of the
@@ -55,6 +56,7 @@
 #include "adapters.hpp"
 #include "concepts.hpp"
 #include "decode_options.hpp"
+#include "multi_sequence.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
 #include "speculative_decode.hpp"
@@ -152,6 +154,9 @@ struct conformance_options {
     /// 0 demands bit-for-bit agreement up to rounding of the softmax; raise it for engines whose
     /// batched and single-token kernels round differently.
     double tolerance = 1e-4;
+    /// The most sequences in one pass of the multi-sequence contract check (score_batch,
+    /// score_tree_batch, draft_batch); it runs 2 * contract_calls passes of each.
+    std::size_t batch = 4;
 
     // ---- draft consistency ----
     std::size_t draft_contexts = 16;  ///< random contexts the drafter drafts after
@@ -210,7 +215,7 @@ inline double seconds_between(std::chrono::steady_clock::time_point a) {
 /// proposes trees runs the default tree when decode.step is a chain (it cannot draft chains).
 template <class D>
 step_shape step_of(const conformance_options& o) {
-    if constexpr (!Drafter<D>) {
+    if constexpr (!Drafter<D> && !MultiSequenceDrafter<D>) {
         if (std::holds_alternative<specdec::chain>(o.decode.step)) return specdec::tree{};
     }
     return o.decode.step;
@@ -225,8 +230,14 @@ inline std::size_t longest_draft(const step_shape& step, const conformance_optio
 /// "tree 2,2,1,1 (14 nodes)".
 inline std::string shape_text(const tree_shape& shape) {
     std::string s = "tree ";
-    for (std::size_t d = 0; d < shape.depth(); ++d) s += (d ? "," : "") + std::to_string(shape.branching[d]);
-    return s + " (" + std::to_string(shape.nodes()) + " nodes)";
+    for (std::size_t d = 0; d < shape.depth(); ++d) {  // appended piece by piece (GCC 12's -Wrestrict)
+        if (d) s += ',';
+        s += std::to_string(shape.branching[d]);
+    }
+    s += " (";
+    s += std::to_string(shape.nodes());
+    s += " nodes)";
+    return s;
 }
 
 inline const char* tree_scheme_text(tree_verification_scheme s) {
@@ -280,6 +291,172 @@ Eigen::VectorXf single_logits(M& m, std::span<const token_id> context) {
         return s.col(0);
     }
 }
+
+/// Models the checks drive: one sequence's (Drafter, TreeDrafter; Verifier) or many sequences'
+/// (MultiSequenceDrafter; MultiSequenceVerifier, MultiSequenceTreeVerifier).
+template <class D>
+concept kit_drafter = Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>;
+template <class V>
+concept kit_target = Verifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
+template <class M>
+concept multi_sequence_model = MultiSequenceVerifier<M> || MultiSequenceTreeVerifier<M> || MultiSequenceDrafter<M>;
+
+/// A multi-sequence verifier as one sequence's LanguageModel: next_logits(context) is the one
+/// column of a pass with that request alone (slot 0, no draft; an empty tree for a verifier of
+/// trees only). What plain sampling from the target, and the exact law of the equivalence
+/// check, read from a target that has no next_logits or score of its own.
+template <class V>
+    requires(MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>)
+struct one_sequence_view {
+    V* model;
+    packed_logits out{};
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model->vocab_size()); }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        if constexpr (MultiSequenceVerifier<V>) {
+            const score_request r{0, context, {}};
+            out.shape(vocab_size(), std::span<const score_request>(&r, 1));
+            model->score_batch(std::span<const score_request>(&r, 1), out);
+        } else {
+            const draft_tree none;
+            const tree_score_request r{0, context, &none};
+            out.shape(vocab_size(), std::span<const tree_score_request>(&r, 1));
+            model->score_tree_batch(std::span<const tree_score_request>(&r, 1), out);
+        }
+        return out.sequence(0).col(0);
+    }
+};
+
+/// The target as plain sampling reads it: itself when it is a Verifier, else its one-sequence view.
+template <kit_target V>
+decltype(auto) plain_target(V& v) {
+    if constexpr (Verifier<V>) return (v);
+    else return one_sequence_view<V>{&v};
+}
+
+/// A random draft tree for a context with `room` tokens left: up to `levels` levels, 1 to 3
+/// children of the root and 0 to 3 of each other node, at most min(room, 3 * levels) nodes,
+/// random tokens (siblings may repeat, as i.i.d. draws do).
+inline draft_tree random_tree(std::mt19937_64& rng, std::ptrdiff_t vocab, std::size_t levels, std::size_t room) {
+    auto uniform = [&](std::size_t lo, std::size_t hi) { return lo + static_cast<std::size_t>(rng() % (hi - lo + 1)); };
+    draft_tree t;
+    const std::size_t depth = uniform(0, std::min(levels, room));
+    const std::size_t cap = std::min(room, 3 * levels);
+    std::size_t begin = 0, end = 0;
+    for (std::size_t d = 0; d < depth && t.size() < cap; ++d) {
+        const std::size_t parents = d == 0 ? 1 : end - begin;
+        for (std::size_t k = 0; k < parents && t.size() < cap; ++k) {
+            const std::int32_t parent = d == 0 ? -1 : static_cast<std::int32_t>(begin + k);
+            const std::size_t children = uniform(d == 0 ? 1 : 0, 3);
+            for (std::size_t j = 0; j < children && t.size() < cap; ++j)
+                t.add(parent, static_cast<token_id>(rng() % static_cast<std::uint64_t>(vocab)));
+        }
+        begin = d == 0 ? 0 : end;
+        end = t.size();
+        if (begin == end) break;
+    }
+    return t;
+}
+
+/// The sequences of a simulated batch across passes, as a serving loop keeps them: sequences
+/// join (in the lowest free slot, so freed slots are reused; some sharing a prefix with a live
+/// sequence), leave (at random, or when their context is full), and are sent in any order.
+class batch_schedule {
+public:
+    using seq = std::vector<token_id>;
+    struct member {
+        std::size_t id, slot, joined;  // joined: the pass it joined at
+        std::string origin;            // where its slot came from
+        seq context;
+    };
+
+    batch_schedule(std::mt19937_64& rng, std::ptrdiff_t vocab, const conformance_options& o)
+        : rng_(rng), vocab_(vocab), o_(o) {}
+
+    std::vector<member> live;
+
+    /// An empty batch, no history: each part of the check starts from here.
+    void reset() {
+        live.clear();
+        next_id_ = 0;
+        freed_by_.clear();
+        leaves_.clear();
+    }
+
+    /// Before pass `pass`: sequences leave and join; contexts leave `room` tokens to max_context.
+    void churn(std::size_t pass, std::size_t room) {
+        const std::size_t lo = o_.prompt.size() + 1;
+        const std::size_t hi = o_.max_context > lo + 1 + room ? o_.max_context - room : lo + 1;
+        for (auto it = live.begin(); it != live.end();) {
+            if (it->context.size() > hi || (pass > 0 && rng_() % 5 == 0)) {
+                leaves_.push_back({pass, "sequence #" + std::to_string(it->id) + " left slot " +
+                                             std::to_string(it->slot) + " before pass " + std::to_string(pass)});
+                freed_by_[it->slot] = it->id;
+                it = live.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        const std::size_t cap = std::max<std::size_t>(o_.batch, 1);
+        const std::size_t want = rng_() % 2 == 0 ? cap : 1 + static_cast<std::size_t>(rng_() % cap);
+        while (live.size() < want) join(pass, hi);
+    }
+
+    /// The order of the requests: live order, or shuffled.
+    std::vector<std::size_t> order() {
+        std::vector<std::size_t> out(live.size());
+        for (std::size_t i = 0; i < out.size(); ++i) out[i] = i;
+        if (rng_() % 3 == 0) std::shuffle(out.begin(), out.end(), rng_);
+        return out;
+    }
+
+    /// "sequence #5 in slot 3 (joined at pass 4 in the slot sequence #2 left), context of 17 tokens [...]".
+    std::string describe(const member& m) const {
+        return "sequence #" + std::to_string(m.id) + " in slot " + std::to_string(m.slot) + " (joined at pass " +
+               std::to_string(m.joined) + " in " + m.origin + "), context of " + std::to_string(m.context.size()) +
+               " tokens " + tokens_text(m.context);
+    }
+
+    /// Sequences that left while `m` was in the batch, or left its slot before it: the likeliest
+    /// cause when its results depend on more than its request.
+    std::string leaves_seen_by(const member& m) const {
+        std::string s;
+        std::size_t n = 0;
+        for (auto it = leaves_.rbegin(); it != leaves_.rend() && it->first >= m.joined && n < 3; ++it, ++n)
+            s += (s.empty() ? "" : "; ") + it->second;
+        return s;
+    }
+
+private:
+    void join(std::size_t pass, std::size_t hi) {
+        std::size_t slot = 0;
+        while (std::any_of(live.begin(), live.end(), [&](const member& m) { return m.slot == slot; })) ++slot;
+        const auto f = freed_by_.find(slot);
+        member m{next_id_++, slot, pass,
+                 f == freed_by_.end() ? std::string("a slot not used before")
+                                      : "the slot sequence #" + std::to_string(f->second) + " left",
+                 o_.prompt};
+        const std::size_t lo = o_.prompt.size() + 1;
+        const std::size_t len = lo + static_cast<std::size_t>(rng_() % ((lo + hi) / 2 - lo + 1));
+        if (!live.empty() && rng_() % 3 == 0) {  // a prefix shared with a live sequence
+            const seq& other = live[static_cast<std::size_t>(rng_() % live.size())].context;
+            const std::size_t keep = std::min(other.size(), std::max(lo, len - 1));
+            m.context.assign(other.begin(), other.begin() + static_cast<std::ptrdiff_t>(keep));
+            m.origin += ", sharing its first " + std::to_string(keep) + " tokens with a live sequence";
+        }
+        const std::size_t size = std::max(len, m.context.size() + 1);  // at least one token of its own
+        while (m.context.size() < size)
+            m.context.push_back(static_cast<token_id>(rng_() % static_cast<std::uint64_t>(vocab_)));
+        live.push_back(std::move(m));
+    }
+
+    std::mt19937_64& rng_;
+    std::ptrdiff_t vocab_;
+    const conformance_options& o_;
+    std::size_t next_id_ = 0;
+    std::map<std::size_t, std::size_t> freed_by_;                 // slot -> the sequence that last left it
+    std::vector<std::pair<std::size_t, std::string>> leaves_;     // (pass, what left)
+};
+
 
 /// The adapter-contract check (see check_contract).
 template <Verifier M, class Make>
@@ -604,27 +781,8 @@ private:
     }
 
     /// A random tree for a context with `room` tokens left before max_context: every node fits
-    /// (context + nodes <= max_context, as an engine whose window holds the whole tree needs),
-    /// up to max_draft() levels, 1 to 3 children of the root and 0 to 3 of each other node,
-    /// random tokens (siblings may repeat, as i.i.d. draws do).
-    draft_tree random_tree(std::size_t room) {
-        draft_tree t;
-        const std::size_t depth = uniform(0, std::min(max_draft(), room));
-        const std::size_t cap = std::min(room, 3 * max_draft());
-        std::size_t begin = 0, end = 0;
-        for (std::size_t d = 0; d < depth && t.size() < cap; ++d) {
-            const std::size_t parents = d == 0 ? 1 : end - begin;
-            for (std::size_t k = 0; k < parents && t.size() < cap; ++k) {
-                const std::int32_t parent = d == 0 ? -1 : static_cast<std::int32_t>(begin + k);
-                const std::size_t children = uniform(d == 0 ? 1 : 0, 3);
-                for (std::size_t j = 0; j < children && t.size() < cap; ++j) t.add(parent, random_token());
-            }
-            begin = d == 0 ? 0 : end;
-            end = t.size();
-            if (begin == end) break;
-        }
-        return t;
-    }
+    /// (context + nodes <= max_context, as an engine whose window holds the whole tree needs).
+    draft_tree random_tree(std::size_t room) { return detail::random_tree(rng_, vocab_, max_draft(), room); }
 
     /// One score_tree(context, tree) call (TreeVerifier 1-2): column 0 must be a fresh model's
     /// logits after the context, column i + 1 those after the context + node i's path. A column
@@ -743,8 +901,8 @@ inline const char* scheme_text(verification_scheme s) {
 }
 
 /// A Drafter as the library drafts with it: a BlockDrafter as it is, a plain LanguageModel
-/// through model_drafter.
-template <Drafter D>
+/// through model_drafter (and, below, a MultiSequenceDrafter through draft_batch).
+template <class D>
 struct as_block_drafter {
     explicit as_block_drafter(D& d) : d_(&d) {}
     void draft(std::span<const token_id> c, std::size_t gamma, const sampling_config& s, uniform_source& u,
@@ -762,6 +920,486 @@ struct as_block_drafter<D> {
         m_.draft(c, gamma, s, u, out);
     }
     model_drafter<D> m_;
+};
+
+/// Which of a model's multi-sequence functions the check drives (of those it models).
+struct multi_sequence_parts {
+    bool scores = true;  ///< score_batch and score_tree_batch
+    bool drafts = true;  ///< draft_batch
+};
+
+/// The multi-sequence contract check (see check_multi_sequence_contract).
+template <class M, class Make>
+class multi_sequence_runner {
+public:
+    using seq = std::vector<token_id>;
+    using member = batch_schedule::member;
+    multi_sequence_runner(M& model, Make& make, const conformance_options& o, multi_sequence_parts p)
+        : model_(model), make_(make), o_(o), parts_(p), rng_(o.seed ^ 0x5851f42d4c957f2dULL),
+          vocab_(static_cast<std::ptrdiff_t>(model.vocab_size())), batch_(rng_, vocab_, o) {
+        r_.check = "multi-sequence contract";
+        r_.max_error = 0.0;
+    }
+
+    report run() {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (vocab_ <= 0) fail("vocab_size() = " + std::to_string(vocab_) + " must be positive");
+        else if (o_.max_context < o_.prompt.size() + max_draft() + 3)
+            fail("max_context = " + std::to_string(o_.max_context) + " leaves no room for a context after the " +
+                 std::to_string(o_.prompt.size()) + "-token prompt and a draft of " + std::to_string(max_draft()));
+        for (token_id t : o_.prompt)
+            if (t < 0 || t >= vocab_) fail("the prompt's token " + std::to_string(t) + " is outside the vocabulary");
+        if constexpr (MultiSequenceVerifier<M>)
+            if (parts_.scores && r_.passed) chain_passes();
+        if constexpr (MultiSequenceTreeVerifier<M>)
+            if (parts_.scores && r_.passed) tree_passes();
+        if constexpr (MultiSequenceDrafter<M>)
+            if (parts_.drafts && r_.passed) draft_passes();
+        r_.ran = (ran_.empty() ? std::string("no pass") : ran_) + "; up to " + std::to_string(std::max<std::size_t>(o_.batch, 1)) +
+                 " sequences a pass, joining, leaving, in reused slots, in any order, some sharing a prefix; "
+                 "tolerance " + number(o_.tolerance) + " in total variation";
+        r_.seconds = seconds_between(t0);
+        return r_;
+    }
+
+private:
+    std::size_t max_draft() const { return longest_draft(o_.decode.step, o_) + 1; }
+    /// Passes of score_batch; score_tree_batch and draft_batch run half as many (their
+    /// references cost more).
+    std::size_t passes() const { return 2 * std::max<std::size_t>(o_.contract_calls, 1); }
+    std::size_t uniform(std::size_t lo, std::size_t hi) {
+        return lo + static_cast<std::size_t>(rng_() % static_cast<std::uint64_t>(hi - lo + 1));
+    }
+    void fail(std::string why) {
+        if (!r_.passed) return;
+        r_.passed = false;
+        r_.failure = std::move(why);
+    }
+    void add_ran(const std::string& s) { ran_ += (ran_.empty() ? "" : "; ") + s; }
+
+    /// A ragged draft: empty a quarter of the time, else 0 to max_draft() random tokens.
+    seq random_draft(const seq& context) {
+        seq d;
+        if (rng_() % 4 == 0) return d;
+        const std::size_t n = uniform(0, std::min(max_draft(), o_.max_context - context.size()));
+        for (std::size_t i = 0; i < n; ++i) d.push_back(static_cast<token_id>(rng_() % static_cast<std::uint64_t>(vocab_)));
+        return d;
+    }
+
+    /// The next context of a sequence: its draft accepted up to a random rejection (or all of
+    /// it, half of the time), then a correction or bonus token.
+    seq next_context(const seq& context, std::span<const token_id> draft) {
+        seq next = context;
+        std::size_t k = draft.size();
+        if (rng_() % 2 == 0 && !draft.empty()) k = uniform(0, draft.size() - 1);
+        next.insert(next.end(), draft.begin(), draft.begin() + static_cast<std::ptrdiff_t>(k));
+        token_id c = static_cast<token_id>(rng_() % static_cast<std::uint64_t>(vocab_));
+        if (k < draft.size() && vocab_ > 1)
+            while (c == draft[k]) c = static_cast<token_id>(rng_() % static_cast<std::uint64_t>(vocab_));
+        next.push_back(c);
+        return next;
+    }
+
+    /// The logits of context + draft[0..j) for every j, from a fresh model that sees this request
+    /// alone: its next_logits or score when it has them, else a pass with this one request in
+    /// slot 0 (a chain as a tree for a verifier of trees only).
+    Eigen::MatrixXf alone(const seq& context, const seq& draft) {
+        auto fresh = make_();
+        if constexpr (BatchVerifier<M>) {
+            return fresh.score(std::span<const token_id>(context), std::span<const token_id>(draft));
+        } else if constexpr (LanguageModel<M>) {
+            Eigen::MatrixXf s(vocab_, static_cast<Eigen::Index>(draft.size() + 1));
+            seq prefix = context;
+            for (std::size_t j = 0; j <= draft.size(); ++j) {
+                s.col(static_cast<Eigen::Index>(j)) = fresh.next_logits(std::span<const token_id>(prefix));
+                if (j < draft.size()) prefix.push_back(draft[j]);
+            }
+            return s;
+        } else if constexpr (MultiSequenceVerifier<M>) {
+            const score_request r{0, context, draft};
+            packed_logits out;
+            out.shape(vocab_, std::span<const score_request>(&r, 1));
+            fresh.score_batch(std::span<const score_request>(&r, 1), out);
+            return out.sequence(0);
+        } else {
+            draft_tree chain;
+            for (std::size_t j = 0; j < draft.size(); ++j) chain.add(static_cast<std::int32_t>(j) - 1, draft[j]);
+            const tree_score_request r{0, context, &chain};
+            packed_logits out;
+            out.shape(vocab_, std::span<const tree_score_request>(&r, 1));
+            fresh.score_tree_batch(std::span<const tree_score_request>(&r, 1), out);
+            return out.sequence(0);
+        }
+    }
+
+    /// Makes sure the reference of every prefix context + draft[0..j) is known (memoized).
+    void ensure(const seq& context, const seq& draft) {
+        seq full = context;
+        full.insert(full.end(), draft.begin(), draft.end());
+        bool known = true;
+        for (std::size_t j = 0; j <= draft.size() && known; ++j)
+            known = refs_.count(seq(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(context.size() + j))) > 0;
+        if (known) return;
+        const Eigen::MatrixXf s = alone(context, draft);
+        if (s.rows() != vocab_ || s.cols() != static_cast<Eigen::Index>(draft.size() + 1))
+            return fail("the reference (a fresh model, this request alone) returned " + std::to_string(s.rows()) +
+                        " x " + std::to_string(s.cols()) + " logits for a draft of " + std::to_string(draft.size()));
+        for (std::size_t j = 0; j <= draft.size(); ++j) {
+            auto d = to_distribution(s.col(static_cast<Eigen::Index>(j)));
+            const seq prefix(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(context.size() + j));
+            if (!d.problem.empty()) {
+                fail("a fresh model's logits after " + tokens_text(prefix) + " are invalid: " + d.problem);
+                d.p.assign(static_cast<std::size_t>(vocab_), 1.0 / static_cast<double>(vocab_));
+            }
+            refs_.emplace(prefix, std::move(d.p));
+        }
+    }
+
+    /// Total variation between logits z and the reference after `prefix` (which ensure() made known).
+    double error(const distribution& d, const seq& prefix) { return total_variation(d.p, refs_.at(prefix)); }
+
+    /// Logits a wrong column may hold instead, each with what it means.
+    struct candidate {
+        seq prefix;
+        std::string hint;
+    };
+
+    /// Compares column z with the reference after `prefix`; on a mismatch fails naming `what`
+    /// and the first candidate whose logits z are (else `otherwise`).
+    template <class Candidates>
+    bool column_ok(const Eigen::VectorXf& z, const seq& prefix, const std::string& what, Candidates candidates,
+                   const std::string& otherwise) {
+        ++columns_;
+        if (z.size() != vocab_) {
+            fail(what + " has " + std::to_string(z.size()) + " rows; vocab_size() is " + std::to_string(vocab_));
+            return false;
+        }
+        const auto d = to_distribution(z);
+        if (!d.problem.empty()) {
+            fail(what + ": " + d.problem);
+            return false;
+        }
+        const double e = error(d, prefix);
+        r_.max_error = std::max(r_.max_error, e);
+        if (e <= o_.tolerance) return true;
+        std::string hint = otherwise;
+        for (const auto& c : candidates())
+            if (refs_.count(c.prefix) && error(d, c.prefix) <= o_.tolerance) {
+                hint = c.hint;
+                break;
+            }
+        fail(what + " differs from the logits of this request scored alone on a fresh model (after " +
+             std::to_string(prefix.size()) + " tokens " + tokens_text(prefix) + "): total variation " + number(e) +
+             " > tolerance " + number(o_.tolerance) + "; " + hint);
+        return false;
+    }
+
+    /// The hint when a wrong column matches no other logits: what happened to the batch while
+    /// the sequence was in it.
+    std::string history_hint(const member& m) const {
+        const std::string left = batch_.leaves_seen_by(m);
+        if (!left.empty())
+            return "they match no other request's logits; while it was in the batch, " + left +
+                   ": it likely reads the cache of another sequence (check the map from slots to KV-cache rows "
+                   "when a sequence leaves and rows are compacted or freed, and when a freed slot is reused)";
+        if (m.origin.rfind("the slot sequence", 0) == 0)
+            return "they match no other request's logits; its slot was left by another sequence: a stale cache "
+                   "read (is a slot's cache rolled back to the longest common prefix of what it holds and the new "
+                   "context when another sequence takes the slot?)";
+        return "they match no other request's logits: the result depends on the other sequences of the pass or "
+               "on the slot's earlier contents (each request's logits must depend on that request alone)";
+    }
+
+    /// Candidates for column j of request i of a chain pass: another request's columns (the
+    /// packed offsets), the neighbouring columns of its own (the offset within the sequence).
+    std::vector<candidate> chain_candidates(std::size_t i, std::size_t j, const std::vector<seq>& fulls,
+                                            const std::vector<std::size_t>& contexts) const {
+        std::vector<candidate> out;
+        const auto prefix = [&](std::size_t k, std::size_t c) {
+            return seq(fulls[k].begin(), fulls[k].begin() + static_cast<std::ptrdiff_t>(contexts[k] + c));
+        };
+        for (std::size_t k = 0; k < fulls.size(); ++k)
+            for (std::size_t c = 0; k != i && contexts[k] + c <= fulls[k].size(); ++c)
+                out.push_back({prefix(k, c), "they are the logits of request " + std::to_string(k) + "'s column " +
+                                                 std::to_string(c) +
+                                                 ": the columns of another sequence (written at the wrong offset "
+                                                 "in the packed scores, off by one sequence? request i owns the "
+                                                 "columns out.offset(i) .. out.offset(i) + out.columns(i) - 1)"});
+        if (j > 0)
+            out.push_back({prefix(i, j - 1), "they are the logits of its own column " + std::to_string(j - 1) +
+                                                 ": shifted by one position (check the offset within the sequence)"});
+        if (contexts[i] + j + 1 <= fulls[i].size())
+            out.push_back({prefix(i, j + 1), "they are the logits of its own column " + std::to_string(j + 1) +
+                                                 ": shifted by one position (check the offset within the sequence)"});
+        return out;
+    }
+
+    /// Appends " slot:n" to the layout of a pass (appends one by one: GCC 12 misreads the
+    /// concatenation of temporaries under -Wrestrict).
+    static void add_layout(std::string& layout, std::size_t slot, std::size_t n) {
+        layout += ' ';
+        layout += std::to_string(slot);
+        layout += ':';
+        layout += std::to_string(n);
+    }
+
+    /// "score_batch, pass 3 of 48 (slots 0, 2, 1 with 3, 0, 5 draft tokens), request 1 of 3: sequence #..."
+    std::string where(const char* call, std::size_t pass, std::size_t passes, const std::string& layout,
+                      std::size_t i, std::size_t n, const member& m) const {
+        return std::string(call) + ", pass " + std::to_string(pass) + " of " + std::to_string(passes) + " (" +
+               layout + "), request " + std::to_string(i) + " of " + std::to_string(n) + ": " + batch_.describe(m);
+    }
+
+    /// After a call: the layout shape() gave `out` is still there.
+    template <class Request>
+    bool layout_kept(const packed_logits& out, const std::vector<Request>& req, const char* call, std::size_t pass) {
+        try {
+            specdec::detail::check_packed_layout(out, std::span<const Request>(req), vocab_,
+                                                 "specdec::testing::check_multi_sequence_contract", call);
+        } catch (const std::invalid_argument& e) {
+            fail("pass " + std::to_string(pass) + ": " + e.what());
+            return false;
+        }
+        return true;
+    }
+
+    /// score_batch over passes(): each live sequence sends its context and a ragged draft; every
+    /// column is compared; then each context takes an accepted prefix of its draft.
+    void chain_passes() {
+        batch_.reset();
+        std::size_t requests = 0, before = columns_;
+        packed_logits out;
+        for (std::size_t pass = 0; pass < passes() && r_.passed; ++pass) {
+            batch_.churn(pass, max_draft());
+            const auto order = batch_.order();
+            std::vector<seq> drafts, fulls;
+            std::vector<std::size_t> contexts;
+            std::vector<score_request> req;
+            std::string layout = "slot:draft";
+            for (std::size_t k : order) drafts.push_back(random_draft(batch_.live[k].context));
+            for (std::size_t i = 0; i < order.size(); ++i) {
+                const member& m = batch_.live[order[i]];
+                req.push_back({m.slot, m.context, drafts[i]});
+                fulls.push_back(m.context);
+                fulls.back().insert(fulls.back().end(), drafts[i].begin(), drafts[i].end());
+                contexts.push_back(m.context.size());
+                add_layout(layout, m.slot, drafts[i].size());
+            }
+            out.shape(vocab_, std::span<const score_request>(req));
+            model_.score_batch(std::span<const score_request>(req), out);
+            requests += req.size();
+            if (!layout_kept(out, req, "score_batch", pass)) return;
+            for (std::size_t i = 0; i < req.size(); ++i) ensure(batch_.live[order[i]].context, drafts[i]);
+            for (std::size_t i = 0; i < req.size() && r_.passed; ++i) {
+                const member& m = batch_.live[order[i]];
+                const auto cols = out.sequence(i);
+                for (std::size_t j = 0; j <= drafts[i].size(); ++j) {
+                    const std::string what = where("score_batch", pass, passes(), layout, i, req.size(), m) + ", draft " +
+                                             tokens_text(drafts[i]) + ", column " + std::to_string(j);
+                    const seq prefix(fulls[i].begin(), fulls[i].begin() + static_cast<std::ptrdiff_t>(contexts[i] + j));
+                    if (!column_ok(cols.col(static_cast<Eigen::Index>(j)), prefix, what,
+                                   [&] { return chain_candidates(i, j, fulls, contexts); }, history_hint(m)))
+                        break;
+                }
+            }
+            for (std::size_t i = 0; i < order.size(); ++i) {
+                member& m = batch_.live[order[i]];
+                m.context = next_context(m.context, drafts[i]);
+            }
+        }
+        add_ran("score_batch: " + std::to_string(columns_ - before) + " columns of " + std::to_string(requests) +
+                " requests in " + std::to_string(passes()) + " passes compared with " + reference_name());
+    }
+
+    static std::string reference_name() {
+        if constexpr (BatchVerifier<M>) return "a fresh model's score() of the request alone";
+        else if constexpr (LanguageModel<M>) return "a fresh model's next_logits";
+        else return "a fresh model's pass with the request alone";
+    }
+
+    /// score_tree_batch over passes(): each live sequence sends its context and a random tree
+    /// (some without nodes); column c + 1 of a request is compared with the logits after its
+    /// context and node c's path; then each context takes the path to a random node and a token.
+    void tree_passes() {
+        batch_.reset();
+        std::size_t requests = 0, before = columns_;
+        packed_logits out;
+        for (std::size_t pass = 0; pass < passes() / 2 && r_.passed; ++pass) {
+            batch_.churn(pass, 3 * max_draft());
+            const auto order = batch_.order();
+            std::vector<draft_tree> trees;
+            std::vector<tree_score_request> req;
+            std::string layout = "slot:nodes";
+            for (std::size_t k : order) {
+                const std::size_t room = o_.max_context - batch_.live[k].context.size();
+                trees.push_back(rng_() % 4 == 0 ? draft_tree{} : random_tree(rng_, vocab_, max_draft(), room));
+            }
+            for (std::size_t i = 0; i < order.size(); ++i) {
+                const member& m = batch_.live[order[i]];
+                req.push_back({m.slot, m.context, &trees[i]});
+                add_layout(layout, m.slot, trees[i].size());
+            }
+            out.shape(vocab_, std::span<const tree_score_request>(req));
+            model_.score_tree_batch(std::span<const tree_score_request>(req), out);
+            requests += req.size();
+            if (!layout_kept(out, req, "score_tree_batch", pass)) return;
+            for (std::size_t i = 0; i < req.size() && r_.passed; ++i)
+                check_tree(out.sequence(i), batch_.live[order[i]], trees[i],
+                           where("score_tree_batch", pass, passes() / 2, layout, i, req.size(), batch_.live[order[i]]));
+            for (std::size_t i = 0; i < order.size(); ++i) {
+                member& m = batch_.live[order[i]];
+                seq path;
+                path_tokens(trees[i], static_cast<std::int32_t>(uniform(0, trees[i].size())) - 1, path);
+                m.context.insert(m.context.end(), path.begin(), path.end());
+                m.context.push_back(static_cast<token_id>(rng_() % static_cast<std::uint64_t>(vocab_)));
+            }
+        }
+        add_ran("score_tree_batch: " + std::to_string(columns_ - before) + " columns of " + std::to_string(requests) +
+                " requests in " + std::to_string(passes() / 2) + " passes compared with " + reference_name());
+    }
+
+    /// The columns of one request of a tree pass; a column that holds the logits after the
+    /// context and every earlier node in index order points at the attention mask.
+    void check_tree(const Eigen::Ref<const Eigen::MatrixXf>& cols, const member& m, const draft_tree& tree,
+                    const std::string& where) {
+        std::vector<seq> paths(tree.size() + 1);
+        for (std::size_t c = tree.size() + 1; c-- > 0;) {  // the deepest first: their paths cover their parents
+            path_tokens(tree, static_cast<std::int32_t>(c) - 1, paths[c]);
+            ensure(m.context, paths[c]);
+        }
+        for (std::size_t c = 0; c <= tree.size() && r_.passed; ++c) {
+            seq prefix = m.context, in_order = m.context;
+            prefix.insert(prefix.end(), paths[c].begin(), paths[c].end());
+            in_order.insert(in_order.end(), tree.tokens.begin(), tree.tokens.begin() + static_cast<std::ptrdiff_t>(c));
+            auto cands = [&] {  // only on a mismatch: a reference more
+                std::vector<candidate> out;
+                if (c == 0 || in_order == prefix) return out;
+                ensure(m.context, seq(tree.tokens.begin(), tree.tokens.begin() + static_cast<std::ptrdiff_t>(c)));
+                out.push_back({in_order, "they are the logits after the context and every node before it in index "
+                                           "order: the node attends to nodes that are not its ancestors (check the "
+                                           "tree attention mask of this sequence: node i may see its context, its "
+                                           "ancestors and itself only)"});
+                return out;
+            };
+            const std::string what = where + ", tree of " + std::to_string(tree.size()) + " nodes " +
+                                     tokens_text(tree.tokens) + ", column " + std::to_string(c) +
+                                     (c == 0 ? std::string(" (the root)")
+                                             : " (node " + std::to_string(c - 1) + " at depth " +
+                                                   std::to_string(paths[c].size()) + ")");
+            if (!column_ok(cols.col(static_cast<Eigen::Index>(c)), prefix, what, cands, history_hint(m))) return;
+        }
+    }
+
+    /// draft_batch over passes() / 2: each live sequence asks for 0 to max_draft() tokens with a
+    /// generator of its own; each block must be what a fresh model drafts for that request alone
+    /// with the same uniforms. Sampling configs from o.samplings, one per pass in turn.
+    void draft_passes() {
+        batch_.reset();
+        std::size_t requests = 0;
+        const std::size_t total = passes() / 2;
+        for (std::size_t pass = 0; pass < total && r_.passed; ++pass) {
+            batch_.churn(pass, max_draft());
+            const auto order = batch_.order();
+            const sampling_config s = o_.samplings.empty() ? sampling_config{} : o_.samplings[pass % o_.samplings.size()];
+            const std::size_t n = order.size();
+            std::vector<std::uint64_t> seeds(n);
+            std::vector<std::mt19937_64> gens;
+            gens.reserve(n);  // the requests' uniform_sources point into it
+            std::vector<draft_block> blocks(n);
+            std::vector<draft_request> req;
+            std::string layout = "slot:gamma";
+            for (std::size_t i = 0; i < n; ++i) gens.emplace_back(seeds[i] = rng_());
+            for (std::size_t i = 0; i < n; ++i) {
+                const member& m = batch_.live[order[i]];
+                const std::size_t gamma = rng_() % 4 == 0 ? 0 : uniform(1, max_draft());
+                req.push_back({m.slot, m.context, gamma, uniform_source(gens[i]), &blocks[i]});
+                add_layout(layout, m.slot, gamma);
+            }
+            model_.draft_batch(std::span<draft_request>(req), s);
+            requests += n;
+            for (std::size_t i = 0; i < n && r_.passed; ++i)
+                check_block(where("draft_batch", pass, total, layout, i, n, batch_.live[order[i]]),
+                            batch_.live[order[i]].context, req[i].gamma, seeds[i], gens[i], blocks[i], s);
+            for (std::size_t i = 0; i < n; ++i) {
+                member& m = batch_.live[order[i]];
+                m.context = next_context(m.context, blocks[i].tokens);
+            }
+        }
+        add_ran("draft_batch: " + std::to_string(requests) + " blocks in " + std::to_string(total) +
+                " passes compared with a fresh model drafting each request alone with the same uniforms");
+    }
+
+    /// One block of a draft pass against the same request drafted alone by a fresh model.
+    void check_block(const std::string& where, const seq& context, std::size_t gamma, std::uint64_t seed,
+                     const std::mt19937_64& after, const draft_block& got, const sampling_config& s) {
+        auto fresh = make_();
+        std::mt19937_64 g(seed);
+        draft_block want;
+        draft_request r{0, context, gamma, uniform_source(g), &want};
+        fresh.draft_batch(std::span<draft_request>(&r, 1), s);
+        std::string diff = block_difference(got, want);
+        if (diff.empty() && g != after)
+            diff = "it drew another number of uniforms from its generator than drafting it alone does";
+        if (diff.empty()) return;
+        fail(where + ", gamma " + std::to_string(gamma) + ", " + sampling_text(s) + ": the block " +
+             tokens_text(got.tokens) + " differs from drafting this request alone on a fresh model with the same "
+             "uniforms (" + tokens_text(want.tokens) + "): " + diff + "; the block depends on the other requests "
+             "of the call (draws from another sequence's uniforms, or one generator for the whole batch? another "
+             "sequence's tokens, cache or slot?): sequence i must draw only from requests[i].uniforms, in the "
+             "order drafting it alone does");
+    }
+
+    /// What differs between two blocks, in words (empty when nothing does).
+    std::string block_difference(const draft_block& a, const draft_block& b) const {
+        for (std::size_t k = 0; k < std::min(a.tokens.size(), b.tokens.size()); ++k)
+            if (a.tokens[k] != b.tokens[k])
+                return "token " + std::to_string(k) + " is " + std::to_string(a.tokens[k]) + ", alone " +
+                       std::to_string(b.tokens[k]);
+        if (a.tokens.size() != b.tokens.size())
+            return std::to_string(a.tokens.size()) + " tokens, alone " + std::to_string(b.tokens.size());
+        if (a.has_distributions() != b.has_distributions())
+            return a.has_distributions() ? "it reports distributions, alone none" : "it reports none, alone some";
+        if (!a.has_distributions()) return {};
+        if (a.probs.rows() != b.probs.rows() || a.probs.cols() < static_cast<Eigen::Index>(a.tokens.size()) ||
+            b.probs.cols() < static_cast<Eigen::Index>(b.tokens.size()))
+            return "the distributions are " + std::to_string(a.probs.rows()) + " x " + std::to_string(a.probs.cols()) +
+                   ", alone " + std::to_string(b.probs.rows()) + " x " + std::to_string(b.probs.cols());
+        for (std::size_t k = 0; k < a.tokens.size(); ++k) {
+            const double sa = a.scales.size() > k ? a.scales[k] : 1.0, sb = b.scales.size() > k ? b.scales[k] : 1.0;
+            double tv = 0.0;
+            for (Eigen::Index y = 0; y < a.probs.rows(); ++y)
+                tv += std::abs(sa * a.probs(y, static_cast<Eigen::Index>(k)) - sb * b.probs(y, static_cast<Eigen::Index>(k)));
+            if (0.5 * tv > o_.tolerance)
+                return "the distribution of token " + std::to_string(k) + " differs by total variation " + number(0.5 * tv);
+        }
+        return {};
+    }
+
+    M& model_;
+    Make& make_;
+    const conformance_options& o_;
+    multi_sequence_parts parts_;
+    std::mt19937_64 rng_;
+    std::ptrdiff_t vocab_;
+    batch_schedule batch_;
+    report r_;
+    std::string ran_;
+    std::size_t columns_ = 0;
+    std::map<seq, std::vector<double>> refs_;  // reference distributions after each prefix
+};
+
+/// A MultiSequenceDrafter that is no Drafter, as one sequence's BlockDrafter: draft_batch with
+/// the one request, in slot 0.
+template <class D>
+    requires(!Drafter<D> && MultiSequenceDrafter<D>)
+struct as_block_drafter<D> {
+    explicit as_block_drafter(D& d) : d_(&d) {}
+    void draft(std::span<const token_id> c, std::size_t gamma, const sampling_config& s, uniform_source& u,
+               draft_block& out) {
+        draft_request r{0, c, gamma, u, &out};
+        d_->draft_batch(std::span<draft_request>(&r, 1), s);
+    }
+    D* d_;
 };
 
 /// How the χ² test of draft consistency failed, in words: too many draws in the first cells (of
@@ -803,7 +1441,8 @@ inline std::string pit_direction(const std::vector<std::size_t>& counts) {
 }
 
 /// Draft consistency of a chain drafter: blocks of `gamma` tokens.
-template <Drafter D>
+template <class D>
+    requires(Drafter<D> || MultiSequenceDrafter<D>)
 report block_draft_consistency(D& drafter, const conformance_options& o, std::size_t gamma) {
     const auto t0 = std::chrono::steady_clock::now();
     report r;
@@ -1071,14 +1710,13 @@ report tree_draft_consistency(D& drafter, const tree_shape& shape, const conform
 
 /// Draft consistency of the drafter as the checks' step drafts with it: trees with a tree step
 /// and a TreeDrafter, blocks otherwise (a chain's γ, or as deep as the tree).
-template <class D>
-    requires(Drafter<D> || TreeDrafter<D>)
+template <kit_drafter D>
 report draft_consistency(D& drafter, const conformance_options& o) {
     const step_shape step = step_of<D>(o);
     if (const auto* t = std::get_if<specdec::tree>(&step)) {
         if constexpr (TreeDrafter<D>) return tree_draft_consistency(drafter, t->shape, o);
     }
-    if constexpr (Drafter<D>) {
+    if constexpr (Drafter<D> || MultiSequenceDrafter<D>) {
         return block_draft_consistency(drafter, o, longest_draft(step, o));
     } else {
         return {};  // unreachable: step_of gives a drafter of trees only a tree step
@@ -1238,9 +1876,9 @@ std::vector<named_step> steps_to_run(const conformance_options& o, bool keep_len
     return out;
 }
 
-template <class D, Verifier V>
-    requires(Drafter<D> || TreeDrafter<D>)
+template <kit_drafter D, kit_target V>
 report equivalence(D& drafter, V& target, const conformance_options& o) {
+    decltype(auto) plain = plain_target(target);  // what plain sampling from the target reads
     const auto t0 = std::chrono::steady_clock::now();
     report r;
     r.check = "sequence-level equivalence";
@@ -1264,7 +1902,7 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
             a.reserve(o.samples);
             if (!o.two_sample) {
                 // Every prefix the sample is expected to reach 5 times or more is expanded.
-                const prefix_law law(target, o.prompt, o.length, s, opts.budget.stop_tokens,
+                const prefix_law law(plain, o.prompt, o.length, s, opts.budget.stop_tokens,
                                      5.0 / static_cast<double>(std::max<std::size_t>(o.samples, 1)));
                 std::vector<std::size_t> counts(law.probs().size(), 0);
                 for (std::size_t k = 0; k < o.samples; ++k) {
@@ -1318,7 +1956,7 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
                 for (std::size_t k = 0; k < o.samples; ++k) {
                     if (o.max_seconds > 0.0 && k % 64 == 0 && seconds_between(ts) > o.max_seconds) break;
                     a.push_back(speculative_decode(drafter, target, o.prompt, opts, rng_a).tokens);
-                    b.push_back(autoregressive_decode(target, o.prompt, opts, rng_b).tokens);
+                    b.push_back(autoregressive_decode(plain, o.prompt, opts, rng_b).tokens);
                 }
                 std::vector<std::vector<token_id>> pooled = a;
                 pooled.insert(pooled.end(), b.begin(), b.end());
@@ -1371,9 +2009,9 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
     return r;
 }
 
-template <class D, Verifier V>
-    requires(Drafter<D> || TreeDrafter<D>)
+template <kit_drafter D, kit_target V>
 report determinism(D& drafter, V& target, const conformance_options& o) {
+    decltype(auto) plain = plain_target(target);  // what plain sampling from the target reads
     const auto t0 = std::chrono::steady_clock::now();
     report r;
     r.check = "determinism";
@@ -1395,7 +2033,7 @@ report determinism(D& drafter, V& target, const conformance_options& o) {
                 std::mt19937_64 g(seed);
                 ++runs;
                 return spec ? speculative_decode(drafter, target, o.prompt, opts, g).tokens
-                            : autoregressive_decode(target, o.prompt, opts, g).tokens;
+                            : autoregressive_decode(plain, o.prompt, opts, g).tokens;
             };
             for (const bool spec : {true, false}) {
                 const auto first = run(o.seed, spec);
@@ -1507,8 +2145,7 @@ template <class Make>
 /// False-alarm rate: at most `o.significance` per position (or depth) and config (the report
 /// states the total), plus the error of the χ² approximation. A plain LanguageModel drafter goes
 /// through model_drafter (the library's own sampling).
-template <class D>
-    requires(Drafter<D> || TreeDrafter<D>)
+template <detail::kit_drafter D>
 [[nodiscard]] report check_draft_consistency(D& drafter, const conformance_options& o = {}) {
     return detail::guarded("draft consistency", [&] { return detail::draft_consistency(drafter, o); });
 }
@@ -1532,8 +2169,7 @@ template <class D>
 /// to the error of the χ² approximation (cells expected fewer than 5 times are pooled, and a
 /// pool still that small is tested exactly on its own, see testing::chi_square_test; for the
 /// same test specdec's distribution suite measured 1-2 × 10^-4 at a nominal 10^-4).
-template <class D, Verifier V>
-    requires(Drafter<D> || TreeDrafter<D>)
+template <detail::kit_drafter D, detail::kit_target V>
 [[nodiscard]] report check_equivalence(D& drafter, V& target, const conformance_options& o = {}) {
     return detail::guarded("sequence-level equivalence", [&] { return detail::equivalence(drafter, target, o); });
 }
@@ -1542,28 +2178,109 @@ template <class D, Verifier V>
 /// seed, run twice and again after a run with another seed, for every scheme (or the tree step)
 /// and sampling config. Always at the fixed γ policy (an adaptive policy that measures times may
 /// choose another γ on a second run of a correct adapter). Deterministic: false-alarm rate 0.
-template <class D, Verifier V>
-    requires(Drafter<D> || TreeDrafter<D>)
+template <detail::kit_drafter D, detail::kit_target V>
 [[nodiscard]] report check_determinism(D& drafter, V& target, const conformance_options& o = {}) {
     return detail::guarded("determinism", [&] { return detail::determinism(drafter, target, o); });
 }
 
+namespace detail {
+
+/// The multi-sequence contract of some of `model`'s functions, the references copies of `pristine`.
+template <multi_sequence_model M>
+report multi_sequence_part(M& model, const M& pristine, const conformance_options& o,
+                           multi_sequence_parts parts) {
+    auto make = [&pristine] { return M(pristine); };
+    return guarded("multi-sequence contract", [&] {
+        return multi_sequence_runner<M, decltype(make)>(model, make, o, parts).run();
+    });
+}
+
+}  // namespace detail
+
+/// Multi-sequence contract (multi_sequence.hpp: MultiSequenceVerifier 1-2,
+/// MultiSequenceTreeVerifier, MultiSequenceDrafter): a serving loop's passes, driven as
+/// batch_decoder drives them, each request checked against that request alone. Over
+/// 2 * `o.contract_calls` passes of score_batch (and half as many of score_tree_batch and of
+/// draft_batch, for each the model has), up to `o.batch` sequences a pass: sequences join (in
+/// the lowest free slot, so slots that others left are reused; a third of them sharing a prefix
+/// with a live sequence) and leave at random, requests come in any order, drafts are ragged
+/// (empty a quarter of the time, else up to γ + 1 tokens; trees random, some without nodes), and
+/// each context then grows by an accepted prefix of its draft (all of it in some sequences, up to
+/// a rejection and a correction in others) or a tree path. Every column of score_batch and
+/// score_tree_batch is compared (within `o.tolerance` in total variation) with the logits of
+/// that request scored alone by a fresh model: its score() or next_logits when the model has
+/// them, else a pass with that request alone in slot 0. Every draft_batch block must equal (tokens,
+/// distributions within `o.tolerance`, uniforms drawn) the block a fresh model drafts for that
+/// request alone with the same uniforms. The first mismatch names the pass (its slots and draft
+/// lengths), the request, its sequence and slot history, the column and the difference, and the
+/// likely bug: the logits of another request (packed offsets), of a neighbouring column (shift),
+/// of the earlier nodes in index order (tree attention mask), or none after sequences left (a
+/// slot map that points at another sequence's cache).
+///
+/// Deterministic: a model that keeps the contract always passes (false-alarm rate 0).
+///
+/// \param model  the model under test, as constructed (nothing cached)
+/// \param make   returns a fresh model (by value) each call: the references
+template <class M, class Make>
+    requires detail::multi_sequence_model<M> && std::invocable<Make&> &&
+             std::same_as<std::invoke_result_t<Make&>, M>
+[[nodiscard]] report check_multi_sequence_contract(M& model, Make make, const conformance_options& o = {}) {
+    return detail::guarded("multi-sequence contract", [&] {
+        return detail::multi_sequence_runner<M, Make>(model, make, o, {}).run();
+    });
+}
+
+/// As above, the references fresh copies of the model (`M(model)` taken before any call).
+template <detail::multi_sequence_model M>
+    requires std::copy_constructible<M>
+[[nodiscard]] report check_multi_sequence_contract(M& model, const conformance_options& o = {}) {
+    const M pristine(model);
+    return check_multi_sequence_contract(model, [&pristine] { return M(pristine); }, o);
+}
+
+/// As above, for a model that cannot be copied: `make()` returns a fresh model each call; the
+/// model under test is one of them.
+template <class Make>
+    requires std::invocable<Make&> && detail::multi_sequence_model<std::invoke_result_t<Make&>>
+[[nodiscard]] report check_multi_sequence_contract_with(Make make, const conformance_options& o = {}) {
+    using M = std::invoke_result_t<Make&>;
+    return detail::guarded("multi-sequence contract", [&] {
+        M model = make();
+        return detail::multi_sequence_runner<M, Make>(model, make, o, {}).run();
+    });
+}
+
 /// Runs every check on the pair: the contract of the target (and of the drafter, when it is a
-/// copyable LanguageModel), draft consistency, determinism, sequence-level equivalence.
-/// A target that cannot be copied skips the contract (use check_contract_with). The drafter may
-/// be a TreeDrafter (then the checks run a tree step, see conformance_options::decode).
-template <class D, Verifier V>
-    requires(Drafter<D> || TreeDrafter<D>)
+/// copyable LanguageModel), the multi-sequence contract of a target that models
+/// MultiSequenceVerifier or MultiSequenceTreeVerifier (score_batch, score_tree_batch) and of a
+/// drafter that models MultiSequenceDrafter (draft_batch), draft consistency, determinism,
+/// sequence-level equivalence. A model that cannot be copied skips its contracts (use
+/// check_contract_with, check_multi_sequence_contract_with). The drafter may be a TreeDrafter
+/// (then the checks run a tree step, see conformance_options::decode) or a MultiSequenceDrafter
+/// alone (drafting one sequence through draft_batch), the target a MultiSequenceVerifier or
+/// MultiSequenceTreeVerifier alone (plain sampling from it through a pass of one request).
+template <detail::kit_drafter D, detail::kit_target V>
 [[nodiscard]] conformance_report run_conformance(D& drafter, V& target, const conformance_options& o = {}) {
     conformance_report out;
-    if constexpr (std::copy_constructible<V>) {
-        out.checks.push_back(check_contract(target, o));
-        out.checks.back().check = "adapter contract (target)";
-    }
-    if constexpr (LanguageModel<D> && std::copy_constructible<D>) {
-        out.checks.push_back(check_contract(drafter, o));
-        out.checks.back().check = "adapter contract (draft)";
-    }
+    auto add = [&out](report r, const char* name) {
+        r.check = name;
+        out.checks.push_back(std::move(r));
+    };
+    // The references of the multi-sequence contracts: copies taken before any call.
+    constexpr bool multi_target = (MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>) && std::copy_constructible<V>;
+    constexpr bool multi_drafter = MultiSequenceDrafter<D> && std::copy_constructible<D>;
+    std::optional<V> pristine_target;
+    std::optional<D> pristine_drafter;
+    if constexpr (multi_target) pristine_target.emplace(target);
+    if constexpr (multi_drafter) pristine_drafter.emplace(drafter);
+    if constexpr (Verifier<V> && std::copy_constructible<V>) add(check_contract(target, o), "adapter contract (target)");
+    if constexpr (LanguageModel<D> && std::copy_constructible<D>) add(check_contract(drafter, o), "adapter contract (draft)");
+    if constexpr (multi_target)
+        add(detail::multi_sequence_part(target, *pristine_target, o, {.scores = true, .drafts = false}),
+            "multi-sequence contract (target)");
+    if constexpr (multi_drafter)
+        add(detail::multi_sequence_part(drafter, *pristine_drafter, o, {.scores = false, .drafts = true}),
+            "multi-sequence contract (draft)");
     out.checks.push_back(check_draft_consistency(drafter, o));
     out.checks.push_back(check_determinism(drafter, target, o));
     out.checks.push_back(check_equivalence(drafter, target, o));
