@@ -80,9 +80,9 @@ int main() {
     const std::vector<specdec::token_id> prompt{1, 2};
     std::mt19937_64 rng(3);
     const auto spec = specdec::speculative_decode(
-        draft, target, prompt, {.gamma = 4, .max_new_tokens = 40, .sampling = {.temperature = 0.0f}}, rng);
+        draft, target, prompt, {.step = specdec::chain{.gamma = 4}, .sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 40}}, rng);
     const auto base =
-        specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 40, .sampling = {.temperature = 0.0f}}, rng);
+        specdec::autoregressive_decode(target, prompt, {.sampling = {.temperature = 0.0f}, .budget = {.max_new_tokens = 40}}, rng);
     expect(spec.tokens.size() == 40 && spec.tokens == base.tokens,
            "speculative decoding at T = 0 gives the autoregressive tokens");
     expect(spec.stats.steps == 8 && spec.stats.accepted_tokens == 32,

@@ -22,10 +22,11 @@ int main() {
     cyclic_model target{3}, draft{3};
     const std::vector<specdec::token_id> prompt{1};
     std::mt19937_64 rng(7);
-    const auto spec = specdec::speculative_decode(draft, target, prompt, {.gamma = 3, .max_new_tokens = 10,
-                                                                         .sampling = {.temperature = 0.0f}}, rng);
-    const auto base = specdec::autoregressive_decode(target, prompt, {.max_new_tokens = 10,
-                                                                      .sampling = {.temperature = 0.0f}}, rng);
+    const auto spec = specdec::speculative_decode(draft, target, prompt, {.step = specdec::chain{.gamma = 3},
+                                                                         .sampling = {.temperature = 0.0f},
+                                                                         .budget = {.max_new_tokens = 10}}, rng);
+    const auto base = specdec::autoregressive_decode(target, prompt, {.sampling = {.temperature = 0.0f},
+                                                                      .budget = {.max_new_tokens = 10}}, rng);
     if (spec.tokens != base.tokens || spec.tokens.size() != 10) {
         std::puts("consumer: speculative and autoregressive outputs differ");
         return 1;
