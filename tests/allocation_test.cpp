@@ -389,13 +389,11 @@ TEST_CASE("Tree decoding with the draft's own sampling, the adaptive depth and t
     known.draft_cost = [](std::size_t n) { return 0.02 * static_cast<double>(n); };
     known.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m - 1); };
     const specdec::tree_shape shape{.branching = {2, 2, 1, 1}};
-    for (const float stop_below : {0.0f, 0.007f}) {
+    for (const float stop_below : {0.0f, 0.012f}) {
         for (const auto scheme :
              {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
-            specdec::gamma_controller controller(shape.depth(), known);
-            std::vector<std::size_t> full{0};  // nodes of the shape cut to each depth: a tree with fewer was pruned
-            for (std::size_t i = 0, level = 1; i < shape.depth(); ++i)
-                full.push_back(full.back() + (level *= shape.branching[i]));
+            specdec::gamma_controller controller =
+                specdec::make_controller({.step = specdec::tree{.shape = shape}, .length = {.adaptive = known}});
             std::size_t size = 0;  // the tree of the step just taken
             bool pruned = false;   // and whether the stop pruned it
             const specdec::decode_options options{
@@ -408,7 +406,11 @@ TEST_CASE("Tree decoding with the draft's own sampling, the adaptive depth and t
                 .on_step =
                     [&](const specdec::step_event& e) {
                         size = e.tree != nullptr ? e.tree->size() : 0;
-                        pruned = size < full[e.gamma];
+                        // The planned shape cut to the depth asked: a tree with fewer nodes was pruned.
+                        std::size_t planned = 0, level = 1;
+                        const auto plan = controller.planned_shape();
+                        for (std::size_t i = 0; i < e.gamma && i < plan.size(); ++i) planned += level *= plan[i];
+                        pruned = size < planned;
                     }};
             specdec::batch_decoder dec(d, t, options);
             const std::size_t id = dec.add(prompt, std::mt19937_64(6));

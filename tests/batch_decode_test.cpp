@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <system_error>
 #include <thread>
+#include <variant>
 #include <vector>
 
 using namespace specdec_test;
@@ -354,8 +355,12 @@ TEST_CASE("Errors name the user's call: specdec::batch_decoder, its add and its 
     CHECK_THROWS_WITH(plain_decoder(draft, good,
                                     {.step = specdec::tree{.shape = {.branching = {2, 1, 1}}},
                                      .length = {.policy = specdec::gamma_policy::adaptive, .controller = &two}}),
+                      contains("specdec::batch_decoder: the controller does not plan this step's tree"));
+    CHECK_THROWS_WITH(plain_decoder(draft, good,
+                                    {.step = specdec::chain{.gamma = 3},
+                                     .length = {.policy = specdec::gamma_policy::adaptive, .controller = &two}}),
                       contains("specdec::batch_decoder: the controller's gamma_max() = 2 differs from the step's "
-                               "tree depth = 3"));
+                               "gamma = 3"));
     // add.
     plain_decoder dec(draft, good, {.step = specdec::tree{.shape = {.branching = {2, 1}}}});
     CHECK_THROWS_WITH(dec.add(std::vector<token_id>{}, std::mt19937_64(1)),
@@ -452,7 +457,11 @@ TEST_CASE("When a sequence's step and an on_step would both fail in one step, th
         tree_markov verifier{&verifier_model};
         const specdec::step_shape shape = tree ? specdec::step_shape{specdec::tree{.shape = {.branching = {2, 1, 1}}}}
                                                : specdec::step_shape{specdec::chain{.gamma = 3}};
-        specdec::gamma_controller controller(3, known_costs());
+        specdec::decode_options made{.step = shape, .length = {.adaptive = known_costs()}};
+        specdec::gamma_controller controller = specdec::make_controller(made);
+        const auto first_acceptance = [&] {
+            return controller.plans_trees() ? controller.sibling_acceptance(1) : controller.acceptance(1);
+        };
         std::size_t calls = 0;
         bool callback_fails = true;
         // tree_markov has no score(): chains are scored by the plain model, trees by score_tree.
@@ -470,13 +479,13 @@ TEST_CASE("When a sequence's step and an on_step would both fail in one step, th
             const auto bad = dec.add(std::vector<token_id>{7, 1}, std::mt19937_64(2));
             CHECK_THROWS_WITH(dec.step(), contains("draft engine failure"));
             CHECK(calls == 0);
-            CHECK(controller.acceptance(1) == 0.0);
+            CHECK(first_acceptance() == 0.0);
             // Beside a sequence that steps, with a callback that would throw too.
             const auto good = dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(1));
             CHECK(good > bad);  // the failing sequence has the lower id
             CHECK_THROWS_WITH(dec.step(), contains("draft engine failure"));
             CHECK(calls == 0);                              // no on_step ran for this step
-            CHECK(controller.acceptance(1) > 0.99);         // it observed the sequence that stepped (β = 1)
+            CHECK(first_acceptance() > 0.99);               // it observed the sequence that stepped (β = 1)
             CHECK(dec.stats(good).steps == 1);              // which is settled
             CHECK(!dec.generated(good).empty());
             CHECK(dec.generated(bad).empty());              // the failing one unchanged and still active
@@ -665,13 +674,18 @@ TEST_CASE("A caller's controller in batch_decoder, with chains and with trees: t
     // added before the first step and one after the second; then a second decoder that goes on
     // with the same controller.
     auto run = [&](auto& drafter, auto& verifier, const specdec::step_shape& shape, std::size_t longest) {
-        specdec::gamma_controller c(longest, known_costs());
-        REQUIRE(c.acceptance(1) == 0.0);
-        const specdec::decode_options o{
+        specdec::decode_options o{
             .step = shape,
-            .length = {.policy = specdec::gamma_policy::adaptive, .controller = &c},
+            .length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known_costs()},
             .sampling = {.temperature = 0.9f},
             .budget = {.max_new_tokens = 48}};
+        // The controller a decoding call would make: a chain's, or the tree planner.
+        specdec::gamma_controller c = specdec::make_controller(o);
+        o.length.controller = &c;
+        REQUIRE(c.gamma_max() == longest);
+        REQUIRE(c.plans_trees() == std::holds_alternative<specdec::tree>(shape));
+        const auto first_acceptance = [&] { return c.plans_trees() ? c.sibling_acceptance(1) : c.acceptance(1); };
+        REQUIRE(first_acceptance() == 0.0);
         outcome out;
         {
             specdec::batch_decoder dec(drafter, verifier, o);
@@ -692,7 +706,7 @@ TEST_CASE("A caller's controller in batch_decoder, with chains and with trees: t
             }
         }
         out.choices.assign(c.choices().begin(), c.choices().end());
-        out.alpha1 = c.acceptance(1);
+        out.alpha1 = first_acceptance();
         // The controller observed the steps: estimates of acceptance, choices beyond the warm-up.
         const std::size_t chosen = std::accumulate(out.choices.begin(), out.choices.end(), std::size_t{0});
         CHECK(chosen >= 12);              // one choice per step of the whole batch
@@ -738,6 +752,21 @@ TEST_CASE("A caller's controller in batch_decoder, with chains and with trees: t
         const auto first = run(d, v, tree, 4);
         check_reproducible(first, run(d, v, tree, 4));
         CHECK(first.depths.size() >= 3);  // several depths were used
+    }
+    {
+        INFO("a controller that does not plan the step's tree is refused by name");
+        markov_model d = draft, t = target;
+        tree_markov v{&t};
+        specdec::gamma_controller chain_controller(4);
+        specdec::gamma_controller other_tree(specdec::tree_plan_limits{.branching = {3, 2, 1, 1}});
+        for (specdec::gamma_controller* c : {&chain_controller, &other_tree}) {
+            const specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {2, 2, 1, 1}}},
+                                            .length = {.policy = specdec::gamma_policy::adaptive, .controller = c}};
+            CHECK_THROWS_WITH(specdec::batch_decoder(d, v, o),
+                              Catch::Contains("specdec::batch_decoder") &&
+                                  Catch::Contains("does not plan this step's tree") &&
+                                  Catch::Contains("make_controller"));
+        }
     }
 }
 

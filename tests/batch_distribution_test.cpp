@@ -127,6 +127,8 @@ struct batch_case {
     std::optional<specdec::sampling_config> draft_sampling{};
     /// Tree steps of this shape instead of chains of gamma.
     std::optional<specdec::tree_shape> tree{};
+    /// The adaptive policy plans from this engine profile instead of the cost callbacks.
+    std::optional<specdec::engine_profile> profile{};
 };
 
 /// Decodes `samples` batches and returns, per sequence, the test of its outputs against its
@@ -158,6 +160,11 @@ std::vector<gof_result> run_case(const markov_model& target, D& drafter, V& veri
     o.length.adaptive.draft_cost = [](std::size_t n) { return 0.02 * static_cast<double>(n); };
     o.length.adaptive.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m); };
     o.length.adaptive.explore_every = 2;
+    if (c.profile) {
+        o.length.adaptive.draft_cost = {};
+        o.length.adaptive.pass_cost = {};
+        o.length.adaptive.profile = c.profile;
+    }
     rejected_at.assign(longest, 0);
     o.on_step = [&](const specdec::step_event& e) {
         // Chains: the proposed block; trees (every leaf at full depth, no draft-side stop):
@@ -261,6 +268,16 @@ TEST_CASE("Every sequence of a multi-sequence batch has the target's distributio
 TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution under the adaptive policy",
           "[statistical][batch][multi][adaptive]") {
     check_case({.gamma = 3, .sampling = {.temperature = 1.0f}, .policy = specdec::gamma_policy::adaptive, .seed = 33});
+}
+
+TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution when an engine profile plans each "
+          "step for the batch's size",
+          "[statistical][batch][multi][adaptive][profile]") {
+    // A pass flat up to 6 positions, then steep: 2 sequences speculate longer than 3 do, so the
+    // plan changes as the third sequence joins and as sequences finish.
+    const specdec::engine_profile profile{.target_pass = {1, 1, 1, 1, 1, 1, 1.6, 2.2, 2.8}, .draft_step = {0.05}};
+    check_case({.gamma = 3, .sampling = {.temperature = 1.0f}, .policy = specdec::gamma_policy::adaptive, .seed = 35,
+                .profile = profile});
 }
 
 TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution with draft-side sampling",

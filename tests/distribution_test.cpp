@@ -201,6 +201,72 @@ TEST_CASE("Prompt-lookup, n-gram and fallback drafters keep the target distribut
     check_equivalence(chain, target, target, c, 3);
 }
 
+TEST_CASE("Hierarchical drafting (a draft model sped up by its own drafter) keeps the target distribution",
+          "[statistical][distribution][hierarchical]") {
+    // Leviathan et al. 2023, §6: the draft model runs speculative decoding with a bigram table
+    // (point masses) or a smaller Markov model (distributions) below it; the block and its
+    // columns are the draft model's own, so the outer verification stays exact. The draft at
+    // another temperature than the target too (its columns are then the draft's law).
+    const equivalence_case c{.target_seed = 121, .draft_seed = 122};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    auto tiny = markov_model::random(c.vocab, 1, 123);
+    specdec::ngram_model bigram(c.vocab, 2);
+    specdec::hierarchical_drafter over_table(bigram, draft, {.gamma = 2});
+    check_equivalence(over_table, target, target, c, 3);
+    specdec::hierarchical_drafter over_model(tiny, draft, {.gamma = 3, .scheme = specdec::verification_scheme::token});
+    check_equivalence(over_model, target, target, c, 3);
+    CHECK(over_model.inner_stats().rejected_tokens > 0);  // the inner loop really rejected and resampled
+    CHECK(over_model.inner_stats().accepted_tokens > 0);
+    check_equivalence(over_model, target, target, c, 3, {0}, [](token_id t) { return t; }, 1000 + c.target_seed,
+                      kSamples, [](specdec::decode_options& o) { o.draft.sampling = specdec::sampling_config{.temperature = 1.6f}; });
+}
+
+namespace {
+
+/// Wrong on purpose: a hierarchical drafter that reports as q the inner drafter's distributions
+/// (the law its proposals were drawn from) instead of the draft model's, which the block's
+/// tokens follow after the inner verification.
+struct inner_q_hierarchical {
+    markov_model* inner;
+    markov_model* model;
+    specdec::hierarchical_drafter<markov_model&, markov_model&> real{*inner, *model, {.gamma = 3}};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        real.draft(context, gamma, s, u, out);
+        std::vector<token_id> prefix(context.begin(), context.end());
+        out.standardized = false;
+        for (std::size_t i = 0; i < out.tokens.size(); ++i) {
+            const auto q = ref_standardize(inner->next_logits(prefix), s);
+            for (std::size_t x = 0; x < q.size(); ++x)
+                out.probs(static_cast<Eigen::Index>(x), static_cast<Eigen::Index>(i)) = static_cast<float>(q[x]);
+            prefix.push_back(out.tokens[i]);
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("Negative control: a hierarchical drafter reporting the inner drafter's q is detected",
+          "[statistical][negative-control][hierarchical]") {
+    auto target = markov_model::random(4, 2, 121);
+    auto draft = markov_model::random(4, 2, 122);
+    auto tiny = markov_model::random(4, 1, 123);
+    inner_q_hierarchical d{&tiny, &draft};
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, {});
+    for (const auto scheme : kSchemes) {
+        const specdec::decode_options opts{.step = specdec::chain{.gamma = 3, .scheme = scheme},
+                                           .budget = {.max_new_tokens = kLength}};
+        const auto r = sequence_test(
+            [&](std::mt19937_64& rng) { return specdec::speculative_decode(d, target, prompt, opts, rng).tokens; },
+            exact, 4, 5252);
+        INFO(name(scheme) << ": " << describe(r));
+        CHECK(r.p_value < kFalseAlarm);
+    }
+}
+
 namespace {
 
 /// The draft with sampling settings of its own (decode_options::draft.sampling): the output

@@ -66,6 +66,9 @@ TEST_CASE("At temperature 0 speculative decoding is token-identical to greedy de
     shift_drafter shift{vocab, 1};
     constant_drafter constant{vocab, 7};
     batched_markov batched{&target};
+    // Hierarchical drafting: the close draft sped up by the other model (at T = 0 its block is
+    // the close draft's greedy continuation).
+    specdec::hierarchical_drafter layered(other, close, {.gamma = 2});
     for (std::size_t gamma = 1; gamma <= 8; ++gamma) {
         INFO("gamma = " << gamma);
         auto opts = greedy;
@@ -76,6 +79,7 @@ TEST_CASE("At temperature 0 speculative decoding is token-identical to greedy de
         CHECK(specdec::speculative_decode(target, target, prompt, opts, rng).tokens == baseline);
         CHECK(specdec::speculative_decode(shift, target, prompt, opts, rng).tokens == baseline);
         CHECK(specdec::speculative_decode(constant, batched, prompt, opts, rng).tokens == baseline);
+        CHECK(specdec::speculative_decode(layered, target, prompt, opts, rng).tokens == baseline);
     }
 }
 

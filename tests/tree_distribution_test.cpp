@@ -180,6 +180,9 @@ struct tree_watch {
     std::vector<token_id> seq = kPrompt;
     std::size_t trees = 0, column_ok = 0, stop_ok = 0, pruned = 0;
     std::vector<std::size_t> depths{};
+    /// The tree planner of the run (null: the shape is fixed): its plan is the shape asked.
+    const specdec::gamma_controller* planner = nullptr;
+    std::size_t planned_trees = 0, planned_chains = 0;  // plans with a level of 2+ children, plans of 1 each
 
     /// Sets the draft's settings and wraps the case's on_step.
     void apply(specdec::decode_options& o) {
@@ -205,6 +208,12 @@ struct tree_watch {
             }
             stop_ok += respects_stop(*e.tree, stop_below);
             specdec::tree_shape cut = shape;
+            if (planner != nullptr) {
+                const auto plan = planner->planned_shape();
+                cut.branching.assign(plan.begin(), plan.end());
+                const bool wide = std::any_of(plan.begin(), plan.end(), [](std::size_t b) { return b > 1; });
+                ++(wide ? planned_trees : planned_chains);
+            }
             cut.branching.resize(e.gamma);
             pruned += e.tree->size() < cut.nodes();
         }
@@ -223,17 +232,25 @@ struct tree_watch {
     }
 };
 
-/// The adaptive depth with known costs (reproducible), exploring every other step: draft
-/// levels cost 0.01 of a pass, a pass 1 + 0.02 per extra position (as the chain suite's
+/// The tree planner with known costs (reproducible), exploring every other step: draft calls
+/// cost 0.01 of a pass, a pass 1 + 0.02 per extra position (as the chain suite's
 /// adaptive_setup). One controller per scheme, kept across the 100,000 runs, so each run's
-/// depths depend on everything before it.
+/// shapes depend on everything before it.
 struct adaptive_trees {
     specdec::gamma_controller rrs, tv;
-    explicit adaptive_trees(std::size_t depth) : rrs(depth, options()), tv(depth, options()) {}
-    static specdec::adaptive_gamma_options options() {
+    /// `position_cost`: what each position adds to a pass (the default keeps extra nodes nearly
+    /// free, so the planner plans trees; a larger one makes chains and plain steps pay too).
+    explicit adaptive_trees(const specdec::tree_shape& shape, double position_cost = 0.02)
+        : rrs(limits(shape), options(position_cost)), tv(limits(shape), options(position_cost)) {}
+    static specdec::tree_plan_limits limits(const specdec::tree_shape& shape) {
+        return {.branching = {shape.branching.begin(), shape.branching.begin() +
+                                                           static_cast<std::ptrdiff_t>(shape.depth())},
+                .max_nodes = shape.max_nodes};
+    }
+    static specdec::adaptive_gamma_options options(double position_cost) {
         specdec::adaptive_gamma_options o;
         o.draft_cost = [](std::size_t n) { return 0.01 * static_cast<double>(n); };
-        o.pass_cost = [](std::size_t m) { return 1.0 + 0.02 * static_cast<double>(m - 1); };
+        o.pass_cost = [position_cost](std::size_t m) { return 1.0 + position_cost * static_cast<double>(m - 1); };
         o.explore_every = 2;
         o.max_explore_every = 2;
         o.explore_budget = 1.0;
@@ -455,48 +472,58 @@ TEST_CASE("Tree decoding with the draft-side stop matches the target, and the st
     }
 }
 
-TEST_CASE("Tree decoding with the adaptive depth (known costs) matches the target, and uses several depths",
+TEST_CASE("Tree decoding with the tree planner (known costs) matches the target, and plans trees, chains and plain "
+          "steps",
           "[statistical][distribution][tree][adaptive]") {
     struct adaptive_case {
         int vocab;
         specdec::sampling_config target;
         specdec::tree_shape shape;
         std::uint64_t seed;
+        double position_cost;
     };
     const adaptive_case cases[] = {
-        {4, {}, {.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement}, 141},
-        {5, {.temperature = 0.7f, .top_k = 3}, {.branching = {3, 1, 1}, .draws = sibling_draws::iid}, 143},
+        {4, {}, {.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement}, 141, 0.15},
+        {5, {.temperature = 0.7f, .top_k = 3}, {.branching = {3, 1, 1}, .draws = sibling_draws::iid}, 143, 0.05},
     };
+    std::size_t chains = 0;
     for (const auto& c : cases) {
         auto target = markov_model::random(c.vocab, 2, c.seed);
         auto draft = markov_model::random(c.vocab, 2, c.seed + 1);
         tree_markov verifier{&target};
-        adaptive_trees adaptive(c.shape.depth());
+        adaptive_trees adaptive(c.shape, c.position_cost);
         tree_watch watch{.draft = &draft, .shape = c.shape};
         check_tree_case(draft, verifier, target, c.target, c.shape, 1000 + c.seed, true,
                         [&](specdec::decode_options& o, tree_verification_scheme scheme) {
                             adaptive.apply(o, scheme);
+                            watch.planner = o.length.controller;
                             watch.apply(o);
                         });
-        INFO(watch.describe_depths());
+        INFO(watch.describe_depths() << "; plans: " << watch.planned_trees << " trees, " << watch.planned_chains
+                                     << " chains");
         CHECK(watch.distinct_depths() >= 3);
-        CHECK(watch.pruned == 0);  // every tree had the shape cut to the depth asked
+        CHECK(watch.depths[0] > 0);      // plain steps
+        CHECK(watch.planned_trees > 0);  // and trees, chosen by the planner
+        CHECK(watch.pruned == 0);        // every tree had the planned shape cut to the depth asked
+        chains += watch.planned_chains;
     }
+    CHECK(chains > 0);  // and chains (the second case plans some)
 }
 
-TEST_CASE("Tree decoding with the adaptive depth, the draft's own sampling and the draft-side stop together "
+TEST_CASE("Tree decoding with the tree planner, the draft's own sampling and the draft-side stop together "
           "matches the target",
           "[statistical][distribution][tree][adaptive][draft-sampling][draft-stop]") {
     const specdec::tree_shape shape{.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement};
     auto target = markov_model::random(4, 2, 151);
     auto draft = markov_model::random(4, 2, 152);
     tree_markov verifier{&target};
-    adaptive_trees adaptive(shape.depth());
+    adaptive_trees adaptive(shape);
     tree_watch watch{.draft = &draft, .draft_sampling = specdec::sampling_config{.temperature = 1.3f},
                      .stop_below = 0.25f, .shape = shape};
     check_tree_case(draft, verifier, target, {}, shape, 1151, true,
                     [&](specdec::decode_options& o, tree_verification_scheme scheme) {
                         adaptive.apply(o, scheme);
+                        watch.planner = o.length.controller;
                         watch.apply(o);
                     });
     INFO(watch.describe_depths() << "; " << watch.pruned << " of " << watch.trees << " trees pruned");

@@ -728,7 +728,7 @@ TEST_CASE("The draft-side stop prunes tree steps and keeps temperature 0 greedy"
         }
 }
 
-TEST_CASE("The adaptive depth works with trees: several depths chosen, temperature 0 still greedy",
+TEST_CASE("The tree planner works with trees: several depths chosen, temperature 0 still greedy",
           "[tree][adaptive]") {
     auto target = markov_model::random(6, 2, 55);
     auto draft = markov_model::random(6, 2, 56);
@@ -745,8 +745,11 @@ TEST_CASE("The adaptive depth works with trees: several depths chosen, temperatu
     for (const auto scheme : kTreeSchemes)
         for (markov_model* d : {&draft, &near}) {
             INFO(name(scheme) << (d == &near ? ", a near draft" : ", a random draft"));
-            // The caller's controller (its choices are visible), then the decoder's own.
-            specdec::gamma_controller controller(shape.depth(), known_costs());
+            // The caller's controller (its choices are visible), then the decoder's own: the tree
+            // planner, for a plain next_logits drafter (one draft call per parent).
+            specdec::gamma_controller controller = specdec::make_controller(
+                {.step = specdec::tree{.shape = shape}, .length = {.adaptive = known_costs()}},
+                specdec::tree_draft_calls::per_parent);
             std::size_t events = 0, depth_ok = 0;
             const auto on_step = [&](const specdec::step_event& e) {
                 ++events;
@@ -789,7 +792,8 @@ TEST_CASE("The adaptive depth works with trees: several depths chosen, temperatu
         }
 }
 
-TEST_CASE("Tree steps refuse invalid draft settings and a controller of another depth, naming the field", "[tree]") {
+TEST_CASE("Tree steps refuse invalid draft settings and a controller that does not plan their tree, naming the field",
+          "[tree]") {
     auto target = markov_model::random(5, 2, 83);
     auto draft = markov_model::random(5, 2, 84);
     const std::vector<token_id> prompt{0, 1};
@@ -806,7 +810,10 @@ TEST_CASE("Tree steps refuse invalid draft settings and a controller of another 
                    "draft.sampling");
     specdec::gamma_controller deeper(3);
     expect_invalid([&] { run({.length = {.policy = specdec::gamma_policy::adaptive, .controller = &deeper}}); },
-                   "tree depth");
+                   "does not plan this step's tree");
+    specdec::gamma_controller wider(specdec::tree_plan_limits{.branching = {3, 1}});
+    expect_invalid([&] { run({.length = {.policy = specdec::gamma_policy::adaptive, .controller = &wider}}); },
+                   "does not plan this step's tree");
     expect_invalid(
         [&] {
             (void)specdec::speculative_decode(draft, target, prompt,
@@ -1083,4 +1090,121 @@ TEST_CASE("A sibling_draws value that is neither enumerator is refused by name (
         },
         "specdec::speculative_decode: node 0 has draws = 7");
     CHECK(verifier.passes == 0);
+}
+
+namespace {
+
+/// Exact P(child k of the root is accepted | children 1..k−1 were not), k = 1..siblings, by
+/// enumerating the earlier children's tokens: each is drawn from q (i.i.d.) or from q without
+/// the earlier ones (renormalized), and fails with 1 − min(1, r_j(x_j) / q_j(x_j)); after a
+/// failure r ← norm(max(0, r − q_j)). The same for recursive rejection and traversal at the root.
+std::vector<double> exact_sibling_acceptance(const std::vector<double>& p, const std::vector<double>& q,
+                                             std::size_t siblings, bool without_replacement) {
+    const std::size_t V = p.size();
+    std::vector<double> reached_mass(siblings, 0.0), accept_mass(siblings, 0.0);
+    // Depth-first over histories: (probability of reaching this point, residual, tokens used).
+    const auto visit = [&](auto&& self, std::size_t k, double reach, const std::vector<double>& r,
+                           std::vector<bool>& used) -> void {
+        std::vector<double> qk = q;
+        if (without_replacement) {
+            double left = 0.0;
+            for (std::size_t x = 0; x < V; ++x) left += used[x] ? 0.0 : q[x];
+            for (std::size_t x = 0; x < V; ++x) qk[x] = used[x] ? 0.0 : q[x] / left;
+        }
+        double a = 0.0;
+        for (std::size_t x = 0; x < V; ++x) a += std::min(r[x], qk[x]);
+        reached_mass[k] += reach;
+        accept_mass[k] += reach * a;
+        if (k + 1 == siblings) return;
+        for (std::size_t x = 0; x < V; ++x) {
+            if (qk[x] == 0.0) continue;
+            const double fail = 1.0 - std::min(1.0, r[x] / qk[x]);
+            if (fail <= 0.0) continue;
+            std::vector<double> next(V);
+            double mass = 0.0;
+            for (std::size_t y = 0; y < V; ++y) mass += next[y] = std::max(0.0, r[y] - qk[y]);
+            for (auto& v : next) v /= mass;
+            const bool was = used[x];
+            used[x] = true;
+            self(self, k + 1, reach * qk[x] * fail, next, used);
+            used[x] = was;
+        }
+    };
+    std::vector<bool> used(V, false);
+    visit(visit, 0, 1.0, p, used);
+    std::vector<double> out(siblings);
+    for (std::size_t k = 0; k < siblings; ++k) out[k] = accept_mass[k] / reached_mass[k];
+    return out;
+}
+
+}  // namespace
+
+TEST_CASE("Sibling acceptance at the root: each tested child's a_k, averaged over the steps that reached it, "
+          "matches exact enumeration",
+          "[tree][statistical]") {
+    // p and q overlap partly, so later siblings face a residual far from p (a_2, a_3 differ from
+    // Σ min(p, q), which the check below confirms, so a report of the unconditional overlap fails).
+    const std::vector<double> p{0.40, 0.25, 0.15, 0.12, 0.08}, q{0.10, 0.45, 0.05, 0.30, 0.10};
+    const std::size_t V = p.size(), siblings = 3, runs = 40000;
+    Eigen::MatrixXf logits(static_cast<Eigen::Index>(V), static_cast<Eigen::Index>(siblings + 1));
+    for (std::size_t x = 0; x < V; ++x)
+        for (Eigen::Index j = 0; j <= static_cast<Eigen::Index>(siblings); ++j)
+            logits(static_cast<Eigen::Index>(x), j) = static_cast<float>(std::log(p[x]));
+    double unconditional = 0.0;
+    for (std::size_t x = 0; x < V; ++x) unconditional += std::min(p[x], q[x]);
+    for (const bool wor : {false, true}) {
+        const auto exact = exact_sibling_acceptance(p, q, siblings, wor);
+        CHECK(std::abs(exact[1] - unconditional) > 0.05);
+        CHECK(std::abs(exact[2] - unconditional) > 0.05);
+        for (const auto scheme : {tree_verification_scheme::traversal, tree_verification_scheme::recursive_rejection}) {
+            INFO((wor ? "without replacement, " : "i.i.d., ")
+                 << (scheme == tree_verification_scheme::traversal ? "traversal" : "recursive rejection"));
+            std::mt19937_64 rng(wor ? 11 : 12);
+            specdec::tree_verify_workspace ws;
+            std::vector<double> sum(siblings, 0.0);
+            std::vector<std::size_t> count(siblings, 0);
+            std::vector<bool> used(V);
+            for (std::size_t run = 0; run < runs; ++run) {
+                draft_tree t;
+                t.resize_probs(static_cast<Eigen::Index>(V), static_cast<Eigen::Index>(siblings));
+                std::fill(used.begin(), used.end(), false);
+                for (std::size_t k = 0; k < siblings; ++k) {
+                    // Draw child k from q (without the earlier children's tokens when so drawn).
+                    double left = 0.0;
+                    for (std::size_t x = 0; x < V; ++x) left += (wor && used[x]) ? 0.0 : q[x];
+                    double u = specdec::uniform01(rng) * left;
+                    std::size_t x = 0;
+                    for (; x + 1 < V; ++x) {
+                        const double w = (wor && used[x]) ? 0.0 : q[x];
+                        if (u < w) break;
+                        u -= w;
+                    }
+                    while (wor && used[x]) --x;  // rounding at the end of the range
+                    used[x] = true;
+                    t.add(-1, static_cast<token_id>(x), wor ? sibling_draws::without_replacement : sibling_draws::iid);
+                    for (std::size_t y = 0; y < V; ++y)
+                        t.probs(static_cast<Eigen::Index>(y), static_cast<Eigen::Index>(k)) = static_cast<float>(q[y]);
+                }
+                const auto r = specdec::verify_tree(logits, t, {}, rng, ws,
+                                                    {.scheme = scheme, .estimate_sibling_acceptance = true});
+                REQUIRE(!r.sibling_acceptance.empty());
+                REQUIRE(r.sibling_acceptance.size() <= siblings);
+                // Child k was tested only when the ones before it were not accepted.
+                if (r.last_node >= 0) CHECK(r.sibling_acceptance.size() == static_cast<std::size_t>(r.last_node) + 1);
+                else CHECK(r.sibling_acceptance.size() == siblings);
+                for (std::size_t k = 0; k < r.sibling_acceptance.size(); ++k) {
+                    sum[k] += r.sibling_acceptance[k];
+                    ++count[k];
+                }
+            }
+            for (std::size_t k = 0; k < siblings; ++k) {
+                // a_k lies in [0, 1]: the mean of n of them has a standard error of at most
+                // 0.5 / sqrt(n); 5 of those is a false alarm below 1e-6 per check.
+                const double mean = sum[k] / static_cast<double>(count[k]);
+                INFO("sibling " << k + 1 << ": mean " << mean << " over " << count[k] << ", exact " << exact[k]);
+                CHECK(count[k] > 1000);
+                CHECK(std::abs(mean - exact[k]) < 5.0 * 0.5 / std::sqrt(static_cast<double>(count[k])));
+            }
+        }
+    }
 }

@@ -53,6 +53,33 @@ private:
     specdec::model_drafter<M> inner_{*model_};
 };
 
+/// A BlockDrafter whose drafting runs a model `beyond` tokens past the block it proposes (a
+/// specdec::hierarchical_drafter: its inner loop scores the sequence so far plus an inner draft
+/// of up to inner gamma tokens), limited to that model's window: it asks `drafter` for
+/// min(gamma, room) tokens, room = window − context − beyond, and proposes none when there is
+/// no room (a plain target step). The block's length depends on the context's length only.
+template <class D>
+class window_limited_drafter {
+public:
+    window_limited_drafter(D& drafter, std::size_t window, std::size_t beyond)
+        : drafter_(&drafter), window_(window), beyond_(beyond) {}
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return drafter_->vocab_size(); }
+    void draft(std::span<const specdec::token_id> context, std::size_t gamma, const specdec::sampling_config& sampling,
+               specdec::uniform_source& uniforms, specdec::draft_block& out) {
+        const std::size_t used = context.size() + beyond_;
+        const std::size_t k = std::min(gamma, used < window_ ? window_ - used : 0);
+        if (k == 0) {
+            out.clear();
+            return;
+        }
+        drafter_->draft(context, k, sampling, uniforms, out);
+    }
+
+private:
+    D* drafter_;
+    std::size_t window_, beyond_;
+};
+
 /// The largest part of `asked` that a step after `context` tokens can draft and score:
 /// `asked` filled breadth first (as specdec::draft_tree_from_model fills it) up to m nodes,
 /// for the largest m with

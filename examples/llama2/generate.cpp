@@ -6,15 +6,18 @@
 //
 //   specdec-generate --models DIR --prompt "Once upon a time" --gamma 4 --temperature 0.8 --compare
 //   specdec-generate --models DIR --tree 2,2,1,1 --gamma auto
+//   specdec-generate --models DIR --gamma auto --measure-profile pair.profile   (then --profile pair.profile)
 //   specdec-generate --target stories260K.bin --draft llama2xs_tok512_279K.bin --tokenizer tok512.bin ...
 //
 // Drafters (--drafter): model (the --draft checkpoint, default), early-exit:K (the target's
 // first K layers), unigram, bigram (fit on the running context), lookup (prompt lookup),
-// lookup+model (prompt lookup, falling back to the draft model).
+// lookup+model (prompt lookup, falling back to the draft model), lookup>model (hierarchical: the
+// draft model sped up by prompt lookup, Leviathan et al. 2023, §6).
 
 #include "command_line.hpp"
 #include "context_limit.hpp"
 #include "summary.hpp"
+#include "text_file.hpp"
 #include "tokenizer.hpp"
 #include "transformer.hpp"
 
@@ -50,6 +53,8 @@ struct arguments {
     std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
     bool compare = false;
     bool color = isatty(STDOUT_FILENO) != 0;
+    std::filesystem::path profile;          // --profile: load the engine profile from this file
+    std::filesystem::path measure_profile;  // --measure-profile: measure it, save it here
 };
 
 /// Parses the command line; returns the arguments, or the exit status to end with.
@@ -72,13 +77,15 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_option("--draft", a.draft, "draft checkpoint (overrides --models)");
     app.add_option("--tokenizer", a.tokenizer, "tokenizer file (overrides --models)");
     app.add_option("--prompt", a.prompt, "text to continue")->capture_default_str();
-    app.add_option("--drafter", a.drafter, "model|early-exit:K|unigram|bigram|lookup|lookup+model")
+    app.add_option("--drafter", a.drafter,
+                   "model|early-exit:K|unigram|bigram|lookup|lookup+model|lookup>model (hierarchical: the draft "
+                   "model itself decoded speculatively with prompt lookup below it; quote it in a shell)")
         ->capture_default_str()
-        ->check(specdec_examples::drafter_validator({"model", "unigram", "bigram", "lookup", "lookup+model"}));
+        ->check(specdec_examples::drafter_validator({"model", "unigram", "bigram", "lookup", "lookup+model", "lookup>model"}));
     app.add_option("--gamma", gamma,
                    "draft length N, or auto: choose each step's draft length from measured acceptance and "
-                   "timings, from 0 (a plain target step) to --max-gamma; with --tree, auto chooses each step's "
-                   "tree depth, up to the depth of --tree (N is unused: the tree's own depth)")
+                   "timings, from 0 (a plain target step) to --max-gamma; with --tree, auto plans each step's "
+                   "shape within the tree's: a tree, a chain or a plain step (N is unused: the tree's own depth)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto"}) | CLI::TypeValidator<std::size_t>("N"));
     app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")->capture_default_str();
@@ -103,15 +110,22 @@ std::variant<arguments, int> parse(int argc, char** argv) {
         ->check(CLI::IsMember({"token", "block"}));
     app.add_option("--tree", a.tree,
                    "draft a tree instead of a chain: branching per depth, e.g. 3,2,1,1 (model drafters; "
-                   "traversal verification, exact; with --gamma auto the depth is chosen per step)")
+                   "traversal verification, exact; with --gamma auto each step's shape is planned within it)")
         ->delimiter(',')
         ->check(CLI::PositiveNumber);
+    app.add_option("--profile", a.profile,
+                   "with --gamma auto: plan every step from this engine profile (written by --measure-profile) "
+                   "instead of timing the run, so the same seed gives the same tokens");
+    app.add_option("--measure-profile", a.measure_profile,
+                   "with --gamma auto: measure the engine profile of this drafter and target first (median "
+                   "timings of the real calls), save it to FILE, and plan from it")
+        ->excludes("--profile");
     app.add_flag("--compare", a.compare, "also run the autoregressive baseline and time both");
     app.add_flag("--no-color", no_color, "plain text output");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
 
     // --gamma auto: the adaptive policy chooses each step's γ in [0, --max-gamma], or with --tree
-    // the tree's depth in [0, depth of --tree] (the first levels of its branching).
+    // plans each step's shape within the tree's (a tree, a chain or a plain step).
     const bool adaptive = gamma == "auto";
     a.decode.length.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed;
     if (!a.tree.empty()) {
@@ -123,6 +137,12 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     }
     a.decode.budget.max_new_tokens = max_tokens;
     if (no_color) a.color = false;
+    if ((!a.profile.empty() || !a.measure_profile.empty()) && !adaptive) {
+        std::fputs("specdec-generate: --profile and --measure-profile plan the steps of --gamma auto; add --gamma auto\n"
+                   "Run with --help for more information.\n",
+                   stderr);
+        return 2;
+    }
     if (!models.empty()) {
         if (a.target.empty()) a.target = models / "stories260K.bin";
         if (a.draft.empty()) a.draft = models / "llama2xs_tok512_279K.bin";
@@ -188,6 +208,7 @@ struct run_outcome {
     double streamed_seconds = 0;
     specdec::decode_result baseline;
     std::vector<double> spec_rates, base_rates;  // tokens/s of each timed run
+    std::string profile_note;  // where the adaptive policy's costs came from, when from a profile
 };
 
 double median(std::vector<double> v) {
@@ -205,12 +226,30 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
     run_outcome o;
     auto opts = a.decode;
     opts.on_step = std::ref(out);
+    if (opts.length.policy == specdec::gamma_policy::adaptive && !a.measure_profile.empty()) {
+        // Measured once, before decoding, through the same calls a step makes; saved for
+        // --profile. Up to the longest draft of a step plus the bonus position.
+        const auto* t = std::get_if<specdec::tree>(&opts.step);
+        const std::size_t longest = t ? t->shape.depth() : std::get<specdec::chain>(opts.step).gamma;
+        const specdec::profile_measurement how{.max_positions = longest + 1, .sampling = opts.sampling, .seed = a.seed};
+        specdec::engine_profile p;
+        if constexpr (specdec::Drafter<D>) p = specdec::measure_engine_profile(drafter, target, prompt, how);
+        else p = specdec::measure_engine_profile(*draft_model, target, prompt, how);  // a tree drafter: its model
+        llama2::write_text_file(a.measure_profile, specdec::to_text(p));
+        opts.length.adaptive.profile = p;
+        o.profile_note = "profile measured and saved to " + a.measure_profile.string();
+    } else if (opts.length.policy == specdec::gamma_policy::adaptive && !a.profile.empty()) {
+        try {
+            opts.length.adaptive.profile = specdec::parse_engine_profile(llama2::read_text_file(a.profile, "--profile"));
+        } catch (const std::invalid_argument& e) {
+            throw std::invalid_argument("--profile " + a.profile.string() + ": " + e.what());
+        }
+        o.profile_note = "planned from the profile " + a.profile.string();
+    }
     if (opts.length.policy == specdec::gamma_policy::adaptive) {
         // The streamed run's controller, made as speculative_decode makes its own, kept for the
         // summary.
-        const auto* t = std::get_if<specdec::tree>(&opts.step);
-        const std::size_t longest = t ? t->shape.depth() : std::get<specdec::chain>(opts.step).gamma;
-        opts.length.controller = &o.controller.emplace(longest, opts.length.adaptive);
+        opts.length.controller = &o.controller.emplace(specdec::make_controller(opts));
     }
     std::mt19937_64 rng(a.seed);
     const auto t0 = std::chrono::steady_clock::now();
@@ -252,7 +291,7 @@ int main(int argc, char** argv) {
                                         std::to_string(target.max_context()));
 
         std::optional<llama2::transformer> draft_model;
-        if (a.drafter == "model" || a.drafter == "lookup+model") {
+        if (a.drafter == "model" || a.drafter == "lookup+model" || a.drafter == "lookup>model") {
             if (a.draft.empty()) throw std::invalid_argument("--drafter " + a.drafter + " needs --draft");
             draft_model.emplace(a.draft);
         } else if (a.drafter.rfind("early-exit:", 0) == 0) {
@@ -284,6 +323,16 @@ int main(int argc, char** argv) {
             llama2::context_limited_drafter<llama2::transformer> model(*draft_model);
             specdec::fallback_drafter d(lookup, model);
             outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
+        } else if (a.drafter == "lookup>model") {
+            // The draft model decoded by speculative decoding with prompt lookup proposing for it
+            // (inner γ = 4), within the draft model's window (its inner loop scores 3 tokens past
+            // the block at most).
+            constexpr std::size_t inner_gamma = 4;
+            specdec::prompt_lookup_drafter lookup(vocab);
+            specdec::hierarchical_drafter layered(lookup, *draft_model, {.gamma = inner_gamma});
+            llama2::window_limited_drafter d(layered, static_cast<std::size_t>(draft_model->max_context()),
+                                             inner_gamma - 1);
+            outcome = run(d, target, &*draft_model, prompt, a, out);
         } else {
             throw std::invalid_argument("unknown drafter " + a.drafter);
         }
@@ -315,9 +364,18 @@ int main(int argc, char** argv) {
                 std::printf("; estimated alpha %s",
                             llama2::alpha_text(st.estimated_acceptance(), llama2::estimated_positions(st)).c_str());
             std::printf("\n");
-            if (outcome.controller)
-                if (const auto why = llama2::speculation_off_reason(st, *outcome.controller))
-                    std::printf("%s\n", why->c_str());
+            if (outcome.controller) {
+                if (!outcome.controller->plans_trees())  // (a tree planner's line below says it)
+                    if (const auto why = llama2::speculation_off_reason(st, *outcome.controller))
+                        std::printf("%s\n", why->c_str());
+                // What the policy would choose now, and why, from its final estimates.
+                std::printf("plan: %s\n", outcome.controller->explain().c_str());
+            }
+            std::printf("%s\n", outcome.profile_note.empty()
+                                    ? "costs timed during the run: the plan depends on timings, so a seed need not "
+                                      "repeat the tokens (--measure-profile FILE, then --profile FILE, makes runs "
+                                      "reproducible)"
+                                    : (outcome.profile_note + ": the same seed gives the same tokens").c_str());
         }
         std::printf("tokens %zu, target calls %zu, tokens per target call %.2f, measured alpha %s, %.0f tokens/s "
                     "(streamed)\n",

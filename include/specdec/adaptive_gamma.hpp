@@ -16,10 +16,13 @@
 #include <cstddef>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "engine_profile.hpp"
 #include "error.hpp"
 
 namespace specdec {
@@ -64,11 +67,19 @@ struct adaptive_gamma_options {
     double prior_weight = 2.0;
     /// Cost of drafting n tokens, in any unit (the same as pass_cost's). Set both pass_cost
     /// and draft_cost to use known costs; then nothing is timed. Empty: measured with a steady
-    /// clock around the drafter's calls (seconds).
+    /// clock around the drafter's calls (seconds). In a batch, the sequences draft together
+    /// (one batched call per draft position), so a step costs draft_cost(γ) whatever the
+    /// number of sequences; give a profile to model a drafter whose cost grows with them.
     std::function<double(std::size_t drafted)> draft_cost{};
-    /// Cost of one target pass over m positions (m = γ + 1), same unit as draft_cost. Empty:
-    /// measured with a steady clock around the verifier's calls.
+    /// Cost of one target pass over m positions in total (one sequence: m = γ + 1; a batch of
+    /// B sequences: m = B(γ + 1)), same unit as draft_cost. Empty: measured with a steady
+    /// clock around the verifier's calls.
     std::function<double(std::size_t positions)> pass_cost{};
+    /// The engine's costs, measured once (engine_profile.hpp): a step of γ drafted tokens for
+    /// B sequences costs γ·profile.draft_cost(B) + profile.pass_cost(B(γ + 1)). Set, nothing
+    /// is timed and the plan depends only on counts, so the same seed gives the same tokens
+    /// (like the cost callbacks, which must then be empty). Unset: the callbacks, or timing.
+    std::optional<engine_profile> profile{};
 };
 
 namespace detail {
@@ -92,6 +103,25 @@ struct running_estimate {
 };
 
 }  // namespace detail
+
+/// How many draft calls a tree costs the drafter, for the tree planner's cost model.
+enum class tree_draft_calls {
+    /// One call per level (calls = depth): a draft model that scores a whole level in one
+    /// pass (one with score_tree), a TreeDrafter, or a BlockDrafter's chain.
+    per_level,
+    /// One call per node that gets children (calls = 1 + the nodes above the last level): a
+    /// plain next_logits drafter.
+    per_parent,
+};
+
+/// The largest tree a planning controller may choose (see gamma_controller's tree constructor):
+/// branching per depth (the shape's, e.g. {3, 2, 1, 1}), an optional node budget, and how the
+/// drafter's calls grow with the tree.
+struct tree_plan_limits {
+    std::vector<std::size_t> branching{};
+    std::size_t max_nodes = 0;  ///< 0: no budget beyond the branching
+    tree_draft_calls draft_calls = tree_draft_calls::per_level;
+};
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
 /// pass your own through decode_options::controller to keep its estimates across calls
@@ -124,40 +154,90 @@ public:
             detail::fail_invalid(where, ": explore_budget = ", options_.explore_budget, " must lie in [0, 1]");
         if (static_cast<bool>(options_.draft_cost) != static_cast<bool>(options_.pass_cost))
             detail::fail_invalid(where, ": set both draft_cost and pass_cost (known costs), or neither (measured)");
+        if (options_.profile) {
+            if (options_.pass_cost)
+                detail::fail_invalid(where, ": set a profile or the cost callbacks draft_cost and pass_cost, not both");
+            validate(*options_.profile, "specdec::gamma_controller: adaptive_gamma_options::profile");
+        }
         alpha_.assign(gamma_max_, estimate{});
-        pass_.assign(gamma_max_ + 1, estimate{});
+        pass_.assign(gamma_max_ + 1, estimate{});  // grows with the batch's positions
         chosen_.assign(gamma_max_ + 1, 0);
     }
 
-    /// The longest draft considered.
+    /// A controller that plans each step's tree (the planner of a tree step, `decode_options`'
+    /// `step = tree{shape}` under the adaptive policy): before each step it chooses, among every
+    /// shape within `limits` (branching b_d in [1, limits.branching[d]] per depth, any depth up
+    /// to the full one, at most max_nodes nodes) and the plain step, the one with the most
+    /// expected tokens per unit of cost. A shape with every b_d = 1 is a chain. The model is
+    /// Sequoia's (Chen et al. 2024, §3.1): the k-th child of a node is accepted, given that the
+    /// earlier ones were not, with a probability a_k that depends on k only, estimated from
+    /// tree_verify_result::sibling_acceptance at the root of every tree step; a level of b
+    /// children then lets the path go on with P(b) = 1 − Π_{k≤b} (1 − a_k), and a shape
+    /// b_1..b_D yields E[tokens] = 1 + Σ_d Π_{i≤d} P(b_i). A step of N nodes, drafted level by
+    /// level (one draft call per level, or per node with children: limits.draft_calls), costs
+    /// that many draft steps and a target pass over N + 1 positions per sequence.
+    /// 	hrows std::invalid_argument as the chain constructor, and for an empty branching or
+    ///         one with a 0 entry.
+    gamma_controller(tree_plan_limits limits, adaptive_gamma_options options = {})
+        : gamma_controller(checked_depth(limits), std::move(options)) {
+        constexpr const char* where = "specdec::gamma_controller";
+        for (std::size_t d = 0; d < limits.branching.size(); ++d)
+            if (limits.branching[d] == 0)
+                detail::fail_invalid(where, ": tree_plan_limits.branching[", d, "] = 0; every level needs a child");
+        tree_ = std::move(limits);
+        std::size_t widest = 1;
+        for (const std::size_t b : tree_.branching) widest = std::max(widest, b);
+        sibling_.assign(widest, estimate{});
+        enumerate_shapes();
+    }
+
+    /// The longest draft considered (for a tree planner: the full tree's depth).
     [[nodiscard]] std::size_t gamma_max() const noexcept { return gamma_max_; }
-    /// True when costs are measured (no cost callbacks were given).
-    [[nodiscard]] bool measures_time() const noexcept { return !options_.pass_cost; }
+    /// True for a tree planner (made with tree_plan_limits).
+    [[nodiscard]] bool plans_trees() const noexcept { return !tree_.branching.empty(); }
+    /// A tree planner's limits (empty branching for a chain controller).
+    [[nodiscard]] const tree_plan_limits& tree_limits() const noexcept { return tree_; }
+    /// A tree planner's choice at the last choose(): the branching per depth of the step's
+    /// tree (empty: a plain step). For a chain controller: empty.
+    [[nodiscard]] std::span<const std::size_t> planned_shape() const noexcept {
+        if (!plans_trees()) return {};
+        return shapes_[planned_];
+    }
+    /// True when costs are measured (neither cost callbacks nor a profile were given): then the
+    /// choices depend on timings, and the same seed need not give the same tokens.
+    [[nodiscard]] bool measures_time() const noexcept { return !options_.pass_cost && !options_.profile; }
 
     /// The γ for the next step, at most `limit` (the tokens still needed minus one).
     /// Warm-up when costs are measured: γ = 1 until a draft token and a 2-position pass are
     /// timed (twice: a decoding call's first step also reads the prompt, and is not timed), then
     /// γ = 0 once; with known costs, γ = 1 once (a first α_1). Afterwards the best γ, or a
     /// neighbour on exploring steps.
-    std::size_t choose(std::size_t limit = std::numeric_limits<std::size_t>::max()) {
+    /// `sequences`: how many sequences the step drafts for (a batch_decoder's active ones); the
+    /// pass's cost is taken at their total positions, so a batch whose pass grows with its
+    /// positions speculates less than one sequence would.
+    std::size_t choose(std::size_t limit = std::numeric_limits<std::size_t>::max(), std::size_t sequences = 1) {
+        sequences_ = std::max<std::size_t>(sequences, 1);
         const std::size_t top = std::min(gamma_max_, limit);
+        const std::size_t warm = warm_plan();
+        const bool known_acceptance = plans_trees() ? sibling_[0].count != 0 : alpha_[0].count != 0;
         std::size_t g;
         if (top == 0) {
             g = 0;
-        } else if (alpha_[0].count == 0 || (measures_time() && (draft_.count == 0 || pass_[1].count == 0) &&
-                                            drafted_steps_ < 4)) {
-            g = 1;  // nothing known about acceptance yet, or no clean timing of a draft token
-        } else if (measures_time() && pass_[0].count == 0) {
+        } else if (!known_acceptance ||
+                   (measures_time() && (draft_.count == 0 || !pass_measured(plan_positions(warm, sequences_))) &&
+                    drafted_steps_ < 4)) {
+            g = warm;  // nothing known about acceptance yet, or no clean timing of a draft token
+        } else if (measures_time() && !pass_measured(sequences_)) {
             g = 0;
         } else {
-            std::size_t best = best_gamma(top);
+            std::size_t best = best_plan(top, sequences_);
             // A draft model idle during plain steps first catches up on the tokens it missed:
             // resume speculating only if that pays within the tokens still to be generated.
             if (best > 0 && lag_ > 0 && measures_time()) {
                 const double left = static_cast<double>(limit) + 1.0;
                 const double resume = static_cast<double>(lag_) * catch_up_per_token() +
-                                      left * expected_cost(best) / expected_tokens(best);
-                if (resume >= left * expected_cost(0)) best = 0;
+                                      left * plan_cost(best, sequences_) / plan_tokens(best);
+                if (resume >= left * plan_cost(0, sequences_)) best = 0;
             }
             if (best != last_best_) {
                 explore_interval_ = options_.explore_every;
@@ -166,9 +246,9 @@ public:
             }
             g = best;
             if (options_.explore_every != 0 && ++since_explore_ >= explore_interval_) {
-                const std::size_t other = best < top ? best + 1 : best - 1;
+                const std::size_t other = neighbour(best, top);
                 const double extra = exploring_cost(other, best);
-                if (explored_ + extra <= options_.explore_budget * (total_ + extra)) {
+                if (other != best && explored_ + extra <= options_.explore_budget * (total_ + extra)) {
                     since_explore_ = 0;
                     explore_interval_ = std::min(std::max<std::size_t>(1, 2 * explore_interval_),
                                                  std::max(options_.max_explore_every, options_.explore_every));
@@ -177,8 +257,10 @@ public:
                 }
             }
         }
-        ++chosen_[g];
-        return g;
+        planned_ = g;
+        const std::size_t depth = plan_depth(g);
+        ++chosen_[depth];
+        return depth;
     }
 
     /// What one step did, for observe(). Times are in seconds, negative when not measured.
@@ -187,9 +269,13 @@ public:
         std::size_t drafted = 0;              ///< the tokens the drafter proposed
         std::size_t emitted = 0;              ///< the tokens the step appended
         std::span<const float> acceptance{};  ///< β of the tested draft positions (0-based)
+        /// Tree steps: a_k of the root's tested children (tree_verify_result::sibling_acceptance).
+        std::span<const float> sibling_acceptance{};
         double draft_seconds = -1.0;          ///< the drafter's call
-        double pass_seconds = -1.0;           ///< the target pass (over drafted + 1 positions)
+        double pass_seconds = -1.0;           ///< the target pass
         double step_seconds = -1.0;           ///< the whole step
+        /// The positions the target pass held, over all sequences; 0: drafted + 1 (one sequence).
+        std::size_t positions = 0;
         /// The first step of a decoding call: its times include reading the prompt (the models'
         /// prefill), so they are not used as estimates.
         bool first = false;
@@ -199,6 +285,8 @@ public:
     void observe(const step_observation& o) {
         for (std::size_t i = 0; i < o.acceptance.size() && i < alpha_.size(); ++i)
             alpha_[i].add(std::clamp(static_cast<double>(o.acceptance[i]), 0.0, 1.0), options_.window);
+        for (std::size_t k = 0; k < o.sibling_acceptance.size() && k < sibling_.size(); ++k)
+            sibling_[k].add(std::clamp(static_cast<double>(o.sibling_acceptance[k]), 0.0, 1.0), options_.window);
         if (o.gamma > 0) {
             // A draft token's time only from a drafter that ran in the step before too: one
             // idle during plain steps (or new to the prompt) spends this call catching up.
@@ -216,14 +304,53 @@ public:
         } else {
             lag_ += o.emitted;
         }
-        const std::size_t positions = o.drafted + 1;
-        if (!o.first && positions <= pass_.size() && o.pass_seconds >= 0 && std::isfinite(o.pass_seconds))
+        const std::size_t positions = o.positions != 0 ? o.positions : o.drafted + 1;
+        if (!o.first && positions <= detail::max_profile_entries && o.pass_seconds >= 0 &&
+            std::isfinite(o.pass_seconds)) {
+            if (positions > pass_.size()) pass_.resize(positions);
             pass_[positions - 1].add_time(o.pass_seconds, options_.window);
+        }
         if (!o.first && o.step_seconds >= 0 && o.draft_seconds >= 0 && o.pass_seconds >= 0) {
             const double rest = o.step_seconds - o.draft_seconds - o.pass_seconds;
             if (std::isfinite(rest)) overhead_.add_time(std::max(0.0, rest), options_.window);
         }
-        total_ += expected_cost(std::min(o.gamma, gamma_max_));
+        total_ += plans_trees() ? plan_cost(planned_, sequences_)
+                                : expected_cost(std::min(o.gamma, gamma_max_), sequences_);
+    }
+
+    /// A tree planner's estimate of a_k (k = 1.., the acceptance of a node's k-th child given
+    /// that the earlier ones were not accepted); an unobserved rank takes the one before it; 0
+    /// before any observation or for a chain controller.
+    [[nodiscard]] double sibling_acceptance(std::size_t k) const {
+        if (k == 0 || k > sibling_.size()) return 0.0;
+        for (std::size_t j = k; j-- > 0;)
+            if (sibling_[j].count != 0) return sibling_[j].value;
+        return 0.0;
+    }
+    /// A tree planner's E[tokens] of a step of the shape `branching` (empty: a plain step, 1):
+    /// 1 + Σ_d Π_{i≤d} P(b_i), with the a_k the choice uses (shrunk by prior_weight).
+    [[nodiscard]] double expected_tokens(std::span<const std::size_t> branching) const {
+        double total = 1.0, run = 1.0;
+        for (const std::size_t b : branching) {
+            double fail = 1.0;
+            for (std::size_t k = 1; k <= b; ++k) fail *= 1.0 - shrunk_sibling(k);
+            run *= 1.0 - fail;
+            total += run;
+        }
+        return total;
+    }
+    /// A tree planner's expected cost of a step of the shape `branching` for `sequences`
+    /// sequences (see the tree constructor).
+    [[nodiscard]] double expected_cost(std::span<const std::size_t> branching, std::size_t sequences = 1) const {
+        const std::size_t b = std::max<std::size_t>(sequences, 1);
+        std::size_t nodes = 0, calls = branching.empty() ? 0 : 1, level = 1;
+        for (std::size_t d = 0; d < branching.size(); ++d) {
+            level *= branching[d];
+            nodes += level;
+            if (d + 1 < branching.size()) calls += level;
+        }
+        if (tree_.draft_calls == tree_draft_calls::per_level) calls = branching.size();
+        return cost_of(calls, b * (nodes + 1), b);
     }
 
     /// The estimate of α_i (i = 1..gamma_max, the acceptance at draft position i);
@@ -244,19 +371,30 @@ public:
         }
         return total;
     }
-    /// Expected cost of a step with γ draft tokens, in the cost unit (seconds when measured).
-    [[nodiscard]] double expected_cost(std::size_t gamma) const {
-        if (!measures_time()) return options_.draft_cost(gamma) + options_.pass_cost(gamma + 1);
-        return static_cast<double>(gamma) * draft_.value + pass_time(gamma + 1) + overhead_.value;
+    /// Expected cost of a step with γ draft tokens for `sequences` sequences together, in the
+    /// cost unit (seconds when measured): from the profile, the callbacks (see
+    /// adaptive_gamma_options), or the measurements (a draft step's time, the pass's time at
+    /// the total positions, and the library's own time per step).
+    [[nodiscard]] double expected_cost(std::size_t gamma, std::size_t sequences = 1) const {
+        const std::size_t b = std::max<std::size_t>(sequences, 1);
+        return cost_of(gamma, b * (gamma + 1), b);
+    }
+    /// The predicted speedup of γ over plain steps (γ = 0) for `sequences` sequences: expected
+    /// tokens per unit of cost at γ over that at 0 (Leviathan et al. 2023, Thm. 3.8 with the
+    /// costs above). NaN while a plain step's cost is unknown.
+    [[nodiscard]] double predicted_speedup(std::size_t gamma, std::size_t sequences = 1) const {
+        const double plain = expected_cost(0, sequences), cost = expected_cost(gamma, sequences);
+        if (!(plain > 0.0) || !(cost > 0.0)) return std::numeric_limits<double>::quiet_NaN();
+        return expected_tokens(gamma) / cost * plain;
     }
     /// The γ in [0, limit] (limit <= gamma_max) with the most expected tokens per unit of
-    /// cost; ties go to the shorter draft.
-    [[nodiscard]] std::size_t best_gamma(std::size_t limit) const {
+    /// cost for `sequences` sequences; ties go to the shorter draft.
+    [[nodiscard]] std::size_t best_gamma(std::size_t limit, std::size_t sequences = 1) const {
         limit = std::min(limit, gamma_max_);
         std::size_t best = 0;
         double best_rate = -1.0;
         for (std::size_t g = 0; g <= limit; ++g) {
-            const double cost = expected_cost(g);
+            const double cost = expected_cost(g, sequences);
             const double rate = cost > 0 ? expected_tokens(g) / cost : std::numeric_limits<double>::infinity();
             if (rate > best_rate * (1 + 1e-9)) {
                 best_rate = rate;
@@ -265,18 +403,213 @@ public:
         }
         return best;
     }
+    /// One line saying what the policy would choose now for `sequences` sequences and why,
+    /// from its estimates: "gamma 3 for 1 sequence: predicted 1.72x plain steps (acceptance
+    /// 0.81 0.77 0.70; a draft step costs 0.12 plain steps; costs from the profile)", or
+    /// "speculation off for 8 sequences: a draft step costs 0.31 plain steps; best predicted
+    /// 0.93x (gamma 1)". Uses the acceptance the choice uses (acceptance() shrunk by
+    /// prior_weight).
+    [[nodiscard]] std::string explain(std::size_t sequences = 1) const {
+        const std::size_t b = std::max<std::size_t>(sequences, 1);
+        if (plans_trees()) return explain_tree(b);
+        const std::size_t best = best_gamma(gamma_max_, b);
+        std::size_t runner = 1;  // the best speculating length, for the "off" case
+        for (std::size_t g = 1; g <= gamma_max_; ++g)
+            if (predicted_speedup(g, b) > predicted_speedup(runner, b)) runner = g;
+        const double plain = expected_cost(0, b);
+        const double c = plain > 0 ? (expected_cost(1, b) - expected_cost(0, b) - (pass_of(2 * b) - pass_of(b))) / plain
+                                   : std::numeric_limits<double>::quiet_NaN();
+        const char* source = options_.profile ? "costs from the profile"
+                             : options_.pass_cost ? "costs from the callbacks"
+                                                  : "costs as timed";
+        char buf[160];
+        std::string out;
+        const std::string who = std::to_string(b) + (b == 1 ? " sequence" : " sequences");
+        if (best == 0) {
+            std::snprintf(buf, sizeof buf, "speculation off for %s: a draft step costs %.2f plain steps; best predicted %.2fx (gamma %zu); %s",
+                          who.c_str(), c, predicted_speedup(runner, b), runner, source);
+            return buf;
+        }
+        std::snprintf(buf, sizeof buf, "gamma %zu for %s: predicted %.2fx plain steps (acceptance", best, who.c_str(),
+                      predicted_speedup(best, b));
+        out = buf;
+        for (std::size_t i = 1; i <= best; ++i) {
+            std::snprintf(buf, sizeof buf, " %.2f", shrunk_acceptance(i));
+            out += buf;
+        }
+        std::snprintf(buf, sizeof buf, "; a draft step costs %.2f plain steps; %s)", c, source);
+        return out + buf;
+    }
     /// How many times choose() returned each γ (index γ).
     [[nodiscard]] std::span<const std::size_t> choices() const noexcept { return chosen_; }
 
 private:
     using estimate = detail::running_estimate;
 
+    static std::size_t checked_depth(const tree_plan_limits& limits) {
+        if (limits.branching.empty())
+            detail::fail_invalid("specdec::gamma_controller: tree_plan_limits.branching is empty; a tree needs a level");
+        return limits.branching.size();
+    }
+
+    /// A step of `calls` draft calls (draft steps) and a pass over `positions` positions in
+    /// total, for `b` sequences, in the cost unit.
+    [[nodiscard]] double cost_of(std::size_t calls, std::size_t positions, std::size_t b) const {
+        if (options_.profile)
+            return static_cast<double>(calls) * options_.profile->draft_cost(b) + options_.profile->pass_cost(positions);
+        if (options_.pass_cost) return options_.draft_cost(calls) + options_.pass_cost(positions);
+        return static_cast<double>(calls) * draft_.value + pass_time(positions) + overhead_.value;
+    }
+
+    // Plans: for a chain controller, plan g is γ = g; for a tree planner, plan i is shapes_[i]
+    // (shapes_[0] the plain step), in order of depth then nodes.
+    [[nodiscard]] std::size_t plan_count() const { return plans_trees() ? shapes_.size() : gamma_max_ + 1; }
+    [[nodiscard]] std::size_t plan_depth(std::size_t p) const { return plans_trees() ? shapes_[p].size() : p; }
+    [[nodiscard]] double plan_tokens(std::size_t p) const {
+        return plans_trees() ? expected_tokens(std::span<const std::size_t>(shapes_[p])) : expected_tokens(p);
+    }
+    [[nodiscard]] double plan_cost(std::size_t p, std::size_t b) const {
+        return plans_trees() ? expected_cost(std::span<const std::size_t>(shapes_[p]), b) : expected_cost(p, b);
+    }
+    [[nodiscard]] std::size_t plan_positions(std::size_t p, std::size_t b) const {
+        if (!plans_trees()) return b * (p + 1);
+        std::size_t nodes = 0, level = 1;
+        for (const std::size_t x : shapes_[p]) nodes += level *= x;
+        return b * (nodes + 1);
+    }
+    /// The first plan when nothing is known: γ = 1, or a tree of one level of (up to) two
+    /// children, so that a_1 and a_2 are seen.
+    [[nodiscard]] std::size_t warm_plan() const {
+        if (!plans_trees()) return 1;
+        for (std::size_t i = 1; i < shapes_.size(); ++i)
+            if (shapes_[i].size() == 1 && shapes_[i][0] == std::min<std::size_t>(2, tree_.branching[0])) return i;
+        return 1;
+    }
+    /// The plan with the most expected tokens per unit of cost among those of depth <= top;
+    /// ties go to the earlier plan (shorter, then fewer nodes).
+    [[nodiscard]] std::size_t best_plan(std::size_t top, std::size_t b) const {
+        std::size_t best = 0;
+        double best_rate = -1.0;
+        for (std::size_t p = 0; p < plan_count(); ++p) {
+            if (plan_depth(p) > top) continue;
+            const double cost = plan_cost(p, b);
+            const double rate = cost > 0 ? plan_tokens(p) / cost : std::numeric_limits<double>::infinity();
+            if (rate > best_rate * (1 + 1e-9)) {
+                best_rate = rate;
+                best = p;
+            }
+        }
+        return best;
+    }
+    /// The plan an exploring step tries beside `best`: γ ± 1 for chains; for trees, the best
+    /// shape with one more child at the first level (so that the next sibling rank is seen),
+    /// else one level deeper, else one level shallower.
+    [[nodiscard]] std::size_t neighbour(std::size_t best, std::size_t top) const {
+        if (!plans_trees()) return best < top ? best + 1 : best - 1;
+        std::vector<std::size_t> v = shapes_[best];
+        const auto find = [&](const std::vector<std::size_t>& w) {
+            for (std::size_t i = 0; i < shapes_.size(); ++i)
+                if (shapes_[i] == w && w.size() <= top) return i;
+            return shapes_.size();
+        };
+        if (!v.empty() && v[0] < tree_.branching[0]) {
+            ++v[0];
+            if (const std::size_t i = find(v); i < shapes_.size()) return i;
+            --v[0];
+        }
+        if (v.size() < tree_.branching.size()) {
+            v.push_back(1);
+            if (const std::size_t i = find(v); i < shapes_.size()) return i;
+            v.pop_back();
+        }
+        if (!v.empty()) {
+            v.pop_back();
+            if (const std::size_t i = find(v); i < shapes_.size()) return i;
+        }
+        return best;
+    }
+    /// Every shape within the limits (and the plain step first), by depth then nodes.
+    void enumerate_shapes() {
+        constexpr std::size_t max_shapes = 4096;  // a planner's choice stays cheap per step
+        shapes_.assign(1, {});
+        std::vector<std::size_t> v;
+        const auto nodes_of = [](const std::vector<std::size_t>& w) {
+            std::size_t n = 0, level = 1;
+            for (const std::size_t x : w) n += level *= x;
+            return n;
+        };
+        const auto grow = [&](auto&& self) -> void {
+            if (!v.empty()) {
+                if (tree_.max_nodes != 0 && nodes_of(v) > tree_.max_nodes) return;
+                if (shapes_.size() >= max_shapes) return;
+                shapes_.push_back(v);
+            }
+            if (v.size() == tree_.branching.size()) return;
+            for (std::size_t b = 1; b <= tree_.branching[v.size()]; ++b) {
+                v.push_back(b);
+                self(self);
+                v.pop_back();
+            }
+        };
+        grow(grow);
+        std::stable_sort(shapes_.begin(), shapes_.end(), [&](const auto& a, const auto& c) {
+            return a.size() != c.size() ? a.size() < c.size() : nodes_of(a) < nodes_of(c);
+        });
+    }
+    /// a_k as the choice uses it: a_1 shrunk towards 1/2, each later rank towards the one before
+    /// (prior_weight pseudo-observations), so that a rank seen a few times leans on the others.
+    [[nodiscard]] double shrunk_sibling(std::size_t k) const {
+        if (k == 0 || k > sibling_.size()) return 0.0;
+        const double w = options_.prior_weight;
+        double prior = 0.5;
+        for (std::size_t j = 0; j < k; ++j) {
+            if (sibling_[j].count == 0) continue;
+            const auto n = static_cast<double>(sibling_[j].count);
+            prior = (n * sibling_[j].value + w * prior) / (n + w);
+        }
+        return prior;
+    }
+    [[nodiscard]] std::string explain_tree(std::size_t b) const {
+        const std::size_t best = best_plan(gamma_max_, b);
+        const std::string who = std::to_string(b) + (b == 1 ? " sequence" : " sequences");
+        const char* source = options_.profile ? "costs from the profile"
+                             : options_.pass_cost ? "costs from the callbacks"
+                                                  : "costs as timed";
+        const auto speedup = [&](std::size_t p) { return plan_tokens(p) / plan_cost(p, b) * plan_cost(0, b); };
+        const auto name = [&](std::size_t p) {
+            std::string n;
+            bool chain = true;
+            for (const std::size_t x : shapes_[p]) chain = chain && x == 1;
+            if (chain) return "chain of " + std::to_string(shapes_[p].size());
+            n = "tree";
+            for (std::size_t d = 0; d < shapes_[p].size(); ++d) n += (d ? "," : " ") + std::to_string(shapes_[p][d]);
+            return n;
+        };
+        char buf[200];
+        std::string ranks;
+        for (std::size_t k = 1; k <= sibling_.size(); ++k) {
+            std::snprintf(buf, sizeof buf, "%s%.2f", k == 1 ? "" : " ", shrunk_sibling(k));
+            ranks += buf;
+        }
+        if (best == 0) {
+            std::size_t runner = 1;
+            for (std::size_t p = 1; p < shapes_.size(); ++p)
+                if (speedup(p) > speedup(runner)) runner = p;
+            std::snprintf(buf, sizeof buf, "speculation off for %s: best predicted %.2fx (%s); sibling acceptance ",
+                          who.c_str(), speedup(runner), name(runner).c_str());
+            return buf + ranks + "; " + source;
+        }
+        std::snprintf(buf, sizeof buf, "%s for %s: predicted %.2fx plain steps (sibling acceptance ", name(best).c_str(),
+                      who.c_str(), speedup(best));
+        return buf + ranks + "; " + source + ")";
+    }
+
     /// The predicted time an exploring step at γ = `other` loses against one at `best`: its
     /// cost beyond what `best` needs for as many expected tokens, plus a draft model's catch-up
     /// on the tokens of the plain steps since it last ran (about one draft step each).
     [[nodiscard]] double exploring_cost(std::size_t other, std::size_t best) const {
-        const double per_token = expected_cost(best) / expected_tokens(best);
-        double extra = std::max(0.0, expected_cost(other) - expected_tokens(other) * per_token);
+        const double per_token = plan_cost(best, sequences_) / plan_tokens(best);
+        double extra = std::max(0.0, plan_cost(other, sequences_) - plan_tokens(other) * per_token);
         if (other > 0 && measures_time()) extra += static_cast<double>(lag_) * catch_up_per_token();
         return extra;
     }
@@ -301,13 +634,23 @@ private:
         return prior;
     }
 
+    /// Whether a pass over m positions has been timed.
+    [[nodiscard]] bool pass_measured(std::size_t m) const { return m - 1 < pass_.size() && pass_[m - 1].count != 0; }
+
+    /// The pass's cost at m positions in the cost unit (what expected_cost adds for the pass).
+    [[nodiscard]] double pass_of(std::size_t m) const {
+        if (options_.profile) return options_.profile->pass_cost(m);
+        if (options_.pass_cost) return options_.pass_cost(m);
+        return pass_time(m);
+    }
+
     /// t_pass(m) from the measured lengths (see the class comment).
     [[nodiscard]] double pass_time(std::size_t m) const {
         const std::size_t k = m - 1;
-        if (pass_[k].count != 0) return pass_[k].value;
+        if (k < pass_.size() && pass_[k].count != 0) return pass_[k].value;
         std::size_t lo = k, hi = k;
         bool has_lo = false, has_hi = false;
-        for (std::size_t j = k; j-- > 0;)
+        for (std::size_t j = std::min(k, pass_.size()); j-- > 0;)
             if (pass_[j].count != 0) { lo = j; has_lo = true; break; }
         for (std::size_t j = k + 1; j < pass_.size(); ++j)
             if (pass_[j].count != 0) { hi = j; has_hi = true; break; }
@@ -336,7 +679,7 @@ private:
     adaptive_gamma_options options_;
     std::size_t gamma_max_;
     std::vector<estimate> alpha_;  // by draft position (0-based)
-    std::vector<estimate> pass_;   // by positions − 1
+    std::vector<estimate> pass_;   // by positions − 1 (over all sequences of the pass)
     estimate draft_, overhead_, catch_up_;
     std::vector<std::size_t> chosen_;
     std::size_t last_best_ = std::numeric_limits<std::size_t>::max();
@@ -346,6 +689,11 @@ private:
     std::size_t lag_ = 0;            // tokens appended since the drafter last ran
     double total_ = 0.0;             // predicted cost of all steps so far
     double explored_ = 0.0;          // predicted loss of the exploring steps so far
+    std::size_t sequences_ = 1;      // the sequences of the step being planned
+    tree_plan_limits tree_{};        // a tree planner's limits (empty: chains)
+    std::vector<std::vector<std::size_t>> shapes_{};  // a tree planner's plans (0: plain)
+    std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)
+    std::size_t planned_ = 0;        // the plan of the last choose()
 };
 
 }  // namespace specdec

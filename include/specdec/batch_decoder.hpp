@@ -135,7 +135,6 @@ struct tree_workspace {
     std::vector<token_id> accepted;             // the accepted path (step_event::draft)
     std::vector<char> is_leaf;
     std::vector<std::int32_t> kept;             // the draft-side stop's new index of each node
-    std::vector<float> observed;                // per depth: 1 accepted, 0 rejected (the controller's)
     Eigen::VectorXf logits, q, scratch;
     sampling_workspace sampling;
 };
@@ -235,8 +234,7 @@ std::size_t score_tree_step(V& verifier, std::span<const token_id> context, tree
 /// positions; a rejection (and a reached position below the accepted path) only where the
 /// accepted node has children, which were then tested and failed. steps_at_gamma is counted
 /// by the loop (the depth asked).
-inline void count_tree_step(decode_stats& st, const tree_verify_result& r, const draft_tree& tree, std::size_t passes,
-                            std::vector<float>& observed) {
+inline void count_tree_step(decode_stats& st, const tree_verify_result& r, const draft_tree& tree, std::size_t passes) {
     st.steps += 1;
     st.target_calls += passes;
     st.draft_calls += tree.model_calls;
@@ -251,9 +249,16 @@ inline void count_tree_step(decode_stats& st, const tree_verify_result& r, const
     }
     for (std::size_t i = 0; i < r.accepted; ++i) ++st.accepted_at_position[i];
     for (std::size_t i = 0; i < r.accepted + (tested_below ? 1 : 0); ++i) ++st.reached_at_position[i];
-    // What the adaptive policy learns from a tree step: per tested depth, whether the path went on.
-    observed.assign(r.accepted, 1.0f);
-    if (tested_below) observed.push_back(0.0f);
+    // The acceptance by sibling rank at the root (capacity reserved by the caller).
+    const std::size_t ranks = r.sibling_acceptance.size();
+    if (st.reached_at_sibling.size() < ranks) {
+        st.reached_at_sibling.resize(ranks, 0);
+        st.expected_accepted_at_sibling.resize(ranks, 0.0);
+    }
+    for (std::size_t k = 0; k < ranks; ++k) {
+        ++st.reached_at_sibling[k];
+        st.expected_accepted_at_sibling[k] += r.sibling_acceptance[k];
+    }
 }
 
 /// One sequence of a step, as multi_step sees it.
@@ -294,6 +299,8 @@ struct step_settings {
     tree_verification_scheme tree_scheme = tree_verification_scheme::traversal;
     float stop_below = 0.0f;
     const tree_shape* shape = nullptr;                // a tree step's full shape
+    const std::vector<std::size_t>* planned = nullptr;  // the planner's branching for this step (null: the full shape's)
+    bool sibling_stats = false;                       // estimate the acceptance by sibling rank
 };
 
 /// Verifies a tree step's scores and commits the accepted path and the drawn token. Strong
@@ -304,7 +311,9 @@ void finish_tree_step(const Eigen::Ref<const Eigen::MatrixXf>& scores, multi_ite
     tree_workspace& ws = *it.tws;
     const tree_verify_result r =
         verify_tree_for(scores, ws.tree, *s.sampling, *it.rng, ws.verify,
-                        tree_verify_options{.scheme = s.tree_scheme, .check_draft_distributions = true}, where);
+                        tree_verify_options{.scheme = s.tree_scheme, .check_draft_distributions = true,
+                                            .estimate_sibling_acceptance = s.sibling_stats},
+                        where);
     std::vector<token_id>& sequence = *it.tokens;
     path_tokens(ws.tree, r.last_node, ws.accepted);
     const std::size_t need = sequence.size() + r.accepted + 1;
@@ -313,10 +322,12 @@ void finish_tree_step(const Eigen::Ref<const Eigen::MatrixXf>& scores, multi_ite
     const auto depth = static_cast<std::size_t>(ws.tree.max_depth());
     st.accepted_at_position.reserve(std::max(depth, st.accepted_at_position.size()));
     st.reached_at_position.reserve(std::max(depth, st.reached_at_position.size()));
-    ws.observed.reserve(depth + 1);
+    const std::size_t ranks = r.sibling_acceptance.size();
+    st.reached_at_sibling.reserve(std::max(ranks, st.reached_at_sibling.size()));
+    st.expected_accepted_at_sibling.reserve(std::max(ranks, st.expected_accepted_at_sibling.size()));
     sequence.insert(sequence.end(), ws.accepted.begin(), ws.accepted.end());
     sequence.push_back(r.next_token);
-    count_tree_step(st, r, ws.tree, it.passes, ws.observed);
+    count_tree_step(st, r, ws.tree, it.passes);
     it.tree_result = r;
 }
 
@@ -351,7 +362,7 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
                 if constexpr (AnyTreeDrafter<D>) {
                     // The run's shape cut to this step's depth (no allocation: the vector only
                     // shrinks and regrows within its capacity).
-                    const auto& full = s.shape->branching;
+                    const auto& full = s.planned ? *s.planned : s.shape->branching;
                     it.tws->shape.branching.assign(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(it.gamma));
                     draft_tree_step(drafter, context, it.gamma, draft_sampling, uniforms, *it.tws, vocab, where);
                     prune_tree_below(it.tws->tree, s.stop_below, it.tws->kept);
@@ -569,6 +580,7 @@ public:
                 detail::fail_invalid(where, ": step.scheme = ", static_cast<int>(t.scheme),
                                      " is not a tree_verification_scheme");
             settings_.tree_scheme = t.scheme;
+            settings_.sibling_stats = adaptive || t.estimate_sibling_acceptance;
             if constexpr (!AnyTreeDrafter<D>)
                 detail::fail_invalid(where, ": options.step is a tree, and the drafter proposes chains for many "
                                             "sequences only (draft_batch); give it propose_tree(), draft() or "
@@ -600,14 +612,27 @@ public:
         detail::check_token_range(options_.budget.stop_tokens, vocab_, where, "budget.stop_tokens");
         if (adaptive) {
             if (options_.length.controller) {
-                if (options_.length.controller->gamma_max() != longest_)
-                    detail::fail_invalid(where, ": the controller's gamma_max() = ",
-                                         options_.length.controller->gamma_max(), " differs from the step's ",
-                                         tree_ ? "tree depth" : "gamma", " = ", longest_,
-                                         "; make it with gamma_max equal to the longest draft");
-                controller_ = options_.length.controller;
+                gamma_controller& c = *options_.length.controller;
+                if (tree_) {
+                    const tree_shape& shape = std::get<tree>(options_.step).shape;
+                    const auto& lim = c.tree_limits();
+                    if (!c.plans_trees() || lim.max_nodes != shape.max_nodes || lim.branching.size() != longest_ ||
+                        !std::equal(lim.branching.begin(), lim.branching.end(), shape.branching.begin()))
+                        detail::fail_invalid(where, ": the controller does not plan this step's tree; make it with "
+                                                    "specdec::make_controller(options) (the tree planner with the "
+                                                    "shape's branching and max_nodes as its limits)");
+                } else if (c.plans_trees() || c.gamma_max() != longest_) {
+                    detail::fail_invalid(where, ": the controller's gamma_max() = ", c.gamma_max(),
+                                         c.plans_trees() ? " (a tree planner)" : "", " differs from the step's gamma = ",
+                                         longest_, "; make it with specdec::make_controller(options)");
+                }
+                controller_ = &c;
             } else {
-                controller_ = &own_controller_.emplace(longest_, options_.length.adaptive);
+                // A plain next_logits drafter grows a tree one call per parent (draft_tree_step);
+                // the others a level per call.
+                constexpr bool per_parent = !TreeDrafter<D> && !BlockDrafter<D> && !TreeVerifier<D>;
+                controller_ = &own_controller_.emplace(make_controller(
+                    options_, per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level));
             }
         }
     }
@@ -718,7 +743,12 @@ public:
         if (items_.empty()) return 0;
         std::size_t planned = longest_;
         if (controller_) {
-            planned = controller_->choose(limit);
+            planned = controller_->choose(limit, items_.size());
+            if (tree_) {
+                const auto shape = controller_->planned_shape();
+                planned_branching_.assign(shape.begin(), shape.end());
+                settings_.planned = &planned_branching_;
+            }
             for (auto& it : items_) {
                 const entry& e = *entries_[it.slot];
                 it.gamma = std::min(planned, e.budget.max_new_tokens - e.generated - 1);
@@ -822,6 +852,7 @@ private:
                 ev.next_token = it.tree_result.next_token;
                 ev.tree = &it.tws->tree;
                 ev.last_node = it.tree_result.last_node;
+                ev.sibling_acceptance = it.tree_result.sibling_acceptance;
                 ev.target_passes = it.passes;
             } else {
                 ev.draft = it.result.draft;
@@ -847,16 +878,30 @@ private:
                  std::chrono::steady_clock::time_point t0, std::span<const detail::multi_item<G>> items) {
         beta_sum_.assign(planned, 0.0);
         beta_count_.assign(planned, 0);
-        std::size_t drafted = 0, emitted = 0, stepped = 0;
+        std::size_t drafted = 0, emitted = 0, stepped = 0, positions = 0;
+        sibling_sum_.clear();
+        sibling_count_.clear();
         for (const auto& it : items) {
             if (it.error) continue;
             ++stepped;
             std::span<const float> seen;
             if (it.tree) {
-                drafted = std::max(drafted, static_cast<std::size_t>(it.tws->tree.max_depth()));
+                // A tree's draft calls (its model calls, else one per level) and its positions.
+                const draft_tree& t = it.tws->tree;
+                drafted = std::max(drafted, t.model_calls != 0 ? t.model_calls : static_cast<std::size_t>(t.max_depth()));
+                positions += t.size() + 1;
                 emitted += it.tree_result.accepted + 1;
-                seen = it.tws->observed;
+                const auto ranks = it.tree_result.sibling_acceptance;
+                if (sibling_sum_.size() < ranks.size()) {
+                    sibling_sum_.resize(ranks.size(), 0.0);
+                    sibling_count_.resize(ranks.size(), 0);
+                }
+                for (std::size_t k = 0; k < ranks.size(); ++k) {
+                    sibling_sum_[k] += ranks[k];
+                    ++sibling_count_[k];
+                }
             } else {
+                positions += it.result.draft.size() + 1;
                 drafted = std::max(drafted, it.result.draft.size());
                 emitted += it.result.emitted();
                 seen = it.result.acceptance;
@@ -870,8 +915,13 @@ private:
         mean_beta_.clear();
         for (std::size_t i = 0; i < planned && beta_count_[i] != 0; ++i)
             mean_beta_.push_back(static_cast<float>(beta_sum_[i] / static_cast<double>(beta_count_[i])));
+        mean_sibling_.clear();
+        for (std::size_t k = 0; k < sibling_sum_.size() && sibling_count_[k] != 0; ++k)
+            mean_sibling_.push_back(static_cast<float>(sibling_sum_[k] / static_cast<double>(sibling_count_[k])));
         gamma_controller::step_observation o{.gamma = planned, .drafted = drafted,
                                              .emitted = (emitted + stepped / 2) / stepped, .acceptance = mean_beta_};
+        o.positions = positions;  // the pass's, over the batch
+        o.sibling_acceptance = mean_sibling_;
         o.first = first;
         if (timing.time) {
             o.draft_seconds = timing.draft_seconds;
@@ -898,6 +948,10 @@ private:
     std::vector<double> beta_sum_;
     std::vector<std::size_t> beta_count_;
     std::vector<float> mean_beta_;
+    std::vector<double> sibling_sum_;
+    std::vector<std::size_t> sibling_count_;
+    std::vector<float> mean_sibling_;
+    std::vector<std::size_t> planned_branching_;  // the tree planner's shape for the step
 };
 
 /// A batch_decoder whose sequences use generators of type G:

@@ -67,6 +67,12 @@ struct tree {
     tree_shape shape{};
     /// Traversal verification (the default) or recursive rejection sampling; both exact.
     tree_verification_scheme scheme = tree_verification_scheme::traversal;
+    /// Compute the acceptance by sibling rank at each step's root (tree_verify_result::
+    /// sibling_acceptance) into decode_stats::expected_accepted_at_sibling and
+    /// step_event::sibling_acceptance (always on under the adaptive policy, which plans from
+    /// it). One pass over the vocabulary per tested child of the root; does not change the
+    /// output.
+    bool estimate_sibling_acceptance = false;
 };
 
 /// The shape of every step: a chain (the default) or a tree.
@@ -74,12 +80,13 @@ using step_shape = std::variant<chain, tree>;
 
 /// How long each step's draft is: the chain's γ or the tree's depth.
 struct draft_length {
-    /// Fixed (the step's γ or depth at every step) or adaptive: before each step, the length
-    /// in [0, longest] with the most expected tokens per unit of time, from what earlier steps
-    /// measured (gamma_controller; 0 is a plain target step, so a pair for which speculation
-    /// does not pay decodes at about the target's own speed). For a tree, the adaptive policy
-    /// chooses the depth of the shape's fixed branching. Exact either way: the choice depends
-    /// on the past only.
+    /// Fixed (the step's γ or tree at every step) or adaptive: before each step, the plan with
+    /// the most expected tokens per unit of time, from what earlier steps measured
+    /// (gamma_controller): for a chain, γ in [0, longest]; for a tree, any shape within the
+    /// step's (branching b_d up to the shape's per depth, any depth up to its own, within its
+    /// node budget; all b_d = 1 is a chain), or a plain step. A plain step (γ = 0) means a pair
+    /// for which speculation does not pay decodes at about the target's own speed. Exact either
+    /// way: the choice depends on the past only.
     gamma_policy policy = gamma_policy::fixed;
     /// Settings of the adaptive policy (exploration, smoothing, known costs). Unless both cost
     /// callbacks are set, each draft call and target pass is timed with a steady clock, and
@@ -87,8 +94,9 @@ struct draft_length {
     /// that a seed reproduces.
     adaptive_gamma_options adaptive{};
     /// The adaptive policy's estimates, kept across calls (successive requests of one model
-    /// pair, or a batch_decoder's steps): a controller of your own, made with gamma_max equal
-    /// to the chain's γ or the tree's depth; `adaptive` is then unused. Null (the default): a
+    /// pair, or a batch_decoder's steps): a controller of your own, made as make_controller()
+    /// makes it (gamma_max equal to the chain's γ; for a tree, the tree planner with the shape's
+    /// limits); `adaptive` is then unused. Null (the default): a
     /// fresh one per speculative_decode call or per batch_decoder. Must outlive the call or
     /// the decoder.
     gamma_controller* controller = nullptr;
@@ -142,6 +150,9 @@ struct step_event {
     /// β of each chain draft position the step tested (see step_result::acceptance); empty
     /// unless acceptance is estimated, and for tree steps.
     std::span<const float> acceptance{};
+    /// A tree step: a_k of each child of the root it tested (tree_verify_result::
+    /// sibling_acceptance); empty unless sibling acceptance is estimated, and for chains.
+    std::span<const float> sibling_acceptance{};
     /// The γ (chain) or depth (tree) this step asked for: the adaptive policy's choice; 0 for
     /// a plain target step. The drafter may have proposed fewer.
     std::size_t gamma = 0;
@@ -173,6 +184,28 @@ struct decode_options {
     /// the calling thread; may be empty.
     std::function<void(const step_event&)> on_step{};
 };
+
+/// The controller a decoding call makes for the adaptive policy of `o`: a chain's (gamma_max =
+/// the chain's γ) or a tree planner (the tree's shape as its limits), with o.length.adaptive.
+/// Make your own this way to keep its estimates across calls (o.length.controller).
+/// \throws std::invalid_argument as gamma_controller's constructors.
+/// `draft_calls`: how the tree drafter's calls grow with the tree (a decoder makes its own
+/// controller with the value that fits its drafter: per_parent for a plain next_logits model,
+/// per_level otherwise); unused for chains.
+[[nodiscard]] inline gamma_controller make_controller(const decode_options& o,
+                                                      tree_draft_calls draft_calls = tree_draft_calls::per_level) {
+    if (const auto* t = std::get_if<tree>(&o.step)) {
+        const std::size_t depth = t->shape.depth();
+        return gamma_controller(
+            tree_plan_limits{.branching = std::vector<std::size_t>(t->shape.branching.begin(),
+                                                                   t->shape.branching.begin() +
+                                                                       static_cast<std::ptrdiff_t>(depth)),
+                             .max_nodes = t->shape.max_nodes,
+                             .draft_calls = draft_calls},
+            o.length.adaptive);
+    }
+    return gamma_controller(std::get<chain>(o.step).gamma, o.length.adaptive);
+}
 
 /// Outcome of a decoding run (or of one sequence of a batch_decoder).
 struct decode_result {

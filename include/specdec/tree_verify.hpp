@@ -66,6 +66,10 @@ struct tree_verify_options {
     tree_verification_scheme scheme = tree_verification_scheme::traversal;
     /// Check that the tree's columns are distributions (skipped when tree.standardized).
     bool check_draft_distributions = true;
+    /// Compute the acceptance of each child of the root that was tested, given that the earlier
+    /// ones were not accepted (tree_verify_result::sibling_acceptance). Costs one pass over the
+    /// vocabulary per tested child of the root; does not change the result.
+    bool estimate_sibling_acceptance = false;
 };
 
 /// Outcome of verify_tree().
@@ -73,6 +77,18 @@ struct tree_verify_result {
     std::size_t accepted = 0;      ///< depth of the accepted node: tokens accepted
     std::int32_t last_node = -1;   ///< the accepted node (−1: none, the root); its path is the accepted tokens
     token_id next_token = 0;       ///< the token drawn after the accepted path
+    /// With tree_verify_options::estimate_sibling_acceptance: for each child k of the root that
+    /// was tested (in the order drawn; child k is tested only when children 1..k−1 were not
+    /// accepted), a_k = Σ_x min(r_k(x), q_k(x)), where r_k is the target's distribution at the
+    /// root with the earlier children's mass removed (the residual norm(max(0, r_{k−1} − q_{k−1})),
+    /// r_1 = p) and q_k the distribution child k was drawn from given the earlier ones: the
+    /// probability that child k is accepted given everything before it, under either scheme (at
+    /// the root traversal verification's weight is 1, so both test child k alike). The
+    /// acceptance by sibling rank that Sequoia's tree construction takes as input (Chen et al.
+    /// 2024, §3.1), estimated, as β is for chains, from what verification computes anyway; its
+    /// mean over steps that reached rank k is P(child k accepted | children 1..k−1 not).
+    /// Valid until the workspace's next use; empty otherwise.
+    std::span<const float> sibling_acceptance{};
 };
 
 namespace detail {
@@ -94,6 +110,7 @@ private:
     std::vector<std::int32_t> first_child_, next_sibling_;  // indexed by node + 1 (0: the root)
     Eigen::MatrixXf mu_;                                    // V x (depth + 1): μ (or r) per level
     Eigen::VectorXf q_;                                     // q_j of the sibling being handled
+    std::vector<float> siblings_;                           // a_k of the root's tested children
     sampling_workspace sampling_;
     std::size_t rows_read_ = 0;
 };
@@ -109,6 +126,7 @@ struct tree_verification_run {
     G& rng;
     tree_verify_workspace& ws;
     const char* where;
+    bool estimate_siblings = false;
     tree_verify_result result{};
 
     /// Children lists in index order (the order siblings were drawn), and buffers for `levels`
@@ -125,6 +143,26 @@ struct tree_verification_run {
         if (ws.mu_.rows() != vocab || ws.mu_.cols() < levels) ws.mu_.resize(vocab, std::max(levels, ws.mu_.cols()));
         detail::reshape(ws.q_, vocab);
         ws.rows_read_ = 0;
+        ws.siblings_.clear();
+    }
+
+    /// The result, with the sibling acceptance recorded (if asked for).
+    tree_verify_result finish() {
+        result.sibling_acceptance = ws.siblings_;
+        return result;
+    }
+
+    /// At the root (level 0 holds the residual r_k, a distribution): records
+    /// a_k = Σ min(r_k, q_k) of child c before it is tested.
+    void record_sibling(std::int32_t c) {
+        if (!estimate_siblings) return;
+        if (!tree.has_distributions()) {
+            ws.siblings_.push_back(std::min(1.0f, level(0)[tree.tokens[static_cast<std::size_t>(c)]]));
+            return;
+        }
+        draft_prob(c, true);
+        ws.siblings_.push_back(static_cast<float>(
+            std::min(1.0, detail::sum_min_in_double(level(0).data(), ws.q_.data(), ws.q_.size()))));
     }
 
     auto level(std::int32_t d) { return ws.mu_.col(d); }
@@ -201,6 +239,7 @@ struct tree_verification_run {
             std::int32_t next = -1;
             for (std::int32_t c = ws.first_child_[static_cast<std::size_t>(u + 1)]; c >= 0;
                  c = ws.next_sibling_[static_cast<std::size_t>(c + 1)]) {
+                if (u < 0) record_sibling(c);
                 const double q = draft_prob(c, false);
                 const double r = level(0)[tree.tokens[static_cast<std::size_t>(c)]];
                 if (uniform01(rng) < r / q) {  // accept with min(1, r / q)
@@ -225,6 +264,7 @@ struct tree_verification_run {
         double big_w = w;
         for (std::int32_t c = ws.first_child_[static_cast<std::size_t>(u + 1)]; c >= 0;
              c = ws.next_sibling_[static_cast<std::size_t>(c + 1)]) {
+            if (u < 0) record_sibling(c);
             const double q = draft_prob(c, false);
             const double wc = std::min(1.0, static_cast<double>(level(d)[tree.tokens[static_cast<std::size_t>(c)]]) / q);
             if (wc > 0.0 && traverse(c, d + 1, wc)) return true;
@@ -264,10 +304,10 @@ tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& targ
     const auto levels = static_cast<Eigen::Index>(
         opts.scheme == tree_verification_scheme::traversal ? tree.max_depth() + 1 : 1);
     tree_verification_run<G>::prepare(ws, tree, vocab, levels);
-    tree_verification_run<G> run{target_logits, tree, sampling, rng, ws, where};
+    tree_verification_run<G> run{target_logits, tree, sampling, rng, ws, where, opts.estimate_sibling_acceptance};
     if (opts.scheme == tree_verification_scheme::traversal) run.traverse(-1, 0, 1.0);
     else run.recursive_rejection();
-    return run.result;
+    return run.finish();
 }
 
 }  // namespace detail

@@ -46,6 +46,13 @@ struct decode_stats {
     /// reached_at_position[i] it estimates α at position i with far less variance than
     /// accepted_at_position does, and unlike it, it is valid under block verification too.
     std::vector<double> expected_accepted_at_position;
+    /// Tree steps whose sibling acceptance was estimated (the tree planner, or
+    /// tree::estimate_sibling_acceptance): reached_at_sibling[k], the steps whose root tested
+    /// its child k + 1 (children 1..k were not accepted), and expected_accepted_at_sibling[k],
+    /// the sum of a_{k+1} over them (tree_verify_result::sibling_acceptance). Their ratio
+    /// estimates P(child k + 1 accepted | children 1..k not), the acceptance by sibling rank.
+    std::vector<std::size_t> reached_at_sibling;
+    std::vector<double> expected_accepted_at_sibling;  ///< see reached_at_sibling
     /// steps_at_gamma[g]: how many steps asked the drafter for g tokens (the γ in use, which
     /// the adaptive policy chooses per step; the drafter may propose fewer).
     std::vector<std::size_t> steps_at_gamma;
@@ -73,6 +80,14 @@ struct decode_stats {
         return tested == 0 ? 0.0 : expected / static_cast<double>(tested);
     }
     /// Mean tokens produced per verification pass: (accepted + steps) / steps.
+    /// The estimated acceptance of a root's child k + 1 given that the earlier ones were not
+    /// accepted (k = 0: the first child): expected_accepted_at_sibling[k] /
+    /// reached_at_sibling[k]; 0 when no step tested that rank.
+    [[nodiscard]] double estimated_sibling_acceptance(std::size_t k) const noexcept {
+        if (k >= reached_at_sibling.size() || k >= expected_accepted_at_sibling.size() || reached_at_sibling[k] == 0)
+            return 0.0;
+        return expected_accepted_at_sibling[k] / static_cast<double>(reached_at_sibling[k]);
+    }
     [[nodiscard]] double tokens_per_step() const noexcept {
         return steps == 0 ? 0.0 : static_cast<double>(accepted_tokens + steps) / static_cast<double>(steps);
     }

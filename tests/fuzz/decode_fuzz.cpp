@@ -15,7 +15,8 @@
 // no seed of tests/fuzz/corpus had.)
 //
 // Drafters: a block drafter driven by the script, a plain model (through model_drafter),
-// prompt lookup, a fallback chain (prompt lookup, then the plain model), an n-gram model.
+// prompt lookup, a fallback chain (prompt lookup, then the plain model), an n-gram model, a
+// hierarchical drafter (the plain model decoded speculatively with prompt lookup below it).
 // Verifiers: a plain model (next_logits per position), a batched score(), an in-place
 // score_into(). In decode mode the step is a chain (γ from the input; 0 is a plain target step
 // under the fixed policy) or a tree of the input's shape (up to three levels) verified with
@@ -449,7 +450,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::uint8_t mode = in.byte();
     run_settings rs;
     rs.step_mode = (mode & 1u) != 0;
-    const std::uint8_t drafter_kind = ((mode >> 1) & 7u) % 5, verifier_kind = ((mode >> 4) & 7u) % 3;
+    const std::uint8_t drafter_kind = ((mode >> 1) & 7u) % 6, verifier_kind = ((mode >> 4) & 7u) % 3;
     const bool large_vocab = (mode & 0x80u) != 0;
     s.V = large_vocab ? 1 + static_cast<Eigen::Index>(in.u16() % 3000) : 1 + in.byte() % 24;
     const Eigen::Index V = s.V;
@@ -525,10 +526,21 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::optional<specdec::gamma_controller> controller;
     bool controller_mismatch = false;
     if (o.length.policy == specdec::gamma_policy::adaptive && (policy & 16u) && !adaptive_invalid && rs.longest > 0) {
-        const std::size_t gmax = (policy & 32u) ? rs.longest + 1 : rs.longest;
-        controller.emplace(gmax, o.length.adaptive);
+        const bool wrong = (policy & 32u) != 0;
+        if (rs.tree) {  // the tree planner of the step's tree (or, invalid, of one level more)
+            if (!wrong) {
+                controller.emplace(specdec::make_controller(o));
+            } else {
+                specdec::tree_plan_limits deeper{.branching = rs.tree->shape.branching, .max_nodes = rs.tree->shape.max_nodes};
+                deeper.branching.resize(rs.longest);
+                deeper.branching.push_back(1);
+                controller.emplace(deeper, o.length.adaptive);
+            }
+        } else {
+            controller.emplace(wrong ? rs.longest + 1 : rs.longest, o.length.adaptive);
+        }
         o.length.controller = &*controller;
-        controller_mismatch = gmax != rs.longest;
+        controller_mismatch = wrong;
     }
 
     // Rejected before any model call, in either mode: invalid sampling settings (the target's or
@@ -572,6 +584,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             specdec::prompt_lookup_drafter lookup(drafter_vocab, 2);
             fuzz_lm model{&s, drafter_vocab};
             specdec::fallback_drafter d(lookup, model);
+            with_verifier(d, s, rs, verifier_kind);
+            break;
+        }
+        case 5: {
+            // Hierarchical: the input's model decoded speculatively with prompt lookup below it.
+            specdec::prompt_lookup_drafter lookup(drafter_vocab, 1);
+            fuzz_lm model{&s, drafter_vocab};
+            specdec::hierarchical_drafter d(lookup, model, {.gamma = 1 + in.byte() % 4u});
             with_verifier(d, s, rs, verifier_kind);
             break;
         }

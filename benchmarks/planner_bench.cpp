@@ -1,0 +1,224 @@
+// The tree planner (decode_options::length.policy = adaptive with a tree step, planning from an
+// engine profile) against every fixed configuration of a list, plain batched decoding among
+// them, on a simulated accelerator: a virtual clock charges each step what a GPU-like engine
+// would, so every figure is exact (it depends on the seed only) and the run takes seconds.
+//
+// The engine (virtual): a target pass over m positions in total (all sequences of the step)
+// costs 1 unit up to 64 positions, then grows by 1/64 per position (reading the weights
+// dominates until the batch's positions fill the compute); a draft call costs 0.05 units
+// whatever the batch (one batched call per draft level). The planner is given exactly this curve
+// as its engine_profile, fresh for every generation (a profile measured once).
+//
+// The models: a random order-1 Markov target over 64 tokens; the draft's logits are the target's
+// plus Gaussian noise of standard deviation `noise` (a fixed second table), so the acceptance
+// is set by the noise and falls by sibling rank as real drafts' does (siblings drawn without
+// replacement). Markov models cost nothing on the CPU: only the virtual clock counts.
+//
+// Cases, for B = 1, 2, 4, 8, 16 sequences of 128 new tokens each (a batch_decoder, all added at
+// once), each iteration 8 such batches from fixed prompts and seeds (the same for every case):
+//   planner/noise:N/B:b/plain       γ = 0, plain batched decoding (the baseline)
+//   planner/noise:N/B:b/chain:G     fixed γ = G, G = 1..8
+//   planner/noise:N/B:b/tree:S      a fixed tree shape S from the list below
+//   planner/noise:N/B:b/planned     the planner, within the shape {4,4,2,2,1,1,1,1} (which holds
+//                                   every listed shape and chain), from the profile
+// Time is virtual (UseManualTime): tokens_per_unit is generated tokens per virtual unit.
+// The summary (markdown, stdout) gives per B the best fixed configuration in hindsight and the
+// planner's ratio to it and to plain decoding.
+//
+// Run: build/bench/benchmarks/planner_bench
+
+#include <benchmark/benchmark.h>
+
+#include <specdec/specdec.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using specdec::token_id;
+
+constexpr int vocab = 64;
+constexpr std::size_t new_tokens = 128;
+constexpr double draft_call_cost = 0.05;
+
+/// The virtual engine's costs as a profile (the clock charges the same).
+specdec::engine_profile accelerator() {
+    specdec::engine_profile p;
+    for (std::size_t m = 1; m <= 65; ++m) p.target_pass.push_back(m <= 64 ? 1.0 : 1.0 + static_cast<double>(m - 64) / 64.0);
+    p.draft_step = {draft_call_cost, draft_call_cost};  // flat in the batch
+    return p;
+}
+
+/// An order-1 Markov model: logits of the next token are row[last token] (a LanguageModel, and a
+/// TreeVerifier that scores a tree's root and nodes in one call).
+struct markov {
+    std::vector<float> table;  // vocab x vocab
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) const {
+        const auto last = static_cast<std::size_t>(context.empty() ? 0 : context.back());
+        return Eigen::Map<const Eigen::VectorXf>(table.data() + last * vocab, vocab);
+    }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) const {
+        out.resize(vocab, static_cast<Eigen::Index>(tree.size() + 1));
+        out.col(0) = next_logits(context);
+        for (std::size_t i = 0; i < tree.size(); ++i)
+            out.col(static_cast<Eigen::Index>(i + 1)) = next_logits(std::span<const token_id>(&tree.tokens[i], 1));
+    }
+};
+
+struct pair_of_models {
+    markov target, draft;
+};
+
+pair_of_models make_pair(double noise) {
+    std::mt19937_64 g(2024);
+    std::normal_distribution<float> n(0.0f, 1.0f);
+    pair_of_models m;
+    m.target.table.resize(vocab * vocab);
+    m.draft.table.resize(vocab * vocab);
+    for (std::size_t i = 0; i < m.target.table.size(); ++i) {
+        m.target.table[i] = 2.0f * n(g);
+        m.draft.table[i] = m.target.table[i] + static_cast<float>(noise) * n(g);
+    }
+    return m;
+}
+
+struct config {
+    std::string name;
+    specdec::decode_options options;
+};
+
+std::vector<config> configs() {
+    std::vector<config> out;
+    out.push_back({"plain", {.step = specdec::chain{.gamma = 0}}});
+    for (std::size_t g = 1; g <= 8; ++g) out.push_back({"chain:" + std::to_string(g), {.step = specdec::chain{.gamma = g}}});
+    const std::vector<std::vector<std::size_t>> shapes{{2, 1, 1}, {2, 2, 1}, {2, 2, 1, 1}, {3, 2, 1, 1},
+                                                       {2, 2, 2, 1}, {4, 2, 2, 1}, {4, 4, 2, 1}, {3, 3, 2, 2, 1}};
+    for (const auto& s : shapes) {
+        std::string name = "tree:";
+        for (std::size_t d = 0; d < s.size(); ++d) name += (d ? "-" : "") + std::to_string(s[d]);
+        out.push_back({name, {.step = specdec::tree{.shape = {.branching = s}}}});
+    }
+    specdec::decode_options planned{.step = specdec::tree{.shape = {.branching = {4, 4, 2, 2, 1, 1, 1, 1}}},
+                                    .length = {.policy = specdec::gamma_policy::adaptive}};
+    planned.length.adaptive.profile = accelerator();
+    out.push_back({"planned", planned});
+    return out;
+}
+
+/// Batches per case: each of `batch` sequences from its own prompt and seed; the same prompts
+/// and seeds for every configuration (common random numbers), so configurations differ by how
+/// they use the same draws, not by luck.
+constexpr std::size_t batches_per_case = 8;
+
+/// One batch of `batch` sequences, 128 new tokens each, on the virtual clock. Returns the virtual
+/// time; `tokens` the tokens generated.
+double run_batch(const pair_of_models& m, const specdec::decode_options& base, std::size_t batch,
+                 std::size_t round, std::size_t& tokens) {
+    const specdec::engine_profile prof = accelerator();
+    specdec::decode_options o = base;
+    o.budget.max_new_tokens = new_tokens;
+    // What the step's sequences cost: the most draft calls of any sequence (levels are batched
+    // across sequences) and the positions of every sequence's pass.
+    std::size_t calls = 0, positions = 0;
+    o.on_step = [&](const specdec::step_event& e) {
+        if (e.tree) {
+            calls = std::max(calls, e.tree->model_calls);
+            positions += e.tree->size() + 1;
+        } else {
+            calls = std::max(calls, e.draft.size());
+            positions += e.draft.size() + 1;
+        }
+    };
+    markov draft = m.draft, target = m.target;
+    specdec::batch_decoder dec(draft, target, o);
+    for (std::size_t s = 0; s < batch; ++s)
+        (void)dec.add(std::vector<token_id>{static_cast<token_id>((s + 7 * round) % vocab)},
+                      std::mt19937_64(1000 * (round + 1) + s));
+    double clock = 0.0;
+    while (dec.active() != 0) {
+        calls = positions = 0;
+        dec.step();
+        clock += static_cast<double>(calls) * prof.draft_cost(batch) + prof.pass_cost(positions);
+    }
+    tokens = 0;
+    for (std::size_t s = 0; s < batch; ++s) tokens += dec.generated(s).size();
+    return clock;
+}
+
+struct result_key {
+    double noise;
+    std::size_t batch;
+    std::string name;
+    bool operator<(const result_key& o) const {
+        return std::tie(noise, batch, name) < std::tie(o.noise, o.batch, o.name);
+    }
+};
+std::map<result_key, double> results;  // tokens per virtual unit
+
+void register_all() {
+    for (const double noise : {0.5, 1.0, 2.0}) {
+        const auto models = std::make_shared<pair_of_models>(make_pair(noise));
+        for (const std::size_t batch : {1u, 2u, 4u, 8u, 16u}) {
+            for (const auto& c : configs()) {
+                char name[128];
+                std::snprintf(name, sizeof name, "planner/noise:%.1f/B:%zu/%s", noise, batch, c.name.c_str());
+                benchmark::RegisterBenchmark(name, [models, batch, c, noise](benchmark::State& state) {
+                    std::size_t tokens = 0;
+                    double virtual_time = 0.0;
+                    for (auto _ : state) {
+                        tokens = 0;
+                        virtual_time = 0.0;
+                        for (std::size_t round = 0; round < batches_per_case; ++round) {
+                            std::size_t t = 0;
+                            virtual_time += run_batch(*models, c.options, batch, round, t);
+                            tokens += t;
+                        }
+                        state.SetIterationTime(virtual_time);
+                    }
+                    const double rate = static_cast<double>(tokens) / virtual_time;
+                    state.counters["tokens_per_unit"] = rate;
+                    results[{noise, batch, c.name}] = rate;
+                })->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+            }
+        }
+    }
+}
+
+void print_summary() {
+    std::printf("\n| draft noise | B | plain | best fixed (in hindsight) | planner | planner / best fixed | planner / plain |\n");
+    std::printf("|---|---|---|---|---|---|---|\n");
+    std::map<std::pair<double, std::size_t>, std::vector<std::pair<std::string, double>>> by;
+    for (const auto& [k, v] : results) by[{k.noise, k.batch}].push_back({k.name, v});
+    for (const auto& [key, rows] : by) {
+        double plain = 0, planned = 0, best = 0;
+        std::string best_name;
+        for (const auto& [name, rate] : rows) {
+            if (name == "plain") plain = rate;
+            if (name == "planned") planned = rate;
+            else if (rate > best) best = rate, best_name = name;
+        }
+        std::printf("| %.1f | %zu | %.3f | %s %.3f | %.3f | %.3f | %.3f |\n", key.first, key.second, plain,
+                    best_name.c_str(), best, planned, planned / best, planned / plain);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    benchmark::Initialize(&argc, argv);
+    register_all();
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    print_summary();
+    return 0;
+}

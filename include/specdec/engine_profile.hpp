@@ -1,0 +1,189 @@
+#pragma once
+/// \file
+/// What an engine's calls cost, measured once and reused: the cost of a target pass as a
+/// function of the positions it holds (over every sequence of a batch together) and of one
+/// draft step as a function of the sequences it drafts for. With a profile the adaptive
+/// policy (gamma_controller) plans from the first step without timing anything, so its
+/// choices, and the tokens, depend only on the seed (see adaptive_gamma_options::profile).
+///
+/// The cost model is Leviathan et al. 2023, §3.5 / Thm. 3.8 (a step of γ drafted tokens costs
+/// γ draft steps and one target pass over γ + 1 positions), with the pass's cost taken at the
+/// batch's total positions, as SmartSpec (Liu et al. 2024) does for batches: a pass that
+/// stays flat while reading the weights dominates makes speculation pay; one that grows
+/// linearly with the positions of a large batch does not.
+///
+/// A profile is a plain struct; to_text() and parse_engine_profile() store and load it as a
+/// short text (no I/O here: the caller reads and writes the file). Text handed to the parser is
+/// untrusted: every malformed line gets an error naming the line.
+///
+/// \code
+/// specdec::engine_profile prof{.target_pass = {0.010, 0.0102, 0.0105, 0.0109, 0.0114},
+///                              .draft_step = {0.0011}};
+/// std::string saved = specdec::to_text(prof);
+/// specdec::engine_profile loaded = specdec::parse_engine_profile(saved);
+/// \endcode
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "error.hpp"
+
+namespace specdec {
+
+/// The measured costs of an engine, in seconds (or any unit, the same for both tables).
+struct engine_profile {
+    /// target_pass[m − 1]: one target pass over m positions in total (every sequence of a
+    /// batch together; one sequence's pass over γ + 1 positions is m = γ + 1). At least one
+    /// entry; each finite and >= 0, the first > 0.
+    std::vector<double> target_pass{};
+    /// draft_step[n − 1]: one draft step, a token for each of n sequences (a draft model's
+    /// batched call). At least one entry; each finite and >= 0.
+    std::vector<double> draft_step{};
+
+    /// The cost of a target pass over `positions` (>= 1) positions: the table's entry;
+    /// beyond the table, extended along the slope of its last two entries (never
+    /// decreasing). A table of one entry extends in proportion to the positions.
+    [[nodiscard]] double pass_cost(std::size_t positions) const { return at(target_pass, positions); }
+    /// The cost of one draft step for `sequences` (>= 1) sequences, extended like pass_cost.
+    [[nodiscard]] double draft_cost(std::size_t sequences) const { return at(draft_step, sequences); }
+
+private:
+    [[nodiscard]] static double at(const std::vector<double>& table, std::size_t n) {
+        if (table.empty()) return 0.0;
+        n = std::max<std::size_t>(n, 1);
+        if (n <= table.size()) return table[n - 1];
+        const std::size_t k = table.size();
+        if (k == 1) return table[0] * static_cast<double>(n);
+        const double slope = std::max(0.0, table[k - 1] - table[k - 2]);
+        return table[k - 1] + slope * static_cast<double>(n - k);
+    }
+};
+
+namespace detail {
+
+/// The most entries a table may have (a pass of a million positions is beyond any engine).
+inline constexpr std::size_t max_profile_entries = std::size_t{1} << 20;
+
+inline void check_profile_table(const std::vector<double>& table, const char* where, const char* name,
+                                bool first_positive) {
+    if (table.empty()) fail_invalid(where, ": engine_profile.", name, " is empty; at least one entry is needed");
+    if (table.size() > max_profile_entries)
+        fail_invalid(where, ": engine_profile.", name, " has ", table.size(), " entries; at most ",
+                     max_profile_entries);
+    for (std::size_t i = 0; i < table.size(); ++i)
+        if (!(table[i] >= 0.0) || !std::isfinite(table[i]))
+            fail_invalid(where, ": engine_profile.", name, "[", i, "] = ", table[i], " must be finite and >= 0");
+    if (first_positive && !(table[0] > 0.0))
+        fail_invalid(where, ": engine_profile.", name, "[0] = 0; a pass over one position must cost something");
+}
+
+}  // namespace detail
+
+/// Checks a profile: both tables non-empty (at most 2^20 entries), every entry finite and
+/// >= 0, target_pass[0] > 0. \throws std::invalid_argument naming `where` and the entry.
+inline void validate(const engine_profile& p, const char* where = "specdec::validate(engine_profile)") {
+    detail::check_profile_table(p.target_pass, where, "target_pass", true);
+    detail::check_profile_table(p.draft_step, where, "draft_step", false);
+}
+
+/// The profile as text: a header line, then one line per table, e.g.
+/// ```
+/// specdec-engine-profile 1
+/// target_pass 0.01 0.0102 0.0105
+/// draft_step 0.0011
+/// ```
+/// Numbers are written with 17 significant digits, so parse_engine_profile() gives back the
+/// same doubles. \throws std::invalid_argument for a profile validate() rejects.
+[[nodiscard]] inline std::string to_text(const engine_profile& p) {
+    validate(p, "specdec::to_text(engine_profile)");
+    std::string out = "specdec-engine-profile 1\n";
+    const auto line = [&out](const char* name, const std::vector<double>& table) {
+        out += name;
+        char buf[32];
+        for (const double v : table) {
+            std::snprintf(buf, sizeof buf, " %.17g", v);
+            out += buf;
+        }
+        out += '\n';
+    };
+    line("target_pass", p.target_pass);
+    line("draft_step", p.draft_step);
+    return out;
+}
+
+/// Reads a profile written by to_text(). Blank lines and lines starting with '#' are
+/// skipped; each table appears exactly once; the result passes validate().
+/// \throws std::invalid_argument naming the line (1-based) and what is wrong with it.
+[[nodiscard]] inline engine_profile parse_engine_profile(std::string_view text) {
+    constexpr const char* where = "specdec::parse_engine_profile";
+    engine_profile p;
+    bool header = false, has_pass = false, has_draft = false;
+    std::size_t line_no = 0;
+    while (!text.empty()) {
+        const std::size_t end = text.find('\n');
+        std::string_view line = text.substr(0, end);
+        text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
+        ++line_no;
+        if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+        const auto words = [](std::string_view s) {
+            std::vector<std::string_view> w;
+            std::size_t i = 0;
+            while (i < s.size()) {
+                while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+                const std::size_t j = i;
+                while (i < s.size() && s[i] != ' ' && s[i] != '\t') ++i;
+                if (i > j) w.push_back(s.substr(j, i - j));
+            }
+            return w;
+        }(line);
+        if (words.empty() || words[0].front() == '#') continue;
+        if (!header) {
+            if (words.size() != 2 || words[0] != "specdec-engine-profile")
+                detail::fail_invalid(where, ": line ", line_no, ": expected the header 'specdec-engine-profile 1'");
+            if (words[1] != "1")
+                detail::fail_invalid(where, ": line ", line_no, ": format version '", words[1].substr(0, 40), "' is not supported (1 is)");
+            header = true;
+            continue;
+        }
+        std::vector<double>* table = nullptr;
+        if (words[0] == "target_pass") {
+            if (has_pass) detail::fail_invalid(where, ": line ", line_no, ": target_pass appears twice");
+            has_pass = true;
+            table = &p.target_pass;
+        } else if (words[0] == "draft_step") {
+            if (has_draft) detail::fail_invalid(where, ": line ", line_no, ": draft_step appears twice");
+            has_draft = true;
+            table = &p.draft_step;
+        } else {
+            detail::fail_invalid(where, ": line ", line_no, ": unknown table '", words[0].substr(0, 40),
+                         "' (expected target_pass or draft_step)");
+        }
+        if (words.size() - 1 > detail::max_profile_entries)
+            detail::fail_invalid(where, ": line ", line_no, ": ", words.size() - 1, " entries; at most ",
+                         detail::max_profile_entries);
+        for (std::size_t i = 1; i < words.size(); ++i) {
+            double v = 0.0;
+            const char* first = words[i].data();
+            const char* last = first + words[i].size();
+            const auto [ptr, ec] = std::from_chars(first, last, v);
+            if (ec != std::errc{} || ptr != last || !std::isfinite(v) || v < 0.0)
+                detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", words[0], " ('",
+                             words[i].substr(0, 40), words[i].size() > 40 ? "...": "",
+                             "') is not a finite number >= 0");
+            table->push_back(v);
+        }
+    }
+    if (!header) detail::fail_invalid(where, ": the text is empty; expected the header 'specdec-engine-profile 1'");
+    if (!has_pass) detail::fail_invalid(where, ": no target_pass line");
+    if (!has_draft) detail::fail_invalid(where, ": no draft_step line");
+    validate(p, where);
+    return p;
+}
+
+}  // namespace specdec

@@ -1,0 +1,457 @@
+// The engine profile (engine_profile.hpp) and the plan it gives the adaptive policy: storing and
+// loading it (the text is untrusted input), the cost model at a batch's total positions, the
+// choice against a brute-force search, the explanation, and reproducibility (with a profile the
+// same seed gives the same tokens whatever the timings). Exactness of the planned steps is in
+// batch_distribution_test.cpp (a profile case) and distribution_test.cpp.
+
+#include "support/catch.hpp"
+#include "support/markov.hpp"
+#include "support/multi_markov.hpp"
+
+#include <specdec/batch_decoder.hpp>
+#include <specdec/engine_profile.hpp>
+#include <specdec/measure_profile.hpp>
+#include <specdec/speculative_decode.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace specdec_test;
+using specdec::token_id;
+
+namespace {
+
+/// A GPU-like engine: a target pass is flat up to `flat` positions (reading the weights
+/// dominates), then grows linearly; a draft step costs `draft` target passes at any batch.
+specdec::engine_profile gpu_like(std::size_t flat = 64, double slope = 1.0 / 64.0, double draft = 0.05) {
+    specdec::engine_profile p;
+    for (std::size_t m = 1; m <= flat + 1; ++m)
+        p.target_pass.push_back(m <= flat ? 1.0 : 1.0 + slope * static_cast<double>(m - flat));
+    p.draft_step = {draft};
+    p.draft_step.push_back(draft);
+    return p;
+}
+
+/// Feeds `steps` observations of β = alpha at every position up to gamma_max.
+void feed(specdec::gamma_controller& c, double alpha, std::size_t steps = 1) {
+    const std::vector<float> beta(c.gamma_max(), static_cast<float>(alpha));
+    for (std::size_t s = 0; s < steps; ++s)
+        c.observe({.gamma = c.gamma_max(), .drafted = c.gamma_max(), .emitted = 1, .acceptance = beta});
+}
+
+std::string error_of(std::string_view text) {
+    try {
+        (void)specdec::parse_engine_profile(text);
+    } catch (const std::invalid_argument& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("An engine profile is stored and loaded exactly", "[profile]") {
+    const specdec::engine_profile p{.target_pass = {0.0123456789012345678, 1e-9, 3.25, 0.0},
+                                    .draft_step = {0.001, 0.0015}};
+    const std::string text = specdec::to_text(p);
+    CHECK(text.rfind("specdec-engine-profile 1\n", 0) == 0);
+    const auto q = specdec::parse_engine_profile(text);
+    CHECK(q.target_pass == p.target_pass);  // 17 significant digits: the same doubles
+    CHECK(q.draft_step == p.draft_step);
+    // Comments, blank lines, tabs, Windows line ends, either table order.
+    const auto r = specdec::parse_engine_profile(
+        "# measured on a test machine\r\n\r\nspecdec-engine-profile 1\r\ndraft_step\t0.5\r\n  target_pass 2 3 4\r\n");
+    CHECK(r.target_pass == std::vector<double>{2, 3, 4});
+    CHECK(r.draft_step == std::vector<double>{0.5});
+}
+
+TEST_CASE("A malformed profile text is refused with an error naming the line", "[profile][errors]") {
+    CHECK_THAT(error_of(""), Catch::Contains("empty") && Catch::Contains("specdec::parse_engine_profile"));
+    CHECK_THAT(error_of("target_pass 1\n"), Catch::Contains("line 1") && Catch::Contains("header"));
+    CHECK_THAT(error_of("specdec-engine-profile 2\n"), Catch::Contains("line 1") && Catch::Contains("version '2'"));
+    const std::string head = "specdec-engine-profile 1\n";
+    CHECK_THAT(error_of(head + "target_pass 1\ndraft_steps 1\n"),
+               Catch::Contains("line 3") && Catch::Contains("unknown table 'draft_steps'"));
+    CHECK_THAT(error_of(head + "target_pass 1\ntarget_pass 2\ndraft_step 1\n"),
+               Catch::Contains("line 3") && Catch::Contains("twice"));
+    CHECK_THAT(error_of(head + "target_pass 1 abc\ndraft_step 1\n"),
+               Catch::Contains("line 2") && Catch::Contains("entry 2") && Catch::Contains("'abc'"));
+    for (const char* bad : {"nan", "inf", "-1", "1e999", "0x10", "1.5.2", "2,5"}) {
+        INFO(bad);
+        CHECK_THAT(error_of(head + "target_pass " + bad + "\ndraft_step 1\n"),
+                   Catch::Contains("line 2") && Catch::Contains("not a finite number >= 0"));
+    }
+    CHECK_THAT(error_of(head + "draft_step 1\n"), Catch::Contains("no target_pass"));
+    CHECK_THAT(error_of(head + "target_pass 1\n"), Catch::Contains("no draft_step"));
+    CHECK_THAT(error_of(head + "target_pass\ndraft_step 1\n"), Catch::Contains("target_pass is empty"));
+    CHECK_THAT(error_of(head + "target_pass 0 1\ndraft_step 1\n"), Catch::Contains("target_pass[0] = 0"));
+    // An overlong word is cut in the message.
+    const std::string long_word(5000, '7');
+    const std::string msg = error_of(head + "target_pass x" + long_word + "\ndraft_step 1\n");
+    CHECK_THAT(msg, Catch::Contains("..."));
+    CHECK(msg.size() < 300);
+    // to_text refuses what validate refuses.
+    CHECK_THROWS_WITH(specdec::to_text(specdec::engine_profile{.target_pass = {1.0}, .draft_step = {-1.0}}),
+                      Catch::Contains("draft_step[0] = -1"));
+}
+
+TEST_CASE("A profile's costs: the table, then the slope of its last two entries", "[profile]") {
+    const specdec::engine_profile p{.target_pass = {1.0, 1.0, 1.5, 2.0}, .draft_step = {0.2}};
+    CHECK(p.pass_cost(1) == 1.0);
+    CHECK(p.pass_cost(4) == 2.0);
+    CHECK(p.pass_cost(6) == Approx(3.0));      // 2 + 0.5 · 2
+    CHECK(p.draft_cost(3) == Approx(0.6));     // one entry: proportional
+    const specdec::engine_profile falling{.target_pass = {2.0, 1.0}, .draft_step = {0.1, 0.1}};
+    CHECK(falling.pass_cost(10) == 1.0);       // never decreasing beyond the table
+    CHECK(falling.draft_cost(50) == Approx(0.1));
+}
+
+TEST_CASE("With a profile the policy plans for the batch: the best gamma of a brute-force search at the batch's "
+          "total positions",
+          "[profile][adaptive]") {
+    specdec::adaptive_gamma_options o;
+    o.prior_weight = 0.0;
+    o.profile = gpu_like();
+    specdec::gamma_controller c(8, o);
+    CHECK_FALSE(c.measures_time());
+    feed(c, 0.8, 4);
+    for (const std::size_t batch : {1u, 2u, 4u, 8u, 16u, 32u, 64u}) {
+        INFO("batch " << batch);
+        // Brute force: tokens per cost for every γ, the pass at batch·(γ+1) positions.
+        std::size_t best = 0;
+        double best_rate = 0;
+        for (std::size_t g = 0; g <= 8; ++g) {
+            const double tokens = (1 - std::pow(0.8, static_cast<double>(g + 1))) / 0.2;
+            const double cost = static_cast<double>(g) * 0.05 + o.profile->pass_cost(batch * (g + 1));
+            if (tokens / cost > best_rate * (1 + 1e-9)) best_rate = tokens / cost, best = g;
+        }
+        CHECK(c.best_gamma(8, batch) == best);
+        CHECK(c.predicted_speedup(best, batch) == Approx(best_rate * o.profile->pass_cost(batch)));
+    }
+    // Flat to 64 positions: one sequence speculates long, 64 sequences not at all.
+    CHECK(c.best_gamma(8, 1) >= 6);
+    CHECK(c.best_gamma(8, 64) == 0);
+    CHECK(c.best_gamma(8, 16) < c.best_gamma(8, 1));
+    // choose() plans for the sequences it is told of.
+    CHECK(c.choose(8, 64) == 0);
+    CHECK(c.choose(8, 1) == c.best_gamma(8, 1));
+}
+
+TEST_CASE("The policy says why it chose what it chose", "[profile][adaptive]") {
+    specdec::adaptive_gamma_options o;
+    o.prior_weight = 0.0;
+    o.profile = gpu_like();
+    specdec::gamma_controller c(4, o);
+    feed(c, 0.8, 4);
+    const std::string one = c.explain(1);
+    INFO(one);
+    CHECK_THAT(one, Catch::StartsWith("gamma 4 for 1 sequence: predicted ") && Catch::Contains("0.80 0.80 0.80 0.80") &&
+                        Catch::Contains("a draft step costs 0.05 plain steps") &&
+                        Catch::Contains("costs from the profile"));
+    char expect[32];
+    std::snprintf(expect, sizeof expect, "predicted %.2fx", c.predicted_speedup(4, 1));
+    CHECK_THAT(one, Catch::Contains(expect));
+    const std::string many = c.explain(64);
+    INFO(many);
+    CHECK_THAT(many, Catch::StartsWith("speculation off for 64 sequences: a draft step costs 0.05 plain steps; best "
+                                       "predicted 0."));
+    // Draft as costly as the target: off for one sequence too.
+    specdec::adaptive_gamma_options slow;
+    slow.prior_weight = 0.0;
+    slow.profile = specdec::engine_profile{.target_pass = {1.0, 1.0, 1.0, 1.0, 1.0}, .draft_step = {1.0}};
+    specdec::gamma_controller s(4, slow);
+    feed(s, 0.5, 4);
+    CHECK_THAT(s.explain(), Catch::StartsWith("speculation off for 1 sequence: a draft step costs 1.00 plain steps"));
+}
+
+TEST_CASE("A profile and the cost callbacks together, or a bad profile, are refused by name", "[profile][errors]") {
+    specdec::adaptive_gamma_options o;
+    o.profile = gpu_like();
+    o.draft_cost = [](std::size_t n) { return static_cast<double>(n); };
+    o.pass_cost = [](std::size_t) { return 1.0; };
+    CHECK_THROWS_WITH(specdec::gamma_controller(4, o), Catch::Contains("a profile or the cost callbacks"));
+    specdec::adaptive_gamma_options bad;
+    bad.profile = specdec::engine_profile{.target_pass = {1.0, NAN}, .draft_step = {0.1}};
+    CHECK_THROWS_WITH(specdec::gamma_controller(4, bad),
+                      Catch::Contains("specdec::gamma_controller") && Catch::Contains("target_pass[1] = nan"));
+    bad.profile = specdec::engine_profile{.target_pass = {1.0}, .draft_step = {}};
+    CHECK_THROWS_WITH(specdec::gamma_controller(4, bad), Catch::Contains("draft_step is empty"));
+}
+
+TEST_CASE("Measured costs in a batch: passes are indexed by the batch's total positions", "[adaptive][batch]") {
+    specdec::adaptive_gamma_options o;
+    o.prior_weight = 0.0;
+    specdec::gamma_controller c(2, o);
+    const std::vector<float> beta{0.9f, 0.9f};
+    // 4 sequences: passes over 4, 8 and 12 positions; a draft step 0.1 s.
+    for (int i = 0; i < 6; ++i) {
+        c.observe({.gamma = 0, .drafted = 0, .emitted = 1, .pass_seconds = 1.0, .step_seconds = 1.0, .positions = 4});
+        c.observe({.gamma = 1, .drafted = 1, .emitted = 2, .acceptance = std::span(beta).first(1), .draft_seconds = 0.1,
+                   .pass_seconds = 2.0, .step_seconds = 2.1, .positions = 8});
+        c.observe({.gamma = 2, .drafted = 2, .emitted = 3, .acceptance = beta, .draft_seconds = 0.2,
+                   .pass_seconds = 3.0, .step_seconds = 3.2, .positions = 12});
+    }
+    CHECK(c.expected_cost(0, 4) == Approx(1.0));
+    CHECK(c.expected_cost(1, 4) == Approx(2.1));
+    CHECK(c.expected_cost(2, 4) == Approx(3.2));
+    CHECK(c.expected_cost(3, 4) == Approx(4.3));  // 16 positions: extrapolated along the line
+    // Linear in the positions: speculation does not pay for 4 sequences.
+    CHECK(c.best_gamma(2, 4) == 0);
+}
+
+TEST_CASE("With a profile the same seed gives the same tokens, whatever the timings", "[profile][adaptive][batch]") {
+    const auto target = markov_model::random(12, 2, 5);
+    const auto draft = markov_model::random(12, 2, 6);
+    // A verifier whose passes take a random time (0 to 300 us): measured costs would follow it.
+    struct jittery_verifier : multi_markov_verifier {
+        std::mt19937 jitter{std::random_device{}()};
+        void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+            std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 300)(jitter)));
+            multi_markov_verifier::score_batch(batch, out);
+        }
+    };
+    specdec::decode_options o{.step = specdec::chain{.gamma = 4},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .budget = {.max_new_tokens = 40}};
+    o.length.adaptive.profile = gpu_like(6, 0.5, 0.1);  // flat to 6 positions: the batch size matters
+    o.length.adaptive.explore_every = 3;
+    const auto run = [&](std::uint64_t seed) {
+        multi_markov_drafter d{&draft};
+        jittery_verifier v{{&target}};
+        specdec::batch_decoder dec(d, v, o);
+        std::mt19937_64 master(seed);
+        std::vector<std::size_t> ids;
+        for (token_id t = 0; t < 3; ++t) ids.push_back(dec.add(std::vector<token_id>{t}, std::mt19937_64(master())));
+        dec.step();
+        ids.push_back(dec.add(std::vector<token_id>{5}, std::mt19937_64(master())));  // joins: 4 sequences
+        dec.run();
+        std::vector<std::vector<token_id>> out;
+        for (const auto id : ids) out.push_back(dec.take(id).tokens);
+        std::vector<std::size_t> choices(dec.controller()->choices().begin(), dec.controller()->choices().end());
+        return std::pair(out, choices);
+    };
+    std::size_t identical = 0, several_lengths = 0;
+    for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+        const auto a = run(seed), b = run(seed);
+        if (a == b) ++identical;
+        std::size_t used = 0;
+        for (const auto n : a.second)
+            if (n != 0) ++used;
+        if (used >= 2) ++several_lengths;
+    }
+    CHECK(identical == 20);
+    CHECK(several_lengths == 20);  // the plan really varied (not a fixed gamma in disguise)
+}
+
+TEST_CASE("measure_engine_profile times the pair's real calls: a draft token, and passes over 1 to max_positions",
+          "[profile]") {
+    auto target = markov_model::random(8, 2, 7);
+    auto draft = markov_model::random(8, 2, 8);
+    // A verifier that takes at least 300 us per position it scores (a pass linear in positions).
+    struct slow_verifier {
+        markov_model* model;
+        std::ptrdiff_t vocab_size() const { return model->vocab; }
+        Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> d) {
+            std::this_thread::sleep_for(std::chrono::microseconds(300 * (d.size() + 1)));
+            Eigen::MatrixXf out(model->vocab, static_cast<Eigen::Index>(d.size() + 1));
+            std::vector<token_id> seq(context.begin(), context.end());
+            for (std::size_t j = 0; j <= d.size(); ++j) {
+                out.col(static_cast<Eigen::Index>(j)) = model->next_logits(seq);
+                if (j < d.size()) seq.push_back(d[j]);
+            }
+            return out;
+        }
+    } v{&target};
+    const std::vector<token_id> prompt{1, 2, 3};
+    const auto p = specdec::measure_engine_profile(draft, v, prompt, {.max_positions = 5, .repeats = 3});
+    REQUIRE(p.target_pass.size() == 5);
+    REQUIRE(p.draft_step.size() == 1);
+    CHECK(p.target_pass[0] >= 300e-6);
+    CHECK(p.target_pass[4] >= 1500e-6);
+    CHECK(p.target_pass[4] > p.target_pass[0]);
+    CHECK(p.draft_step[0] > 0.0);
+    CHECK_NOTHROW(specdec::validate(p));
+    // The planner takes it as it is.
+    specdec::adaptive_gamma_options o;
+    o.profile = p;
+    CHECK_NOTHROW(specdec::gamma_controller(4, o));
+
+    CHECK_THROWS_WITH(specdec::measure_engine_profile(draft, v, std::vector<token_id>{}),
+                      Catch::Contains("specdec::measure_engine_profile") && Catch::Contains("context is empty"));
+    CHECK_THROWS_WITH(specdec::measure_engine_profile(draft, v, prompt, {.max_positions = 1}),
+                      Catch::Contains("max_positions = 1"));
+    CHECK_THROWS_WITH(specdec::measure_engine_profile(draft, v, prompt, {.repeats = 0}), Catch::Contains("repeats = 0"));
+    CHECK_THROWS_WITH(specdec::measure_engine_profile(draft, v, std::vector<token_id>{1, 99}),
+                      Catch::Contains("specdec::measure_engine_profile") && Catch::Contains("99"));
+}
+
+namespace {
+
+/// Feeds a tree planner `steps` observations of the acceptance a_k by sibling rank.
+void feed_siblings(specdec::gamma_controller& c, const std::vector<float>& a, std::size_t steps = 1) {
+    for (std::size_t s = 0; s < steps; ++s)
+        c.observe({.gamma = 1, .drafted = 1, .emitted = 1, .sibling_acceptance = a});
+}
+
+/// The test's own model of a shape (Sequoia's, by sibling rank): E[tokens] and its cost under
+/// a profile for b sequences, and the best shape within `full` by brute force.
+struct brute_force {
+    std::vector<double> a;
+    specdec::engine_profile prof;
+    std::size_t b = 1;
+    double tokens(const std::vector<std::size_t>& v) const {
+        double total = 1, run = 1;
+        for (const auto x : v) {
+            double fail = 1;
+            for (std::size_t k = 0; k < x; ++k) fail *= 1 - (k < a.size() ? a[k] : a.back());
+            run *= 1 - fail;
+            total += run;
+        }
+        return total;
+    }
+    double cost(const std::vector<std::size_t>& v) const {
+        std::size_t nodes = 0, level = 1, calls = v.empty() ? 0 : 1;
+        for (std::size_t d = 0; d < v.size(); ++d) {
+            level *= v[d];
+            nodes += level;
+            if (d + 1 < v.size()) calls += level;
+        }
+        return static_cast<double>(calls) * prof.draft_cost(b) + prof.pass_cost(b * (nodes + 1));
+    }
+    std::vector<std::size_t> best(const std::vector<std::size_t>& full) const {
+        std::vector<std::size_t> v, winner;
+        double best_rate = tokens({}) / cost({});
+        const auto visit = [&](auto&& self) -> void {
+            if (!v.empty() && tokens(v) / cost(v) > best_rate * (1 + 1e-9)) best_rate = tokens(v) / cost(v), winner = v;
+            if (v.size() == full.size()) return;
+            for (std::size_t x = 1; x <= full[v.size()]; ++x) {
+                v.push_back(x);
+                self(self);
+                v.pop_back();
+            }
+        };
+        visit(visit);
+        return winner;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of a brute-force search over the "
+          "shapes within the tree's",
+          "[profile][adaptive][tree]") {
+    const std::vector<std::size_t> full{3, 2, 2, 1};
+    struct scenario {
+        const char* name;
+        std::vector<float> a;  // acceptance by sibling rank
+        specdec::engine_profile prof;
+        std::size_t batch;
+        const char* expect;    // what explain() starts with
+    };
+    const std::vector<scenario> scenarios{
+        // A flat pass and cheap drafts: later siblings still accepted often, so a wide tree pays.
+        {"flat pass, siblings pay", {0.55f, 0.45f, 0.35f}, gpu_like(64, 1.0 / 64, 0.02), 1, "tree "},
+        // Later siblings almost never accepted: width buys nothing, a chain wins.
+        {"flat pass, siblings do not pay", {0.8f, 0.01f, 0.01f}, gpu_like(64, 1.0 / 64, 0.02), 1, "chain of "},
+        // Drafts as costly as the target: a plain step.
+        {"costly drafts", {0.6f, 0.3f, 0.2f}, gpu_like(64, 1.0 / 64, 1.0), 1, "speculation off"},
+        // A pass linear in positions and a large batch: every extra node costs a full position.
+        {"linear pass, batch of 32", {0.55f, 0.45f, 0.35f},
+         specdec::engine_profile{.target_pass = {1.0, 2.0}, .draft_step = {0.02}}, 32, "speculation off"},
+    };
+    for (const auto& sc : scenarios) {
+        INFO(sc.name);
+        specdec::adaptive_gamma_options o;
+        o.prior_weight = 0.0;
+        o.profile = sc.prof;
+        specdec::gamma_controller c(
+            specdec::tree_plan_limits{.branching = full, .draft_calls = specdec::tree_draft_calls::per_parent}, o);
+        REQUIRE(c.plans_trees());
+        feed_siblings(c, sc.a, 4);
+        const brute_force bf{{sc.a.begin(), sc.a.end()}, sc.prof, sc.batch};
+        const auto expect = bf.best(full);
+        const std::size_t depth = c.choose(100, sc.batch);
+        const auto planned = c.planned_shape();
+        CHECK(std::vector<std::size_t>(planned.begin(), planned.end()) == expect);
+        CHECK(depth == expect.size());
+        const std::string why = c.explain(sc.batch);
+        INFO(why);
+        CHECK_THAT(why, Catch::StartsWith(sc.expect));
+        CHECK_THAT(why, Catch::Contains("costs from the profile"));
+        if (!expect.empty()) {
+            CHECK(c.expected_tokens(planned) == Approx(bf.tokens(expect)));
+            CHECK(c.expected_cost(planned, sc.batch) == Approx(bf.cost(expect)));
+        }
+    }
+    // A drafter that drafts a level per call: a level's width costs no draft time, only positions.
+    {
+        specdec::adaptive_gamma_options o;
+        o.prior_weight = 0.0;
+        o.profile = gpu_like(64, 1.0 / 64, 0.02);
+        specdec::gamma_controller level(specdec::tree_plan_limits{.branching = full}, o);
+        const std::vector<std::size_t> wide{3, 2, 2, 1}, chain{1, 1, 1, 1};
+        // 4 calls either way; the pass is flat: the same cost.
+        CHECK(level.expected_cost(std::span<const std::size_t>(wide)) ==
+              Approx(level.expected_cost(std::span<const std::size_t>(chain))));
+        CHECK(level.expected_cost(std::span<const std::size_t>(wide)) == Approx(4 * 0.02 + 1.0));
+    }
+    // A node budget: no plan beyond it.
+    specdec::adaptive_gamma_options o;
+    o.prior_weight = 0.0;
+    o.profile = gpu_like(64, 1.0 / 64, 0.001);
+    specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full, .max_nodes = 5}, o);  // a level per call
+    feed_siblings(c, {0.6f, 0.5f, 0.4f}, 4);
+    (void)c.choose(100, 1);
+    std::size_t nodes = 0, level = 1;
+    for (const auto x : c.planned_shape()) nodes += level *= x;
+    CHECK(nodes <= 5);
+    CHECK(nodes >= 4);  // with nearly free drafts and a flat pass it fills the budget
+    // Errors name the field.
+    CHECK_THROWS_WITH(specdec::gamma_controller(specdec::tree_plan_limits{}), Catch::Contains("branching is empty"));
+    CHECK_THROWS_WITH(specdec::gamma_controller(specdec::tree_plan_limits{.branching = {2, 0, 1}}),
+                      Catch::Contains("tree_plan_limits.branching[1] = 0"));
+}
+
+TEST_CASE("The tree planner in a decoder: several shapes and chains in use, the sibling statistics filled, and a "
+          "seed reproduces the run",
+          "[profile][adaptive][tree][batch]") {
+    auto target = markov_model::random(10, 2, 31);
+    auto draft = markov_model::random(10, 2, 32);
+    specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {3, 2, 1, 1}}},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .budget = {.max_new_tokens = 64}};
+    o.length.adaptive.profile = gpu_like(64, 1.0 / 64, 0.05);
+    o.length.adaptive.explore_every = 2;
+    const auto run = [&](std::uint64_t seed) {
+        markov_model d = draft, t = target;
+        specdec::gamma_controller planner = specdec::make_controller(o, specdec::tree_draft_calls::per_parent);
+        auto opts = o;
+        opts.length.controller = &planner;
+        std::vector<std::vector<std::size_t>> shapes;
+        opts.on_step = [&](const specdec::step_event& e) {
+            if (e.tree) {
+                CHECK(!e.sibling_acceptance.empty());
+                CHECK(e.sibling_acceptance.size() <= 3);
+            }
+        };
+        std::mt19937_64 rng(seed);
+        const auto r = specdec::speculative_decode(d, t, std::vector<token_id>{1, 2}, opts, rng);
+        return std::tuple(r.tokens, r.stats, planner.explain());
+    };
+    const auto [tokens, stats, why] = run(5);
+    CHECK(tokens.size() == 64);
+    REQUIRE(stats.reached_at_sibling.size() >= 2);
+    CHECK(stats.reached_at_sibling[0] > 0);
+    CHECK(stats.estimated_sibling_acceptance(0) > 0.0);
+    CHECK(stats.estimated_sibling_acceptance(0) <= 1.0);
+    const auto [tokens2, stats2, why2] = run(5);
+    CHECK(tokens == tokens2);
+    CHECK(why == why2);
+    INFO(why);
+    CHECK_THAT(why, Catch::Contains("for 1 sequence"));
+}
