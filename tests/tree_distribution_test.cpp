@@ -654,3 +654,67 @@ TEST_CASE("Negative control: a draft-side stop that drops the unlikely node (not
         }
     }
 }
+
+namespace {
+
+/// A planner that cheats, WRONG on purpose (a negative control for the tree planner): it draws
+/// a tree of shape {2, 1} from the draft model, then keeps it only when the target gives the
+/// first child's token probability at least 0.3, and otherwise proposes nothing (a plain step).
+/// The step's shape then depends on the target's values at the drafted tokens, which a plan
+/// must never see. With `honest`, the choice is made before drawing, from the draft's
+/// confidence at the root (its largest q at least 0.5): a function of the context only, as the
+/// planner's choices are, so exact. (Dropping the tree because of the drawn token's own q would
+/// be wrong too: the draft-side stop keeps that token, see the control above.)
+struct peeking_tree_drafter {
+    markov_model* model = nullptr;
+    markov_model* target = nullptr;
+    bool honest = false;
+    std::vector<token_id> path{};
+    Eigen::VectorXf logits{}, q{}, scratch{};
+    specdec::sampling_workspace sws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
+                      const specdec::sampling_config& s, specdec::uniform_source& u, specdec::draft_tree& out) {
+        specdec::draft_tree_from_model(*model, context, shape, s, u, out, path, logits, q, scratch, sws);
+        if (out.size() == 0) return;
+        std::vector<token_id> ctx(context.begin(), context.end());
+        if (honest) {
+            const auto q_root = ref_standardize(model->next_logits(ctx), s);
+            if (*std::max_element(q_root.begin(), q_root.end()) < 0.5) out.clear();
+        } else {
+            const auto p_root = ref_standardize(target->next_logits(ctx), s);
+            if (p_root[static_cast<std::size_t>(out.tokens[0])] < 0.3) out.clear();
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("Negative control: a tree shape chosen from the target's values at drafted tokens is caught (from the context: exact)",
+          "[statistical][distribution][tree][negative][adaptive]") {
+    auto target = markov_model::random(4, 2, 181);
+    auto draft = markov_model::random(4, 2, 182);
+    tree_markov verifier{&target};
+    const auto exact = exact_sequence_distribution(target, kPrompt, kLength, {});
+    for (const bool honest : {true, false}) {
+        also_plain<peeking_tree_drafter> drafter{};
+        drafter.model = &draft;
+        drafter.target = &target;
+        drafter.honest = honest;
+        for (const auto scheme : {tree_verification_scheme::recursive_rejection, tree_verification_scheme::traversal}) {
+            INFO((honest ? "shape from the draft's confidence at the root" : "WRONG: shape from the target's p at a drafted token")
+                 << ", " << name(scheme));
+            const specdec::decode_options opts{
+                .step = specdec::tree{.shape = {.branching = {2, 1}, .draws = sibling_draws::iid}, .scheme = scheme},
+                .budget = {.max_new_tokens = kLength}};
+            const auto r = sequence_test(
+                [&](std::mt19937_64& rng) {
+                    return specdec::speculative_decode(drafter, verifier, kPrompt, opts, rng).tokens;
+                },
+                exact, 4, 1181);
+            INFO(describe(r));
+            if (honest) CHECK(r.p_value >= kFalseAlarm);
+            else CHECK(r.p_value < kFalseAlarm);
+        }
+    }
+}

@@ -233,7 +233,7 @@ public:
             std::size_t best = best_plan(top, sequences_);
             // A draft model idle during plain steps first catches up on the tokens it missed:
             // resume speculating only if that pays within the tokens still to be generated.
-            if (best > 0 && lag_ > 0 && measures_time()) {
+            if (best > 0 && lag_ > 0) {
                 const double left = static_cast<double>(limit) + 1.0;
                 const double resume = static_cast<double>(lag_) * catch_up_per_token() +
                                       left * plan_cost(best, sequences_) / plan_tokens(best);
@@ -610,13 +610,19 @@ private:
     [[nodiscard]] double exploring_cost(std::size_t other, std::size_t best) const {
         const double per_token = plan_cost(best, sequences_) / plan_tokens(best);
         double extra = std::max(0.0, plan_cost(other, sequences_) - plan_tokens(other) * per_token);
-        if (other > 0 && measures_time()) extra += static_cast<double>(lag_) * catch_up_per_token();
+        if (other > 0) extra += static_cast<double>(lag_) * catch_up_per_token();
         return extra;
     }
 
     /// A draft model's cost per token it catches up on: measured after plain steps; until then
-    /// a draft step's (an engine that reads missed tokens in one batched pass pays less).
-    [[nodiscard]] double catch_up_per_token() const { return catch_up_.count != 0 ? catch_up_.value : draft_.value; }
+    /// a draft step's (an engine that reads missed tokens in one batched pass pays less). With a
+    /// profile or cost callbacks, a draft step's: a conservative guess, so that a plan from
+    /// known costs does not switch a slow draft model back on for a gain its catch-up eats.
+    [[nodiscard]] double catch_up_per_token() const {
+        if (options_.profile) return options_.profile->draft_cost(sequences_);
+        if (options_.pass_cost) return options_.draft_cost(1) - options_.draft_cost(0);
+        return catch_up_.count != 0 ? catch_up_.value : draft_.value;
+    }
 
     /// The acceptance the choice uses at position i: position 1's estimate shrunk towards 1/2,
     /// each deeper one's towards the position before it (prior_weight pseudo-observations
