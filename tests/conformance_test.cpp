@@ -51,7 +51,7 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
 }
 
 /// What is wrong with a cached_model.
-enum class bug { none, ignores_rollback, shifted_scores, shared_cache };
+enum class bug { none, ignores_rollback, shifted_scores, shared_cache, reduced_precision };
 
 /// A model whose logits depend on every token of the context (like a transformer), computed
 /// through a per-position state cache (like a KV cache): state_i = hash(state_{i-1}, token_i),
@@ -82,6 +82,10 @@ public:
             // The off-by-one of slicing the scores one position early.
             const std::size_t n = context.size() + j - (bug_ == bug::shifted_scores && context.size() + j > 1 ? 1 : 0);
             out.col(static_cast<Eigen::Index>(j)) = logits_at(n);
+            if (bug_ == bug::reduced_precision)  // not a bug: a batched pass in bf16, relative 4e-3 per logit
+                for (Eigen::Index k = 0; k < out.rows(); ++k)
+                    out(k, static_cast<Eigen::Index>(j)) *=
+                        1.0f + 4e-3f * (static_cast<float>(mix(n * 131 + static_cast<std::size_t>(k)) >> 40) * 0x1.0p-23f - 1.0f);
         }
         return out;
     }
@@ -549,6 +553,27 @@ TEST_CASE("a KV cache that ignores rollback is flagged as such", "[conformance]"
     CHECK(contains(r.failure, "as after a rejected draft"));
     CHECK(contains(r.failure, "roll back"));
     CHECK(r.max_error > 0.0);
+}
+
+TEST_CASE("a correct engine whose batched pass rounds like bf16 is told about tolerance, and passes with it "
+          "(outside finding)",
+          "[conformance]") {
+    cached_model rounding(5, 11, bug::reduced_precision);
+    const auto r = kit::check_contract(rounding, small_options());
+    INFO(r);
+    CHECK_FALSE(r);  // at the default tolerance of 1e-4
+    CHECK(contains(r.failure, "reduced-precision arithmetic"));
+    CHECK(contains(r.failure, "conformance_options::tolerance"));
+    CHECK(r.max_error < 0.05);
+    auto o = small_options();
+    o.tolerance = 0.05;
+    const auto relaxed = kit::check_contract(rounding, o);
+    INFO(relaxed);
+    CHECK(relaxed);
+    // A real bug is not mistaken for rounding.
+    cached_model broken(5, 11, bug::ignores_rollback);
+    const auto b = kit::check_contract(broken, small_options());
+    CHECK_FALSE(contains(b.failure, "reduced-precision"));
 }
 
 TEST_CASE("scores shifted by one position are flagged as such", "[conformance]") {

@@ -344,7 +344,7 @@ int main(int argc, char** argv) {
             std::printf("drafter %s, tree", a.drafter.c_str());
             for (std::size_t i = 0; i < a.tree.size(); ++i) std::printf("%s%zu", i ? "," : " ", a.tree[i]);
             std::printf(" (%zu nodes)%s, traversal verification, temperature %g\n", t->shape.nodes(),
-                        adaptive ? ", depth auto" : "", static_cast<double>(a.decode.sampling.temperature));
+                        adaptive ? ", shape planned per step" : "", static_cast<double>(a.decode.sampling.temperature));
         } else {
             const auto& c = std::get<specdec::chain>(a.decode.step);
             std::printf("drafter %s, gamma %s%zu, %s verification, temperature %g\n", a.drafter.c_str(),

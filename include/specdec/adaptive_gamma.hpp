@@ -389,19 +389,9 @@ public:
     }
     /// The γ in [0, limit] (limit <= gamma_max) with the most expected tokens per unit of
     /// cost for `sequences` sequences; ties go to the shorter draft.
+    /// (A tree planner: the depth of its best plan of depth at most `limit`.)
     [[nodiscard]] std::size_t best_gamma(std::size_t limit, std::size_t sequences = 1) const {
-        limit = std::min(limit, gamma_max_);
-        std::size_t best = 0;
-        double best_rate = -1.0;
-        for (std::size_t g = 0; g <= limit; ++g) {
-            const double cost = expected_cost(g, sequences);
-            const double rate = cost > 0 ? expected_tokens(g) / cost : std::numeric_limits<double>::infinity();
-            if (rate > best_rate * (1 + 1e-9)) {
-                best_rate = rate;
-                best = g;
-            }
-        }
-        return best;
+        return plan_depth(best_plan(std::min(limit, gamma_max_), std::max<std::size_t>(sequences, 1)));
     }
     /// One line saying what the policy would choose now for `sequences` sequences and why,
     /// from its estimates: "gamma 3 for 1 sequence: predicted 1.72x plain steps (acceptance

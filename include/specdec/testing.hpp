@@ -207,6 +207,20 @@ inline std::string number(double x) {
     return os.str();
 }
 
+/// Below this total variation, a mismatch that matches no shifted or other sequence's logits
+/// looks like rounding rather than a cache or mask bug (which change a distribution by far more).
+inline constexpr double rounding_like_error = 0.05;
+
+/// The hint for a small mismatch: reduced-precision arithmetic (a bf16 or fp16 batched pass
+/// against a float next_logits, relative 4e-3 on each logit, differs by about 0.002-0.02 in
+/// total variation) and how to accept it.
+inline std::string rounding_hint(double error) {
+    return "; a difference this small (total variation " + number(error) + " < " + number(rounding_like_error) +
+           ") is what reduced-precision arithmetic gives (a bf16/fp16 batched pass against a float next_logits); "
+           "if your engine computes in reduced precision, set conformance_options::tolerance to a few times it, "
+           "e.g. " + number(10 * error) + " (a KV-cache or mask bug usually differs by far more)";
+}
+
 inline double seconds_between(std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
@@ -564,6 +578,7 @@ private:
         std::string why = what + " after " + std::to_string(prefix.size()) + " tokens " + tokens_text(prefix) +
                           " differs from a fresh model's logits for the same tokens: total variation " + number(e) +
                           " > tolerance " + number(o_.tolerance) + " (" + where + ")";
+        const std::size_t unhinted = why.size();
         if (prefix.size() >= 2) {
             const seq shorter(prefix.begin(), prefix.end() - 1);
             if (total_variation(d.p, reference(shorter)) <= o_.tolerance)
@@ -575,6 +590,7 @@ private:
             why += "; they equal the logits after " + std::to_string(longer.size()) +
                    " tokens: shifted by one position (the logits of position i+1 returned for position i; "
                    "check the offset where the scores are sliced)";
+        if (why.size() == unhinted && e < rounding_like_error) why += rounding_hint(e);
         fail(std::move(why));
         return false;
     }
@@ -1083,11 +1099,14 @@ private:
         r_.max_error = std::max(r_.max_error, e);
         if (e <= o_.tolerance) return true;
         std::string hint = otherwise;
+        bool matched = false;
         for (const auto& c : candidates())
             if (refs_.count(c.prefix) && error(d, c.prefix) <= o_.tolerance) {
                 hint = c.hint;
+                matched = true;
                 break;
             }
+        if (!matched && e < rounding_like_error) hint += rounding_hint(e);
         fail(what + " differs from the logits of this request scored alone on a fresh model (after " +
              std::to_string(prefix.size()) + " tokens " + tokens_text(prefix) + "): total variation " + number(e) +
              " > tolerance " + number(o_.tolerance) + "; " + hint);

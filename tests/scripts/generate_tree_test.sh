@@ -10,15 +10,8 @@
 #   tests/scripts/generate_tree_test.sh path/to/specdec-generate
 set -uo pipefail
 generate="${1:?usage: generate_tree_test.sh path/to/specdec-generate}"
-models="${SPECDEC_MODELS_DIR:-}"
-for f in stories260K.bin llama2xs_tok512_279K.bin tok512.bin; do
-  if [ -z "$models" ] || [ ! -f "$models/$f" ]; then
-    echo "skipped: ${models:-SPECDEC_MODELS_DIR (unset)}/$f not found (scripts/download_models.sh DIR fetches the pair)"
-    exit 77
-  fi
-done
-tmp="$(mktemp -d)"
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=require_models.sh
+source "$(dirname "${BASH_SOURCE[0]}")/require_models.sh"
 failures=0 tokens=0 draft_end=0 target_end=0
 
 # run NAME ARGS...: specdec-generate must exit with status 0; sets `tokens` to those it generated.
