@@ -571,6 +571,11 @@ TEST_CASE("speculative_decode: a fault at any call comes out with its own type, 
     batched_markov batched{&target};
     faulty_drafter<shift_drafter> point_draft{&shift, &plan};
     faulty_verifier<batched_markov> point_target{&batched, &plan};
+    // Hierarchical drafting: faults in the inner drafter and in the draft model its inner loop
+    // runs (mid inner step, between inner steps).
+    auto tiny = markov_model::random(vocab, 1, 13);
+    faulty_model<markov_model> inner_tiny{&tiny, &plan}, layered_model{&draft, &plan};
+    specdec::hierarchical_drafter layered(inner_tiny, layered_model, {.gamma = 2});
 
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
         for (const auto policy : {specdec::gamma_policy::fixed, specdec::gamma_policy::adaptive}) {
@@ -593,6 +598,10 @@ TEST_CASE("speculative_decode: a fault at any call comes out with its own type, 
             {
                 INFO("point-mass drafter / batched verifier");
                 check_decode_under_faults(point_draft, point_target, plan, prompt, o, 9);
+            }
+            {
+                INFO("hierarchical drafter / plain target");
+                check_decode_under_faults(layered, plain_target, plan, prompt, o, 11);
             }
         }
     }
@@ -708,6 +717,11 @@ TEST_CASE("speculative_step: a fault at any call of a generation leaves sequence
     batched_markov batched{&target};
     faulty_drafter<shift_drafter> point_draft{&shift, &plan};
     faulty_verifier<batched_markov> point_target{&batched, &plan};
+    // Hierarchical drafting: faults in the inner drafter and in the draft model its inner loop
+    // runs (mid inner step, between inner steps).
+    auto tiny = markov_model::random(vocab, 1, 13);
+    faulty_model<markov_model> inner_tiny{&tiny, &plan}, layered_model{&draft, &plan};
+    specdec::hierarchical_drafter layered(inner_tiny, layered_model, {.gamma = 2});
     for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
         INFO("scheme " << (scheme == specdec::verification_scheme::token ? "token" : "block"));
         const specdec::step_options opts{.gamma = 4, .sampling = {.temperature = 0.8f}, .scheme = scheme};

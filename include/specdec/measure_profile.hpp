@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "diagnostics.hpp"
 #include "engine_profile.hpp"
 #include "sampling.hpp"
 #include "speculative_step.hpp"
@@ -111,6 +112,14 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     }
     validate(p, where);
     return p;
+}
+
+/// Chosen only when the drafter or the verifier misses a requirement: reports which one, and
+/// the fix, in a static_assert (see diagnostics.hpp), as speculative_decode does.
+template <class D, class V>
+engine_profile measure_engine_profile(D&, V&, std::span<const token_id>, const profile_measurement& = {}) {
+    detail::reject_speculative_call<D, V, std::mt19937_64>();
+    return {};
 }
 
 }  // namespace specdec

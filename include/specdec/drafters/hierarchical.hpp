@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "../concepts.hpp"
+#include "../diagnostics.hpp"
 #include "../error.hpp"
 #include "../random.hpp"
 #include "../sampling.hpp"
@@ -74,8 +75,13 @@ private:
 /// auto out = specdec::speculative_decode(lookup_then_model, target, prompt, {}, rng);
 /// \endcode
 template <class Inner, class Model>
-    requires Drafter<std::remove_reference_t<Inner>> && Verifier<std::remove_reference_t<Model>>
 class hierarchical_drafter {
+    // The inner drafter must be a Drafter and the model a Verifier: a miss is reported by name,
+    // with the fix, as speculative_decode reports it (diagnostics.hpp).
+    static_assert((detail::reject_speculative_call<std::remove_reference_t<Inner>, std::remove_reference_t<Model>,
+                                                   detail::uniform_source_bits>(),
+                   true));
+
 public:
     /// \throws std::invalid_argument for options.gamma = 0 or vocabulary sizes that differ.
     hierarchical_drafter(Inner&& inner, Model&& model, hierarchical_options options = {})
