@@ -10,6 +10,7 @@
 #include "support/skip.hpp"
 
 #include <specdec/batch_decoder.hpp>
+#include <specdec/trace.hpp>
 
 #include <array>
 #include <cstdint>
@@ -178,6 +179,23 @@ TEST_CASE("A multi-sequence batch step allocates nothing after warm-up", "[batch
                   for (int s = 0; s < 50; ++s) own.step();
               }) == 0);
         CHECK(own.active() == 5);
+
+        // A step recorder as on_step (trace.hpp): timed steps, recorded without allocating.
+        specdec::step_recorder trace(specdec::step_recorder::capacity{.steps = 1000, .tokens = 10000, .values = 10000});
+        specdec::batch_decoder<quiet_drafter, quiet_verifier, std::mt19937_64> traced(
+            d, v,
+            {.step = specdec::chain{.gamma = 3, .estimate_acceptance = true},
+             .sampling = {.temperature = 1.0f},
+             .budget = {.max_new_tokens = 3000},
+             .on_step = std::ref(trace)},
+            threads);
+        for (token_id p = 0; p < 5; ++p) (void)traced.add(std::vector<token_id>{p, 2}, std::mt19937_64(static_cast<std::uint64_t>(p)));
+        for (int s = 0; s < 20; ++s) traced.step();  // warm-up
+        CHECK(allocations_during([&] {
+                  for (int s = 0; s < 50; ++s) traced.step();
+              }) == 0);
+        CHECK(trace.steps().size() == 70 * 5);
+        CHECK(trace.dropped() == 0);
     }
 }
 

@@ -758,7 +758,8 @@ public:
             *it.extras = detail::step_extras{.estimate_acceptance = estimate_,
                                              .draft_stop_below = options_.draft.stop_below,
                                              .draft_sampling = settings_.draft_sampling};
-        detail::multi_timing timing{.time = controller_ && controller_->measures_time()};
+        // Timed for a controller that measures costs, and for on_step's step_timing.
+        detail::multi_timing timing{.time = (controller_ && controller_->measures_time()) || bool(options_.on_step)};
         const auto t0 = timing.time ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
         const std::span<detail::multi_item<G>> items(items_);
         try {
@@ -770,6 +771,13 @@ public:
         settle(items);
         if (controller_) observe(planned, first, timing, t0, items);
         detail::rethrow_first(items);
+        if (options_.on_step) {
+            const double total = detail::seconds_since(t0);
+            timing_ = step_timing{.start = t0,
+                                  .draft_seconds = timing.draft_seconds,
+                                  .target_seconds = timing.pass_seconds,
+                                  .library_seconds = std::max(0.0, total - timing.draft_seconds - timing.pass_seconds)};
+        }
         notify(items);
         return active();
     }
@@ -844,7 +852,7 @@ private:
             const entry* e = entries_[it.slot].get();
             if (!options_.on_step || e == nullptr || it.tokens != &e->sequence) continue;
             const auto emitted = std::span<const token_id>(e->sequence).last(it.appended);
-            step_event ev{.sequence = it.slot, .gamma = it.gamma};
+            step_event ev{.sequence = it.slot, .gamma = it.gamma, .timing = timing_};
             ev.emitted = emitted;
             if (it.tree) {
                 ev.draft = it.tws->accepted;
@@ -952,6 +960,7 @@ private:
     std::vector<std::size_t> sibling_count_;
     std::vector<float> mean_sibling_;
     std::vector<std::size_t> planned_branching_;  // the tree planner's shape for the step
+    step_timing timing_{};                         // the last step's, for on_step
 };
 
 /// A batch_decoder whose sequences use generators of type G:

@@ -21,6 +21,7 @@
 ///                                   .length = {.policy = specdec::gamma_policy::adaptive}};
 /// \endcode
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -130,6 +131,21 @@ struct decode_budget {
     std::vector<token_id> stop_tokens{};
 };
 
+/// Where a step's time went, measured when the decoding call has an on_step callback (a few
+/// clock reads per step; nothing when it has none). In a batch the three parts are those of the
+/// batch's step, which all its sequences share: one drafting phase, one target pass, then the
+/// library's own work for all of them.
+struct step_timing {
+    /// When the step began.
+    std::chrono::steady_clock::time_point start{};
+    /// Drafting (all sequences of the batch); 0 for a plain target step.
+    double draft_seconds = 0.0;
+    /// The target pass (all sequences of the batch).
+    double target_seconds = 0.0;
+    /// The rest of the step: verification, commit, statistics and the adaptive policy's plan.
+    double library_seconds = 0.0;
+};
+
 /// What the per-step callback sees, for every step of every sequence, chain or tree. Spans and
 /// the tree pointer are valid during the call only.
 struct step_event {
@@ -163,6 +179,8 @@ struct step_event {
     /// Target passes this step cost this sequence (one per step with a batched or tree
     /// verifier; more when a plain model scores position by position or path by path).
     std::size_t target_passes = 0;
+    /// Where the step's time went (see step_timing).
+    step_timing timing{};
 };
 
 /// Settings of a decoding run: speculative_decode for one sequence, batch_decoder for many.

@@ -21,6 +21,7 @@
 #include "sampling.hpp"
 #include "speculative_decode.hpp"
 #include "speculative_step.hpp"
+#include "trace.hpp"
 #include "tree.hpp"
 #include "decode_options.hpp"
 #include "tree_verify.hpp"

@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <initializer_list>
 #include <span>
@@ -118,7 +119,10 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
     Eigen::VectorXf logits, p(vocab);
     Eigen::MatrixXf scores;
     sampling_workspace sws;
+    const bool timed = bool(options.on_step);  // step_timing for on_step
+    using clock = std::chrono::steady_clock;
     while (result.tokens.size() < options.budget.max_new_tokens) {
+        const auto t0 = timed ? clock::now() : clock::time_point{};
         const std::span<const token_id> context(sequence);
         if constexpr (LanguageModel<M>) {
             detail::checked_next_logits(model, context, vocab, logits, where);
@@ -130,6 +134,7 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
             logits = scores.col(0);
         }
         // Only the draw is needed: the weights are never normalized.
+        const double target_seconds = timed ? detail::seconds_since(t0) : 0.0;
         const token_id t =
             standardize_weights_and_sample(logits, options.sampling, p, uniform01(rng), sws, where).token;
         sequence.push_back(t);
@@ -139,8 +144,13 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
         if (result.stats.steps_at_gamma.empty()) result.stats.steps_at_gamma.push_back(0);
         ++result.stats.steps_at_gamma[0];
         if (options.on_step)
-            options.on_step(step_event{.next_token = t, .emitted = std::span<const token_id>(sequence).last(1),
-                                       .target_passes = 1});
+            options.on_step(step_event{
+                .next_token = t,
+                .emitted = std::span<const token_id>(sequence).last(1),
+                .target_passes = 1,
+                .timing = {.start = t0,
+                           .target_seconds = target_seconds,
+                           .library_seconds = std::max(0.0, detail::seconds_since(t0) - target_seconds)}});
         if (std::find(options.budget.stop_tokens.begin(), options.budget.stop_tokens.end(), t) != options.budget.stop_tokens.end()) {
             result.stop = stop_reason::stop_token;
             break;
