@@ -7,6 +7,7 @@
 //   specdec-generate --models DIR --prompt "Once upon a time" --gamma 4 --temperature 0.8 --compare
 //   specdec-generate --models DIR --tree 2,2,1,1 --gamma auto
 //   specdec-generate --models DIR --gamma auto --measure-profile pair.profile   (then --profile pair.profile)
+//   specdec-generate --models DIR --compare --trace run.json --stats-json stats.json   (docs/traces.md)
 //   specdec-generate --target stories260K.bin --draft llama2xs_tok512_279K.bin --tokenizer tok512.bin ...
 //
 // Drafters (--drafter): model (the --draft checkpoint, default), early-exit:K (the target's
@@ -19,6 +20,7 @@
 #include "summary.hpp"
 #include "text_file.hpp"
 #include "tokenizer.hpp"
+#include "trace_json.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
@@ -55,6 +57,8 @@ struct arguments {
     bool color = isatty(STDOUT_FILENO) != 0;
     std::filesystem::path profile;          // --profile: load the engine profile from this file
     std::filesystem::path measure_profile;  // --measure-profile: measure it, save it here
+    std::filesystem::path trace;            // --trace: the streamed run's steps, Chrome trace-event JSON
+    std::filesystem::path stats_json;       // --stats-json: the run's statistics as JSON
 };
 
 /// Parses the command line; returns the arguments, or the exit status to end with.
@@ -121,6 +125,10 @@ std::variant<arguments, int> parse(int argc, char** argv) {
                    "timings of the real calls), save it to FILE, and plan from it")
         ->excludes("--profile");
     app.add_flag("--compare", a.compare, "also run the autoregressive baseline and time both");
+    app.add_option("--trace", a.trace,
+                   "write the generation's steps to FILE in the Chrome trace-event format (Perfetto, "
+                   "chrome://tracing; scripts/trace_report.py makes a page of charts from it)");
+    app.add_option("--stats-json", a.stats_json, "write the run's statistics to FILE as JSON");
     app.add_flag("--no-color", no_color, "plain text output");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
 
@@ -221,11 +229,18 @@ double median(std::vector<double> v) {
 /// seed, so each repeats the streamed text).
 template <class D>
 run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* draft_model,
-                const std::vector<specdec::token_id>& prompt, const arguments& a, streamer& out) {
+                const std::vector<specdec::token_id>& prompt, const arguments& a, streamer& out,
+                specdec::step_recorder* trace) {
     constexpr int compare_runs = 5;
     run_outcome o;
     auto opts = a.decode;
-    opts.on_step = std::ref(out);
+    if (trace)
+        opts.on_step = [&out, trace](const specdec::step_event& e) {
+            out(e);
+            trace->record(e);
+        };
+    else
+        opts.on_step = std::ref(out);
     if (opts.length.policy == specdec::gamma_policy::adaptive && !a.measure_profile.empty()) {
         // Measured once, before decoding, through the same calls a step makes; saved for
         // --profile. Up to the longest draft of a step plus the bonus position.
@@ -274,6 +289,56 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
     return o;
 }
 
+/// The run's summary for --trace and --stats-json: α from the β estimates when the run made
+/// them, else from the acceptance tests; c from the draft calls' recorded time against a plain
+/// target step (the baseline's, with --compare; else the run's own plain steps, if any).
+specdec_examples::run_summary summarize(const arguments& a, const run_outcome& o, const specdec::step_recorder* trace) {
+    const auto& st = o.result.stats;
+    specdec_examples::run_summary r{.tool = "specdec-generate",
+                                    .target = a.target.filename().string(),
+                                    .draft = a.drafter == "model" ? a.draft.filename().string() : a.drafter,
+                                    .temperature = static_cast<double>(a.decode.sampling.temperature),
+                                    .seed = a.seed,
+                                    .prompt = a.prompt,
+                                    .new_tokens = o.result.tokens.size(),
+                                    .seconds = o.streamed_seconds};
+    if (const auto* c = std::get_if<specdec::chain>(&a.decode.step)) r.gamma_max = c->gamma;
+    else r.gamma_max = std::get<specdec::tree>(a.decode.step).shape.depth();
+    if (const std::size_t n = llama2::estimated_positions(st); n > 0) {
+        r.alpha = st.estimated_acceptance();
+        r.alpha_positions = n;
+    } else if (const std::size_t m = llama2::tested_positions(st); m > 0) {
+        r.alpha = st.acceptance_rate();
+        r.alpha_positions = m;
+    }
+    double plain_step = 0.0;
+    if (a.compare) {
+        const double spec_rate = median(o.spec_rates), base_rate = median(o.base_rates);
+        if (base_rate > 0.0) {
+            r.baseline = specdec_examples::baseline_run{
+                .tokens = o.baseline.tokens.size(),
+                .seconds = static_cast<double>(o.baseline.tokens.size()) / base_rate};
+            r.speedup = spec_rate / base_rate;
+            plain_step = 1.0 / base_rate;
+        }
+    }
+    if (trace) {
+        double draft = 0.0, plain = 0.0;
+        std::size_t plain_steps = 0;
+        for (const auto& s : trace->steps()) {
+            draft += s.draft_seconds;
+            if (s.kind == specdec::step_kind::plain) {
+                plain += s.target_seconds;
+                ++plain_steps;
+            }
+        }
+        if (plain_step == 0.0 && plain_steps > 0) plain_step = plain / static_cast<double>(plain_steps);
+        if (plain_step > 0.0 && st.draft_calls > 0 && draft > 0.0)
+            r.cost_ratio = draft / static_cast<double>(st.draft_calls) / plain_step;
+    }
+    return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -300,6 +365,9 @@ int main(int argc, char** argv) {
 
         std::cout << a.prompt;
         streamer out(tok, a.color, prompt.back());
+        std::optional<specdec::step_recorder> recorder;
+        if (!a.trace.empty()) recorder.emplace();
+        specdec::step_recorder* trace = recorder ? &*recorder : nullptr;
         run_outcome outcome;
         const auto vocab = target.vocab_size();
         if (!a.tree.empty()) {
@@ -308,21 +376,21 @@ int main(int argc, char** argv) {
             // The draft model's trees, cut to fit both models' windows; one score_tree pass per step.
             llama2::context_limited_tree_drafter<llama2::transformer> d(
                 *draft_model, static_cast<std::size_t>(target.max_context()));
-            outcome = run(d, target, &*draft_model, prompt, a, out);
+            outcome = run(d, target, &*draft_model, prompt, a, out, trace);
         } else if (a.drafter == "model" || a.drafter.rfind("early-exit:", 0) == 0) {
             llama2::context_limited_drafter<llama2::transformer> d(*draft_model);
-            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out, trace);
         } else if (a.drafter == "unigram" || a.drafter == "bigram") {
             specdec::ngram_model d(vocab, a.drafter == "unigram" ? 1 : 2);
-            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out, trace);
         } else if (a.drafter == "lookup") {
             specdec::prompt_lookup_drafter d(vocab);
-            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out, trace);
         } else if (a.drafter == "lookup+model") {
             specdec::prompt_lookup_drafter lookup(vocab);
             llama2::context_limited_drafter<llama2::transformer> model(*draft_model);
             specdec::fallback_drafter d(lookup, model);
-            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out);
+            outcome = run(d, target, draft_model ? &*draft_model : nullptr, prompt, a, out, trace);
         } else if (a.drafter == "lookup>model") {
             // The draft model decoded by speculative decoding with prompt lookup proposing for it
             // (inner γ = 4), within the draft model's window (its inner loop scores 3 tokens past
@@ -332,7 +400,7 @@ int main(int argc, char** argv) {
             specdec::hierarchical_drafter layered(lookup, *draft_model, {.gamma = inner_gamma});
             llama2::window_limited_drafter d(layered, static_cast<std::size_t>(draft_model->max_context()),
                                              inner_gamma - 1);
-            outcome = run(d, target, &*draft_model, prompt, a, out);
+            outcome = run(d, target, &*draft_model, prompt, a, out, trace);
         } else {
             throw std::invalid_argument("unknown drafter " + a.drafter);
         }
@@ -390,6 +458,28 @@ int main(int argc, char** argv) {
             std::printf("timed without printing, median of %zu interleaved runs: speculative %.0f tokens/s, "
                         "autoregressive %.0f tokens/s; speedup %.2fx\n",
                         outcome.spec_rates.size(), spec_rate, base_rate, spec_rate / base_rate);
+        }
+        if (!a.trace.empty() || !a.stats_json.empty()) {
+            const auto run = summarize(a, outcome, recorder ? &*recorder : nullptr);
+            if (recorder) {
+                specdec::token_id prev = prompt.back();  // one sequence: decode in output order
+                const specdec_examples::piece_function piece = [&](std::size_t, specdec::token_id t) {
+                    if (t == llama2::tokenizer::bos_id || t == llama2::tokenizer::eos_id) return std::string();
+                    std::string text = tok.decode(prev, t);
+                    prev = t;
+                    return text;
+                };
+                specdec_examples::write_json_file(a.trace, specdec_examples::chrome_trace(*recorder, run, piece), "--trace");
+                std::printf("trace written to %s (%zu steps; python3 scripts/trace_report.py %s makes its report)\n",
+                            a.trace.string().c_str(), recorder->steps().size(), a.trace.string().c_str());
+            }
+            if (!a.stats_json.empty()) {
+                nlohmann::json j = {{"stats", specdec_examples::stats_json(st)}};
+                if (a.compare) j["baseline_stats"] = specdec_examples::stats_json(outcome.baseline.stats);
+                j["run"] = specdec_examples::run_summary_json(run);
+                specdec_examples::write_json_file(a.stats_json, j, "--stats-json");
+                std::printf("statistics written to %s\n", a.stats_json.string().c_str());
+            }
         }
     } catch (const std::exception& e) {
         std::cout.flush();

@@ -1753,7 +1753,7 @@ public:
     template <Verifier V>
     prefix_law(V& target, const std::vector<token_id>& prompt, std::size_t length, const sampling_config& s,
                const std::vector<token_id>& stop_tokens, double min_prob)
-        : length_(length), stop_(stop_tokens) {
+        : stop_(stop_tokens) {
         std::vector<token_id> seq = prompt;
         sampling_workspace ws;
         const auto vocab = static_cast<Eigen::Index>(target.vocab_size());
@@ -1828,7 +1828,6 @@ private:
         names_.push_back(std::move(key));
     }
 
-    std::size_t length_;
     std::vector<token_id> stop_;
     std::map<std::vector<token_id>, std::vector<bool>> expanded_;  // prefix -> tokens of probability 0 after it
     std::map<std::vector<token_id>, std::size_t> cell_;
