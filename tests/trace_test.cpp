@@ -8,6 +8,7 @@
 #include "support/multi_markov.hpp"
 
 #include <specdec/batch_decoder.hpp>
+#include <specdec/engine_profile.hpp>
 #include <specdec/speculative_decode.hpp>
 #include <specdec/trace.hpp>
 
@@ -50,8 +51,12 @@ TEST_CASE("A recorded chain run adds up to its output and statistics", "[trace]"
             .sampling = {.temperature = 1.0f},
             .budget = {.max_new_tokens = 300},
             .on_step = std::ref(trace)};
+        // Planned from a fixed profile (a cheap draft), so the steps do not depend on timings.
+        specdec::decode_options planned = o;
+        planned.length.adaptive.profile =
+            specdec::engine_profile{.target_pass = {1.0, 1.0, 1.0, 1.0, 1.0}, .draft_step = {0.05, 0.05}};
         std::mt19937_64 rng(7);
-        const auto out = specdec::speculative_decode(draft, target, {1, 2}, o, rng);
+        const auto out = specdec::speculative_decode(draft, target, {1, 2}, planned, rng);
         const auto steps = steps_of(trace, 0);
         REQUIRE(steps.size() == out.stats.steps);
         std::vector<token_id> tokens;
@@ -120,6 +125,31 @@ TEST_CASE("A recorded tree run adds up to its output, with the origin of each la
     CHECK(accepted == out.stats.accepted_tokens);
     CHECK(bonus > 0);
     CHECK(correction > 0);
+}
+
+TEST_CASE("The plain steps of a planned tree run are recorded as plain", "[trace][tree]") {
+    auto target = markov_model::random(10, 2, 3);
+    auto draft = markov_model::random(10, 2, 4);
+    // A draft that costs ten target steps: the planner soon stops drafting.
+    specdec::engine_profile costly{.target_pass = {1.0, 1.0}, .draft_step = {10.0, 10.0}};
+    specdec::step_recorder trace;
+    specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {2, 1}}},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .budget = {.max_new_tokens = 100},
+                              .on_step = std::ref(trace)};
+    o.length.adaptive.profile = costly;
+    std::mt19937_64 rng(2);
+    const auto out = specdec::speculative_decode(draft, target, {1, 2}, o, rng);
+    std::size_t plain = 0;
+    for (const auto& s : trace.steps()) {
+        if (s.gamma != 0) continue;
+        ++plain;
+        CHECK(s.kind == specdec::step_kind::plain);
+        CHECK(s.origin == specdec::next_token_origin::target);
+        CHECK(s.drafted == 0);
+    }
+    CHECK(plain > 50);
+    CHECK(trace.steps().size() == out.stats.steps);
 }
 
 TEST_CASE("A recorded batch keeps every sequence's steps, sharing the batch step's times", "[trace][multi]") {

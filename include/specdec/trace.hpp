@@ -111,7 +111,10 @@ public:
         s.draft_seconds = e.timing.draft_seconds;
         s.target_seconds = e.timing.target_seconds;
         s.library_seconds = e.timing.library_seconds;
-        if (e.tree != nullptr) {
+        if (e.gamma == 0 && e.draft.empty() && (e.tree == nullptr || e.tree->size() == 0)) {
+            s.kind = step_kind::plain;  // (a plain step of a tree run too)
+            s.origin = next_token_origin::target;
+        } else if (e.tree != nullptr) {
             s.kind = step_kind::tree;
             s.drafted = e.tree->size();
             // Every node of the accepted path was accepted: the next token is a bonus when that
@@ -122,7 +125,7 @@ public:
                        : leaf         ? next_token_origin::bonus
                                       : next_token_origin::correction;
         } else {
-            s.kind = e.gamma == 0 && e.draft.empty() ? step_kind::plain : step_kind::chain;
+            s.kind = step_kind::chain;
             s.drafted = e.draft.size();
             s.origin = s.drafted == 0          ? next_token_origin::target
                        : e.accepted == s.drafted ? next_token_origin::bonus
