@@ -127,7 +127,8 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_flag("--compare", a.compare, "also run the autoregressive baseline and time both");
     app.add_option("--trace", a.trace,
                    "write the generation's steps to FILE in the Chrome trace-event format (Perfetto, "
-                   "chrome://tracing; scripts/trace_report.py makes a page of charts from it)");
+                   "chrome://tracing; scripts/trace_report.py makes a page of charts from it); turns on the "
+                   "acceptance estimates it records (the same tokens)");
     app.add_option("--stats-json", a.stats_json, "write the run's statistics to FILE as JSON");
     app.add_flag("--no-color", no_color, "plain text output");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
@@ -144,6 +145,13 @@ std::variant<arguments, int> parse(int argc, char** argv) {
             .scheme = scheme == "block" ? specdec::verification_scheme::block : specdec::verification_scheme::token};
     }
     a.decode.budget.max_new_tokens = max_tokens;
+    if (!a.trace.empty()) {
+        // A trace carries β per tested chain position and the sibling acceptance at each tree
+        // root: estimated only on request (a standardization per tested row; the tokens are
+        // the same).
+        if (auto* c = std::get_if<specdec::chain>(&a.decode.step)) c->estimate_acceptance = true;
+        if (auto* t = std::get_if<specdec::tree>(&a.decode.step)) t->estimate_sibling_acceptance = true;
+    }
     if (no_color) a.color = false;
     if ((!a.profile.empty() || !a.measure_profile.empty()) && !adaptive) {
         std::fputs("specdec-generate: --profile and --measure-profile plan the steps of --gamma auto; add --gamma auto\n"
