@@ -309,8 +309,9 @@ template <class G>
 void finish_tree_step(const Eigen::Ref<const Eigen::MatrixXf>& scores, multi_item<G>& it, const step_settings& s,
                       const char* where) {
     tree_workspace& ws = *it.tws;
+    uniform_source uniforms(*it.rng);
     const tree_verify_result r =
-        verify_tree_for(scores, ws.tree, *s.sampling, *it.rng, ws.verify,
+        verify_tree_for(scores, ws.tree, *s.sampling, uniforms, ws.verify,
                         tree_verify_options{.scheme = s.tree_scheme, .check_draft_distributions = true,
                                             .estimate_sibling_acceptance = s.sibling_stats},
                         where);

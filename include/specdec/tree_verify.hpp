@@ -92,7 +92,6 @@ struct tree_verify_result {
 };
 
 namespace detail {
-template <class G>
 struct tree_verification_run;
 }  // namespace detail
 
@@ -105,7 +104,6 @@ public:
     [[nodiscard]] std::size_t rows_read() const noexcept { return rows_read_; }
 
 private:
-    template <class G>
     friend struct detail::tree_verification_run;
     std::vector<std::int32_t> first_child_, next_sibling_;  // indexed by node + 1 (0: the root)
     Eigen::MatrixXf mu_;                                    // V x (depth + 1): μ (or r) per level
@@ -117,13 +115,14 @@ private:
 
 namespace detail {
 
-/// One verification (use verify_tree).
-template <class G>
+/// One verification (use verify_tree). Not a template: every generator reaches it through a
+/// uniform_source (which draws exactly what uniform01 of the generator draws), so it is compiled
+/// once per translation unit, or once per program in compiled mode.
 struct tree_verification_run {
     const Eigen::Ref<const Eigen::MatrixXf>& logits;
     const draft_tree& tree;
     const sampling_config& sampling;
-    G& rng;
+    uniform_source& rng;
     tree_verify_workspace& ws;
     const char* where;
     bool estimate_siblings = false;
@@ -146,6 +145,9 @@ struct tree_verification_run {
         ws.siblings_.clear();
     }
 
+    /// Level d of the per-level buffer (μ or r).
+    Eigen::MatrixXf::ColXpr level(std::int32_t d) { return ws.mu_.col(d); }
+
     /// The result, with the sibling acceptance recorded (if asked for).
     tree_verify_result finish() {
         result.sibling_acceptance = ws.siblings_;
@@ -165,7 +167,6 @@ struct tree_verification_run {
             std::min(1.0, detail::sum_min_in_double(level(0).data(), ws.q_.data(), ws.q_.size()))));
     }
 
-    auto level(std::int32_t d) { return ws.mu_.col(d); }
 
     /// Standardized target distribution at `node` (−1: root) into level d.
     void load_target(std::int32_t node, std::int32_t d) {
@@ -288,11 +289,18 @@ struct tree_verification_run {
 
 namespace detail {
 
-/// verify_tree, its errors naming `where` (the call the user made: a decoding loop's).
-template <class G>
-tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, const draft_tree& tree,
-                                   const sampling_config& sampling, G& rng, tree_verify_workspace& ws,
-                                   const tree_verify_options& opts, const char* where) {
+/// verify_tree, its errors naming `where` (the call the user made: a decoding loop's). Inline,
+/// or in compiled mode defined once in the library (SPECDEC_COMPILED, detail/isa_config.hpp).
+SPECDEC_DETAIL_CORE_ENTRY tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
+                                                             const draft_tree& tree, const sampling_config& sampling,
+                                                             uniform_source& rng, tree_verify_workspace& ws,
+                                                             const tree_verify_options& opts, const char* where);
+
+#if !SPECDEC_DETAIL_CORE_DECLARED_ONLY
+SPECDEC_DETAIL_CORE_ENTRY tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
+                                                             const draft_tree& tree, const sampling_config& sampling,
+                                                             uniform_source& rng, tree_verify_workspace& ws,
+                                                             const tree_verify_options& opts, const char* where) {
     validate(sampling, where);
     const auto vocab = target_logits.rows();
     if (vocab <= 0) fail_invalid(where, ": target_logits has ", vocab, " rows; one per token is needed");
@@ -303,12 +311,13 @@ tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& targ
                              " columns; expected one for the root and one per node = ", n + 1);
     const auto levels = static_cast<Eigen::Index>(
         opts.scheme == tree_verification_scheme::traversal ? tree.max_depth() + 1 : 1);
-    tree_verification_run<G>::prepare(ws, tree, vocab, levels);
-    tree_verification_run<G> run{target_logits, tree, sampling, rng, ws, where, opts.estimate_sibling_acceptance};
+    tree_verification_run::prepare(ws, tree, vocab, levels);
+    tree_verification_run run{target_logits, tree, sampling, rng, ws, where, opts.estimate_sibling_acceptance};
     if (opts.scheme == tree_verification_scheme::traversal) run.traverse(-1, 0, 1.0);
     else run.recursive_rejection();
     return run.finish();
 }
+#endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY
 
 }  // namespace detail
 
@@ -338,7 +347,12 @@ template <random_generator G>
 tree_verify_result verify_tree(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, const draft_tree& tree,
                                const sampling_config& sampling, G&& rng, tree_verify_workspace& ws,
                                const tree_verify_options& opts = {}) {
-    return detail::verify_tree_for(target_logits, tree, sampling, rng, ws, opts, "specdec::verify_tree");
+    if constexpr (std::is_same_v<std::remove_cvref_t<G>, uniform_source>) {
+        return detail::verify_tree_for(target_logits, tree, sampling, rng, ws, opts, "specdec::verify_tree");
+    } else {
+        uniform_source uniforms(rng);
+        return detail::verify_tree_for(target_logits, tree, sampling, uniforms, ws, opts, "specdec::verify_tree");
+    }
 }
 
 }  // namespace specdec

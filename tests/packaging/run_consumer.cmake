@@ -132,6 +132,7 @@ elseif(MODE STREQUAL "deb")
   foreach(f ./usr/include/specdec/specdec.hpp ./usr/include/specdec/version.hpp
             ./usr/include/specdec/detail/for_each_isa.inc ./usr/include/specdec/detail/instance_verify.inc
             ./usr/share/cmake/specdec/specdecConfig.cmake ./usr/share/cmake/specdec/specdecTargets.cmake
+            ./usr/share/cmake/specdec/specdec_compiled.cmake ./usr/share/cmake/specdec/specdec_core.cpp
             ./usr/share/pkgconfig/specdec.pc)
     expect_contains("dpkg-deb --contents" "${contents}" "${f}")
   endforeach()
@@ -156,3 +157,9 @@ if(MODE STREQUAL "precompiled_header")
   endif()
 endif()
 run("${WORK_DIR}/build/consumer")
+# The consumers that define it: the same program in compiled mode (specdec::compiled).
+if(EXISTS "${WORK_DIR}/build/consumer_compiled")
+  run("${WORK_DIR}/build/consumer_compiled")
+elseif(MODE MATCHES "^(find_package|add_subdirectory|fetchcontent|deb)$")
+  message(FATAL_ERROR "no consumer_compiled was built: specdec::compiled is missing")
+endif()

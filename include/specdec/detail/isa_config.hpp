@@ -14,10 +14,31 @@
 #else
 #define SPECDEC_DETAIL_X86_DISPATCH 0
 #endif
+/// Compiled mode: with SPECDEC_COMPILED defined (the specdec::compiled CMake target defines it
+/// for its users), the copies of the hot core are compiled once, in the library's own source file
+/// (src/specdec_core.cpp, which also defines SPECDEC_DETAIL_BUILD_CORE), and every other
+/// translation unit only declares the functions that run them (detail/sampling_core.hpp,
+/// detail/verify_core.hpp). Header-only use (the default) compiles them, inline, in each
+/// translation unit that calls them. Every translation unit of a program uses one mode.
+#if defined(SPECDEC_COMPILED) && !defined(SPECDEC_DETAIL_BUILD_CORE)
+#define SPECDEC_DETAIL_CORE_DECLARED_ONLY 1
+#else
+#define SPECDEC_DETAIL_CORE_DECLARED_ONLY 0
+#endif
+/// How the functions that run the core are declared: inline in header-only use, with one
+/// out-of-line definition (in the library) in compiled mode.
+#if defined(SPECDEC_COMPILED)
+#define SPECDEC_DETAIL_CORE_ENTRY
+#else
+#define SPECDEC_DETAIL_CORE_ENTRY inline
+#endif
+
 // The AVX2 and AVX-512 copies, and a portable copy built with AVX or wider, need <immintrin.h>;
 // a portable copy at SSE2 needs only <emmintrin.h>, which costs far less to compile (about half
-// of Eigen/Core's own time, measured with scripts/compile_time.sh).
-#if SPECDEC_DETAIL_X86_DISPATCH || defined(__AVX__)
+// of Eigen/Core's own time, measured with scripts/compile_time.sh). A translation unit that only
+// declares the core (compiled mode) needs neither.
+#if SPECDEC_DETAIL_CORE_DECLARED_ONLY
+#elif SPECDEC_DETAIL_X86_DISPATCH || defined(__AVX__)
 #include <immintrin.h>
 #elif defined(__SSE2__)
 #include <emmintrin.h>

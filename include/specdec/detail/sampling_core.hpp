@@ -23,6 +23,27 @@
 #include "row_layout.hpp"
 #include "vocabulary.hpp"
 
+namespace specdec::detail {
+
+// The functions that run the copy of the core active_isa_index() names (see SPECDEC_COMPILED in
+// detail/isa_config.hpp: inline here, or declared here and defined once in the library).
+SPECDEC_DETAIL_CORE_ENTRY void run_standardize(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                               const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
+                                               sampling_buffers& ws, const char* where);
+SPECDEC_DETAIL_CORE_ENTRY Eigen::Index run_sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double u,
+                                                               sampling_buffers& ws, const char* where);
+SPECDEC_DETAIL_CORE_ENTRY Eigen::Index run_standardize_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                                                  const sampling_config& s,
+                                                                  Eigen::Ref<Eigen::VectorXf> out, double u,
+                                                                  sampling_buffers& ws, const char* where);
+SPECDEC_DETAIL_CORE_ENTRY scaled_draw run_standardize_weights_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                                                         const sampling_config& s,
+                                                                         Eigen::Ref<Eigen::VectorXf> out, double u,
+                                                                         sampling_buffers& ws, const char* where);
+
+}  // namespace specdec::detail
+
+#if !SPECDEC_DETAIL_CORE_DECLARED_ONLY
 #define SPECDEC_DETAIL_INSTANCE "instance_sampling.inc"
 #include "for_each_isa.inc"
 
@@ -41,26 +62,30 @@
 namespace specdec::detail {
 
 /// The portable copy of the core, under a name that does not change with the build's flags
-/// (the tests reach the internals through it).
+/// (the tests reach the internals through it). Not in compiled mode's translation units.
 namespace kernels = SPECDEC_DETAIL_NS_PORTABLE;
 
-inline void run_standardize(const Eigen::Ref<const Eigen::VectorXf>& logits, const sampling_config& s,
-                            Eigen::Ref<Eigen::VectorXf> out, sampling_buffers& ws, const char* where) {
+SPECDEC_DETAIL_CORE_ENTRY void run_standardize(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                               const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
+                                               sampling_buffers& ws, const char* where) {
     SPECDEC_DETAIL_DISPATCH(standardize(logits, s, out, ws, where))
 }
-inline Eigen::Index run_sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double u,
-                                            sampling_buffers& ws, const char* where) {
+SPECDEC_DETAIL_CORE_ENTRY Eigen::Index run_sample_from_weights(const Eigen::Ref<const Eigen::VectorXf>& w, double u,
+                                                               sampling_buffers& ws, const char* where) {
     SPECDEC_DETAIL_DISPATCH(sample_from_weights(w, u, ws, where))
 }
-inline Eigen::Index run_standardize_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
-                                               const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out, double u,
-                                               sampling_buffers& ws, const char* where) {
+SPECDEC_DETAIL_CORE_ENTRY Eigen::Index run_standardize_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                                                  const sampling_config& s,
+                                                                  Eigen::Ref<Eigen::VectorXf> out, double u,
+                                                                  sampling_buffers& ws, const char* where) {
     SPECDEC_DETAIL_DISPATCH(standardize_and_sample(logits, s, out, u, ws, where))
 }
-inline scaled_draw run_standardize_weights_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
-                                                      const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
-                                                      double u, sampling_buffers& ws, const char* where) {
+SPECDEC_DETAIL_CORE_ENTRY scaled_draw run_standardize_weights_and_sample(const Eigen::Ref<const Eigen::VectorXf>& logits,
+                                                                         const sampling_config& s,
+                                                                         Eigen::Ref<Eigen::VectorXf> out, double u,
+                                                                         sampling_buffers& ws, const char* where) {
     SPECDEC_DETAIL_DISPATCH(standardize_weights_and_sample(logits, s, out, u, ws, where))
 }
 
 }  // namespace specdec::detail
+#endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY

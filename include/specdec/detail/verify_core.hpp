@@ -40,16 +40,31 @@ struct verify_call {
 
 }  // namespace specdec::detail
 
+namespace specdec::detail {
+
+/// Runs one verification on the active copy of the core. Not a template: every generator type
+/// reaches it through a uniform_source, so the core is compiled once per instruction set (and,
+/// in compiled mode, once per program: see SPECDEC_COMPILED in detail/isa_config.hpp).
+SPECDEC_DETAIL_CORE_ENTRY verify_result run_verify_core(const verify_call& call, uniform_source& rng,
+                                                        verify_buffers& ws);
+
+}  // namespace specdec::detail
+
+#if !SPECDEC_DETAIL_CORE_DECLARED_ONLY
 #define SPECDEC_DETAIL_INSTANCE "instance_verify.inc"
 #include "for_each_isa.inc"
 
 namespace specdec::detail {
 
-/// Runs one verification on the active copy of the core. Not a template: every generator type
-/// reaches it through a uniform_source, so the core is compiled once per instruction set.
-inline verify_result run_verify_core(const verify_call& call, uniform_source& rng, verify_buffers& ws) {
+SPECDEC_DETAIL_CORE_ENTRY verify_result run_verify_core(const verify_call& call, uniform_source& rng,
+                                                        verify_buffers& ws) {
     SPECDEC_DETAIL_DISPATCH(verify(call, rng, ws))
 }
+
+}  // namespace specdec::detail
+#endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY
+
+namespace specdec::detail {
 
 /// run_verify_core with the caller's generator and workspace.
 template <class G, class Workspace>
