@@ -5,7 +5,9 @@
 # CLI11 (the examples' options), pkg-config (the packaging test), python3 and curl (the
 # download script's test runs a local file server and fetches from it); python3-matplotlib and
 # fonts-dejavu-core (scripts/trace_report.py draws the trace report's charts) and chromium (the
-# report's test loads the page in a headless browser).
+# report's test loads the page in a headless browser); doxygen (the API reference, the target
+# specdec_docs, and its test docs.api_coverage, which checks that every public declaration is
+# documented).
 # Installs nothing that is already present. Run as root (or with sudo available).
 #
 # Opt-in: `--fuzz` (or SPECDEC_FUZZ_DEPS=1) also installs clang-14 and its sanitizer and
@@ -14,7 +16,7 @@ set -euo pipefail
 
 packages=(g++ cmake ninja-build libeigen3-dev catch2 libbenchmark-dev
           nlohmann-json3-dev libcli11-dev pkg-config python3 curl
-          python3-matplotlib fonts-dejavu-core chromium)
+          python3-matplotlib fonts-dejavu-core chromium doxygen)
 # Installed when the distribution has them, else left out with a note (Ubuntu ships Chromium as
 # a snap, not as the deb 'chromium'): the tests that need them skip.
 optional=(chromium)

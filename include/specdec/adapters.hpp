@@ -87,8 +87,10 @@ void score_with_model(M& m, std::span<const token_id> context, std::span<const t
 template <LanguageModel M>
 class model_drafter {
 public:
+    /// Wraps `model`, held by reference (it must outlive the drafter).
     explicit model_drafter(M& model) noexcept : model_(&model) {}
 
+    /// The model's vocabulary size.
     [[nodiscard]] std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model_->vocab_size()); }
 
     /// Samples `gamma` draft tokens after `context` (see BlockDrafter).
@@ -110,8 +112,10 @@ private:
 template <LanguageModel M>
 class model_verifier {
 public:
+    /// Wraps `model`, held by reference (it must outlive the verifier).
     explicit model_verifier(M& model) noexcept : model_(&model) {}
 
+    /// The model's vocabulary size.
     [[nodiscard]] std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model_->vocab_size()); }
 
     /// Number of model calls one score() of a draft of length n costs.

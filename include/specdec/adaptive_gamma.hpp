@@ -118,9 +118,9 @@ enum class tree_draft_calls {
 /// branching per depth (the shape's, e.g. {3, 2, 1, 1}), an optional node budget, and how the
 /// drafter's calls grow with the tree.
 struct tree_plan_limits {
-    std::vector<std::size_t> branching{};
+    std::vector<std::size_t> branching{};  ///< children per node at each depth, e.g. {3, 2, 1, 1}
     std::size_t max_nodes = 0;  ///< 0: no budget beyond the branching
-    tree_draft_calls draft_calls = tree_draft_calls::per_level;
+    tree_draft_calls draft_calls = tree_draft_calls::per_level;  ///< how the drafter's calls grow with the tree
 };
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;

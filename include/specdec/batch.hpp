@@ -174,6 +174,7 @@ public:
         if (threads == 0) detail::fail_invalid("specdec::batch_workspace: threads = 0 must be >= 1");
         if (threads > 1) pool_ = std::make_unique<detail::worker_pool>(threads - 1);
     }
+    /// How many threads run a step (the constructor's `threads`; 1: the calling thread alone).
     [[nodiscard]] std::size_t threads() const noexcept { return pool_ ? pool_->size() : 1; }
 
     /// The step workspace of sequence i (grown on demand).

@@ -791,6 +791,7 @@ public:
         while (step(executor) != 0) {
         }
     }
+    /// Steps until no sequence is active, on the built-in executor (the decoder's threads).
     void run() { run(ws_); }
 
     /// The adaptive policy's controller (the caller's, or the decoder's own; null under the

@@ -95,12 +95,14 @@ public:
     [[nodiscard]] Eigen::Map<Eigen::MatrixXf> sequence(std::size_t i) {
         return {storage_.data() + offset(i) * vocab(), vocab(), columns(i)};
     }
+    /// Sequence i's logits, read-only.
     [[nodiscard]] Eigen::Map<const Eigen::MatrixXf> sequence(std::size_t i) const {
         return {storage_.data() + offset(i) * vocab(), vocab(), columns(i)};
     }
     /// All packed columns, vocab() x total_columns(): column-major and contiguous, so a
     /// verifier may write them with one product (data() is their first element).
     [[nodiscard]] Eigen::Map<Eigen::MatrixXf> all() { return {storage_.data(), vocab(), total_columns()}; }
+    /// The first element of the packed columns (see all()).
     [[nodiscard]] float* data() noexcept { return storage_.data(); }
 
 private:

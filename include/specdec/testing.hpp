@@ -71,7 +71,7 @@ namespace specdec::testing {
 /// GoogleTest, `EXPECT_TRUE(report.ok()) << report;`.
 struct report {
     std::string check;  ///< which check ran ("adapter contract", ...)
-    bool passed = true;
+    bool passed = true;  ///< whether the check passed
     /// The test statistic of the worst case (χ² for the statistical checks; 0 for the others).
     double statistic = 0.0;
     /// The smallest p-value among the tests run (statistical checks); NaN for the others.
@@ -84,7 +84,9 @@ struct report {
     std::string ran;      ///< what was run
     double seconds = 0.0;  ///< how long it took
 
+    /// Whether the check passed (`passed`).
     [[nodiscard]] bool ok() const noexcept { return passed; }
+    /// Whether the check passed (`passed`), so that `CHECK(report)` works.
     explicit operator bool() const noexcept { return passed; }
 
     /// One line: "PASS <check>: <what was run> ..." or "FAIL <check>: <first failing case> ...".
@@ -101,14 +103,17 @@ struct report {
     }
 };
 
+/// Writes r.to_string().
 inline std::ostream& operator<<(std::ostream& os, const report& r) { return os << r.to_string(); }
 
 /// The reports of run_conformance. Converts to bool (every check passed).
 struct conformance_report {
-    std::vector<report> checks;
+    std::vector<report> checks;  ///< one report per check run, in the order they ran
+    /// Whether every check passed (true when none ran).
     [[nodiscard]] bool ok() const noexcept {
         return std::all_of(checks.begin(), checks.end(), [](const report& r) { return r.passed; });
     }
+    /// ok(): whether every check passed.
     explicit operator bool() const noexcept { return ok(); }
     /// One line per check.
     [[nodiscard]] std::string to_string() const {
@@ -118,6 +123,7 @@ struct conformance_report {
     }
 };
 
+/// Writes r.to_string() (one line per check).
 inline std::ostream& operator<<(std::ostream& os, const conformance_report& r) { return os << r.to_string(); }
 
 /// What the checks run, and their budgets. Aggregate: `{.prompt = {1}, .samples = 5000}`.

@@ -47,8 +47,8 @@ enum class next_token_origin : std::uint8_t {
 /// One step of one sequence, as step_recorder keeps it.
 struct recorded_step {
     std::size_t sequence = 0;  ///< step_event::sequence
-    step_kind kind = step_kind::plain;
-    next_token_origin origin = next_token_origin::target;
+    step_kind kind = step_kind::plain;                     ///< plain, chain or tree
+    next_token_origin origin = next_token_origin::target;  ///< where next_token came from
     std::size_t gamma = 0;          ///< the γ (chain) or depth (tree) asked for
     std::size_t drafted = 0;        ///< draft tokens proposed (a tree: its nodes)
     std::size_t accepted = 0;       ///< draft tokens accepted
@@ -72,9 +72,9 @@ public:
     /// How much the recorder keeps: steps, appended tokens, and acceptance values (β and
     /// sibling acceptance together). A step that does not fit whole is dropped (and counted).
     struct capacity {
-        std::size_t steps = std::size_t{1} << 16;
-        std::size_t tokens = std::size_t{1} << 18;
-        std::size_t values = std::size_t{1} << 18;
+        std::size_t steps = std::size_t{1} << 16;   ///< steps kept
+        std::size_t tokens = std::size_t{1} << 18;  ///< appended tokens, over all steps
+        std::size_t values = std::size_t{1} << 18;  ///< acceptance values, over all steps
     };
 
     step_recorder() : step_recorder(capacity{}) {}

@@ -146,8 +146,8 @@ enum class tree_verification_scheme {
 /// {1, 1, 1, 1} is a chain of 4. `max_nodes` (0: none) caps the count; nodes are then kept
 /// breadth first, earlier siblings before later ones.
 struct tree_shape {
-    std::vector<std::size_t> branching{2, 2, 1, 1};
-    std::size_t max_nodes = 0;
+    std::vector<std::size_t> branching{2, 2, 1, 1};  ///< children per node at each depth
+    std::size_t max_nodes = 0;                       ///< cap on the node count (0: none)
     /// How siblings are drawn by a model drafter (without replacement: distinct candidates).
     sibling_draws draws = sibling_draws::without_replacement;
 

@@ -63,7 +63,7 @@ namespace specdec {
 
 /// Settings of verify_tree().
 struct tree_verify_options {
-    tree_verification_scheme scheme = tree_verification_scheme::traversal;
+    tree_verification_scheme scheme = tree_verification_scheme::traversal;  ///< traversal (the default) or recursive rejection
     /// Check that the tree's columns are distributions (skipped when tree.standardized).
     bool check_draft_distributions = true;
     /// Compute the acceptance of each child of the root that was tested, given that the earlier

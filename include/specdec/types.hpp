@@ -79,7 +79,6 @@ struct decode_stats {
         }
         return tested == 0 ? 0.0 : expected / static_cast<double>(tested);
     }
-    /// Mean tokens produced per verification pass: (accepted + steps) / steps.
     /// The estimated acceptance of a root's child k + 1 given that the earlier ones were not
     /// accepted (k = 0: the first child): expected_accepted_at_sibling[k] /
     /// reached_at_sibling[k]; 0 when no step tested that rank.
@@ -88,6 +87,7 @@ struct decode_stats {
             return 0.0;
         return expected_accepted_at_sibling[k] / static_cast<double>(reached_at_sibling[k]);
     }
+    /// Mean tokens produced per verification pass: (accepted + steps) / steps.
     [[nodiscard]] double tokens_per_step() const noexcept {
         return steps == 0 ? 0.0 : static_cast<double>(accepted_tokens + steps) / static_cast<double>(steps);
     }

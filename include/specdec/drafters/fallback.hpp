@@ -46,6 +46,7 @@ public:
         check_vocab(std::index_sequence_for<Ds...>{});
     }
 
+    /// The vocabulary size, the same for every drafter (checked by the constructor).
     [[nodiscard]] std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(member<0>().vocab_size()); }
 
     /// Index of the drafter that produced the last block (sizeof...(Ds) if none proposed).

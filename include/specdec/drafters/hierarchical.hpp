@@ -91,6 +91,7 @@ public:
         vocab_ = detail::checked_vocab(inner_, model_, where);
     }
 
+    /// The vocabulary size, the same for the inner drafter and the model (checked by the constructor).
     [[nodiscard]] std::ptrdiff_t vocab_size() const noexcept { return vocab_; }
     /// The inner loop's statistics over every call (its tokens, steps, acceptance).
     [[nodiscard]] const decode_stats& inner_stats() const noexcept { return stats_; }
@@ -137,8 +138,11 @@ private:
     sampling_workspace sws_;
 };
 
+/// Deduces the members' types from the arguments: an lvalue is held by reference, an rvalue
+/// moved in (see the class comment).
 template <class I, class M>
 hierarchical_drafter(I&&, M&&) -> hierarchical_drafter<I, M>;
+/// As the guide above, with options.
 template <class I, class M>
 hierarchical_drafter(I&&, M&&, hierarchical_options) -> hierarchical_drafter<I, M>;
 

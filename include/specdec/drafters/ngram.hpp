@@ -52,6 +52,7 @@ public:
         for (std::size_t i = 0; i < corpus.size(); ++i) add(i > 0 ? corpus[i - 1] : -1, corpus[i], 1.0);
     }
 
+    /// The vocabulary size given to the constructor.
     [[nodiscard]] std::ptrdiff_t vocab_size() const noexcept { return vocab_; }
 
     /// Logits of the next token after `context` (log of the smoothed probabilities).

@@ -31,8 +31,11 @@ public:
             detail::fail_invalid(where, ": need 1 <= min_ngram <= max_ngram, got ", min_ngram, " and ", max_ngram);
     }
 
+    /// The vocabulary size given to the constructor.
     [[nodiscard]] std::ptrdiff_t vocab_size() const noexcept { return vocab_; }
 
+    /// Proposes up to `gamma` tokens by the lookup of the class comment, as point masses (no
+    /// distributions, out.model_calls = 0), or nothing when no n-gram recurs (see BlockDrafter).
     void draft(std::span<const token_id> context, std::size_t gamma, const sampling_config&, uniform_source&,
                draft_block& out) const {
         out.clear();  // point masses, or nothing
