@@ -8,9 +8,10 @@
 // Models: random weights at the shapes of llama2.c's stories110M (target) and stories15M
 // (draft), vocabulary 32000. Random weights agree with nothing, so the acceptance is set by hand
 // (as in adaptive_gamma_bench.cpp): at temperature 0 each sequence's output is the target's
-// greedy continuation of its prompt, computed once; the drafter runs the 15M-shape model for
-// every draft position of every sequence in one multi-sequence pass per position (so drafting
-// costs what a real 15M draft costs) and then, at each output position, proposes the target's
+// greedy continuation of its prompt, computed once; the drafter (llama2::controlled_drafter,
+// examples/llama2/controlled_drafter.hpp) runs the 15M-shape model for every draft position of
+// every sequence in one multi-sequence pass per position (so drafting costs what a real 15M
+// draft costs) and then, at each output position, proposes the target's
 // greedy token with probability α (a coin that is a fixed function of the sequence and the
 // position, so every case sees the same positions drafted right and wrong), another token
 // otherwise, as point masses. Acceptance is then α per position, i.i.d. (Leviathan et al.'s
@@ -38,6 +39,7 @@
 
 #include "llama2/batch_transformer.hpp"
 #include "llama2/checkpoint.hpp"
+#include "llama2/controlled_drafter.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -118,39 +120,6 @@ const std::vector<std::vector<token_id>>& greedy() {
     return g;
 }
 
-/// See the file comment: the 15M-shape model's multi-sequence draft for its cost, then the
-/// target's greedy token with probability α at each output position, as point masses.
-class controlled_drafter {
-public:
-    controlled_drafter(llama2::batch_transformer& model, double alpha) : model_(&model), alpha_(alpha) {}
-    [[nodiscard]] std::ptrdiff_t vocab_size() const { return model_->vocab_size(); }
-    void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
-        model_->draft_batch(requests, sampling);
-        const auto& g = greedy();
-        for (auto& r : requests) {
-            const std::size_t n = r.out->tokens.size(), first = r.context.size() - prompt_length;
-            r.out->clear();  // point masses
-            r.out->model_calls = n;
-            for (std::size_t i = 0; i < n; ++i) {
-                const std::size_t k = first + i;
-                const token_id right = k < g[r.slot].size() ? g[r.slot][k] : 0;
-                r.out->tokens.push_back(coin(r.slot, k) < alpha_ ? right : (right + 1) % static_cast<token_id>(vocab_size()));
-            }
-        }
-    }
-
-private:
-    static double coin(std::size_t sequence, std::size_t position) {  // splitmix64 of (sequence, position)
-        std::uint64_t z = sequence * 0x9E3779B97F4A7C15ull + position * 0xBF58476D1CE4E5B9ull + 0x94D049BB133111EBull;
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        z ^= z >> 31;
-        return static_cast<double>(z >> 11) * 0x1.0p-53;
-    }
-    llama2::batch_transformer* model_;
-    double alpha_;
-};
-
 void bm_multi(benchmark::State& state) {
     const auto batch = static_cast<std::size_t>(state.range(0));
     const bool adaptive = state.range(1) < 0;
@@ -165,13 +134,17 @@ void bm_multi(benchmark::State& state) {
         llama2::batch_transformer target(target_weights()), draft_model(draft_weights());
         prefill(target, ps);
         prefill(draft_model, ps);
-        controlled_drafter draft(draft_model, alpha());
+        // The 15M-shape model's multi-sequence draft for its cost, then the target's greedy token
+        // with probability α at each output position, as point masses (see the file comment).
+        llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, greedy(), prompt_length, alpha());
         const specdec::decode_options o{
             .step = specdec::chain{.gamma = gamma},
             .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
             .sampling = {.temperature = 0.0f},
             .budget = {.max_new_tokens = new_tokens}};
-        specdec::batch_decoder<controlled_drafter, llama2::batch_transformer, std::mt19937_64> dec(draft, target, o);
+        specdec::batch_decoder<llama2::controlled_drafter<llama2::batch_transformer>, llama2::batch_transformer,
+                               std::mt19937_64>
+            dec(draft, target, o);
         std::vector<std::size_t> ids;
         for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
         state.ResumeTiming();

@@ -5,16 +5,34 @@
 # Extra arguments go to specdec-generate (see --help); a later --gamma N fixes γ instead.
 # The model folder is SPECDEC_MODELS_DIR, or ../shared/models beside the checkout; without
 # one, it says how to download the files and runs the built-in quickstart instead.
+#
+# Then a second act (about 15 s on two cores; no model files needed): specdec-random-pair times
+# speculative against plain decoding at the stories110M/15M shapes, with random weights made by
+# the example engine's generator and the acceptance rate controlled (not a real draft model), and
+# reports the measured tokens/s ratio on this machine beside Leviathan et al.'s prediction.
+#
+# Environment: SPECDEC_DEMO_SECOND_ACT=0 skips the second act. SPECDEC_DEMO_NO_BUILD=1 skips
+# installing packages and the CMake configure and build steps (the programs must be built
+# already), and SPECDEC_DEMO_BUILD_DIR names the build folder (default build/release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/install_deps.sh
+build_dir="${SPECDEC_DEMO_BUILD_DIR:-build/release}"
+case "$build_dir" in /*) ;; *) build_dir="./${build_dir}" ;; esac
+second_act="${SPECDEC_DEMO_SECOND_ACT:-1}"
+targets=(specdec-generate specdec_quickstart)
+if [ "$second_act" != 0 ]; then targets+=(specdec-random-pair); fi
+if [ "${SPECDEC_DEMO_NO_BUILD:-0}" != 1 ]; then
+  bash scripts/install_deps.sh
+fi
 if [ -z "${SPECDEC_MODELS_DIR:-}" ] && [ -d ../shared/models ]; then
   SPECDEC_MODELS_DIR="$(cd ../shared/models && pwd)"
 fi
-cmake --preset release
-cmake --build --preset release --target specdec-generate specdec_quickstart
+if [ "${SPECDEC_DEMO_NO_BUILD:-0}" != 1 ]; then
+  cmake --preset release
+  cmake --build --preset release --target "${targets[@]}"
+fi
 if [ -n "${SPECDEC_MODELS_DIR:-}" ] && [ -f "${SPECDEC_MODELS_DIR}/stories260K.bin" ]; then
-  ./build/release/examples/llama2/specdec-generate --models "${SPECDEC_MODELS_DIR}" --compare --gamma auto "$@"
+  "${build_dir}/examples/llama2/specdec-generate" --models "${SPECDEC_MODELS_DIR}" --compare --gamma auto "$@"
 else
   if [ -n "${SPECDEC_MODELS_DIR:-}" ]; then
     echo "No stories260K.bin in SPECDEC_MODELS_DIR=${SPECDEC_MODELS_DIR}."
@@ -28,5 +46,10 @@ else
   echo "    bash scripts/demo.sh"
   echo "Meanwhile, the quickstart with its two built-in character models (a 4-gram target, a bigram draft):"
   echo
-  ./build/release/examples/specdec_quickstart
+  "${build_dir}/examples/specdec_quickstart"
+fi
+if [ "$second_act" != 0 ]; then
+  echo
+  echo "== Second act: random weights at the stories110M/15M shapes, acceptance controlled (not a real draft model) =="
+  "${build_dir}/examples/llama2/specdec-random-pair"
 fi

@@ -9,6 +9,7 @@
 
 #include "command_line.hpp"
 #include "context_limit.hpp"
+#include "progress.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
@@ -55,6 +56,7 @@ int main(int argc, char** argv) {
         llama2::transformer draft_model(models / "llama2xs_tok512_279K.bin");
         llama2::context_limited_drafter<llama2::transformer> draft(draft_model);
         const std::vector<specdec::token_id> prompt{1};
+        specdec_examples::progress_line progress;  // on stderr, when it is a terminal
         std::printf("| temperature | gamma | token: tokens/pass | block: tokens/pass | block gain |\n");
         std::printf("|---|---|---|---|---|\n");
         for (const float temperature : {0.7f, 1.0f}) {
@@ -75,6 +77,9 @@ int main(int argc, char** argv) {
                         generated += out.tokens.size();
                         steps += out.stats.steps;
                         per_run.push_back(static_cast<double>(out.tokens.size()) / static_cast<double>(out.stats.steps));
+                        progress.show(r == runs, "temperature %.1f, gamma %zu, %s verification: run %zu/%zu",
+                                      static_cast<double>(temperature), gamma,
+                                      scheme == specdec::verification_scheme::token ? "token" : "block", r, runs);
                     }
                     mean[k] = static_cast<double>(generated) / static_cast<double>(steps);
                     double m = 0.0, v = 0.0;
@@ -84,6 +89,7 @@ int main(int argc, char** argv) {
                     se[k] = std::sqrt(v / static_cast<double>(runs - 1) / static_cast<double>(runs));
                     ++k;
                 }
+                progress.clear();
                 std::printf("| %.1f | %zu | %.3f ± %.3f | %.3f ± %.3f | %+.1f%% |\n", static_cast<double>(temperature),
                             gamma, mean[0], se[0], mean[1], se[1], 100.0 * (mean[1] / mean[0] - 1.0));
                 std::fflush(stdout);

@@ -14,6 +14,7 @@
 
 #include "checkpoint.hpp"
 #include "command_line.hpp"
+#include "progress.hpp"
 #include "transformer.hpp"
 
 #include <specdec/specdec.hpp>
@@ -34,8 +35,10 @@ struct measured {
     double mean = 0.0, se = 0.0;
 };
 
+/// `runs` generations (seeds 1..runs); `progress` shows "LABEL: run r/runs" while they go.
 template <class Run>
-measured tokens_per_pass(std::size_t runs, Run&& run) {
+measured tokens_per_pass(std::size_t runs, Run&& run, specdec_examples::progress_line& progress,
+                         const std::string& label) {
     std::vector<double> per_run;
     std::size_t generated = 0, steps = 0;
     for (std::size_t r = 1; r <= runs; ++r) {
@@ -43,6 +46,7 @@ measured tokens_per_pass(std::size_t runs, Run&& run) {
         generated += out.tokens.size();
         steps += out.stats.steps;
         per_run.push_back(static_cast<double>(out.tokens.size()) / static_cast<double>(out.stats.steps));
+        progress.show(r == runs, "%s: run %zu/%zu", label.c_str(), r, runs);
     }
     double m = 0.0, v = 0.0;
     for (double x : per_run) m += x;
@@ -69,6 +73,7 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
     const std::vector<std::vector<std::size_t>> trees{{4},          {2, 1},          {2, 1, 1},    {2, 2},
                                                       {4, 1},       {2, 1, 1, 1},    {2, 2, 1, 1}, {3, 1, 1, 1},
                                                       {3, 2, 1, 1}, {4, 2, 1, 1},    {2, 2, 2, 1, 1}};
+    specdec_examples::progress_line progress;  // on stderr, when it is a terminal
     for (const float temperature : {0.7f, 1.0f}) {
         const specdec::sampling_config s{.temperature = temperature};
         std::vector<measured> chain(33);
@@ -80,7 +85,7 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
                         draft, target, prompt,
                         {.step = specdec::chain{.gamma = gamma}, .sampling = s, .budget = {.max_new_tokens = tokens}},
                         rng);
-                });
+                }, progress, "chain of " + std::to_string(gamma));
             return chain[gamma];
         };
         std::printf("\nT = %.1f\n\n", static_cast<double>(temperature));
@@ -95,8 +100,9 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
                                                     .sampling = s,
                                                     .budget = {.max_new_tokens = tokens}},
                                                    rng);
-            });
+            }, progress, "tree " + shape_name(b));
             const measured d = chain_of(shape.depth()), n = chain_of(shape.nodes());
+            progress.clear();
             std::printf("| %s | %zu | %zu | %.3f ± %.3f | %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",
                         shape_name(b).c_str(), shape.nodes(), shape.depth(), t.mean, t.se, d.mean, d.se,
                         100.0 * (t.mean / d.mean - 1.0), n.mean, n.se, 100.0 * (t.mean / n.mean - 1.0));
@@ -126,7 +132,9 @@ int measure_cost(const std::string& preset, std::ptrdiff_t context, int reps) {
                 "|---|---|---|---|\n",
                 reps);
     double base = 0.0;
+    specdec_examples::progress_line progress;  // on stderr, when it is a terminal
     for (const std::size_t nodes : {0u, 1u, 2u, 4u, 8u, 14u, 16u, 21u, 32u}) {
+        progress.show(true, "%zu nodes: timing", nodes);
         // A tree of `nodes` nodes: two children per node, breadth first.
         specdec::draft_tree tree;
         for (std::size_t i = 0; i < nodes; ++i)
@@ -149,6 +157,7 @@ int measure_cost(const std::string& preset, std::ptrdiff_t context, int reps) {
             chain_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
         }
         std::sort(chain_ms.begin(), chain_ms.end());
+        progress.clear();
         std::printf("| %zu | %.1f | %.2f | %.1f |\n", nodes, med, med / base, chain_ms[chain_ms.size() / 2]);
         std::fflush(stdout);
     }

@@ -1,0 +1,402 @@
+// specdec-random-pair: speculative decoding timed against plain decoding at real model sizes,
+// with random weights and the acceptance rate set by hand, on this machine.
+//
+//   specdec-random-pair [--tokens 200] [--batch 1] [--alpha 0.8] [--gamma 4|auto] [--max-gamma 6]
+//
+// The models are made in memory by the example engine's own generator (llama2::random_weights):
+// a target at the shape of llama2.c's stories110M and a draft at the shape of stories15M, fixed
+// seeds. Random weights agree with nothing, so the drafter is llama2::controlled_drafter
+// (controlled_drafter.hpp): it runs the 15M-shape model's real draft pass for its cost, then
+// proposes the target's greedy token with probability α per position (a fixed coin per sequence
+// and position), another token otherwise. This measures what speculative decoding gains at a
+// given α and this machine's real costs; it is not a measurement of any real draft model.
+//
+// Each of --batch sequences has a 4-token prompt, prefilled into both models before the timed
+// region. At temperature 0 the program decodes --tokens new tokens per sequence, first plainly
+// (batched autoregressive decoding: specdec::batch_decoder with chain{.gamma = 0}; its output is
+// also the greedy continuation the controlled drafter needs), then speculatively (batch_decoder
+// with the controlled drafter), times both with a wall clock, checks that the two outputs are
+// the same token for token (exit status 1 otherwise: at temperature 0 speculative decoding must
+// give the target's greedy output), and prints the measured figures beside the prediction of
+// Leviathan, Kalman & Matias 2023, Thm. 3.8, for the measured α and cost coefficient c.
+// A progress line goes to stderr while a timed run goes, when stderr is a terminal.
+
+#include "batch_transformer.hpp"
+#include "checkpoint.hpp"
+#include "command_line.hpp"
+#include "controlled_drafter.hpp"
+#include "progress.hpp"
+
+#include <specdec/analysis.hpp>
+#include <specdec/batch_decoder.hpp>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace {
+
+using specdec::token_id;
+
+constexpr std::size_t prompt_length = 4;
+// The weights' seeds, as the multi-sequence benchmark's.
+constexpr std::uint64_t target_seed = 1234, draft_seed = 4321;
+
+struct arguments {
+    std::size_t tokens = 200;  // new tokens per sequence
+    std::size_t batch = 1;
+    double alpha = 0.8;
+    bool adaptive = false;   // --gamma auto
+    std::size_t gamma = 4;   // fixed γ, or the adaptive policy's largest
+    std::size_t max_gamma = 6;
+};
+
+/// A CLI11 validator for a whole number in [low, high], naming the bounds in its message.
+/// `why`, when given, follows the message of a number out of range.
+CLI::Validator whole_number(std::size_t low, std::size_t high, std::string why = {}) {
+    return CLI::Validator(
+        [low, high, why](const std::string& v) -> std::string {
+            std::size_t n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size()) return "'" + v + "' is not a whole number";
+            if (n < low || n > high)
+                return std::to_string(n) + " is outside " + std::to_string(low) + ".." + std::to_string(high) +
+                       (why.empty() ? "" : " (" + why + ")");
+            return {};
+        },
+        "N in " + std::to_string(low) + ".." + std::to_string(high));
+}
+
+std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens) {
+    arguments a;
+    std::string gamma = "4";
+    CLI::App app("Speculative against plain decoding at the stories110M (target) and stories15M (draft) shapes, "
+                 "with random weights and the acceptance rate controlled (not a real draft model): tokens/s of "
+                 "both on this machine, their ratio, and Leviathan et al.'s prediction (Thm. 3.8).",
+                 "specdec-random-pair");
+    specdec_examples::command_line_defaults(app);
+    app.add_option("--tokens", a.tokens, "new tokens per sequence")
+        ->capture_default_str()
+        ->check(whole_number(1, max_tokens,
+                             "the prompt's " + std::to_string(prompt_length) + " tokens and the new ones must fit the "
+                             "draft model's window of " + std::to_string(max_tokens + prompt_length)));
+    app.add_option("--batch", a.batch, "sequences decoded together (one target pass for all)")
+        ->capture_default_str()
+        ->check(whole_number(1, 64));
+    app.add_option("--alpha", a.alpha, "probability that the drafter proposes the target's token, per position")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
+    app.add_option("--gamma", gamma,
+                   "draft length N >= 1, or auto: the adaptive policy chooses each step's from 0 to --max-gamma, "
+                   "from measured acceptance and timings")
+        ->capture_default_str()
+        ->check(CLI::IsMember({"auto"}) | whole_number(1, 32));
+    app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")
+        ->capture_default_str()
+        ->check(whole_number(1, 32));
+    if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
+    a.adaptive = gamma == "auto";
+    a.gamma = a.adaptive ? a.max_gamma : std::stoull(gamma);
+    return a;
+}
+
+std::shared_ptr<const llama2::checkpoint> random_checkpoint(const char* preset, std::uint64_t seed) {
+    auto ck = std::make_shared<llama2::checkpoint>();
+    ck->name = std::string("random-") + preset;
+    ck->cfg = *llama2::preset_config(preset);
+    ck->w = llama2::random_weights(ck->cfg, seed);
+    return ck;
+}
+
+/// BOS and three tokens drawn from a fixed seed, per sequence.
+std::vector<std::vector<token_id>> make_prompts(std::size_t batch) {
+    std::mt19937 rng(7);
+    std::vector<std::vector<token_id>> p(batch);
+    for (auto& x : p) {
+        x.push_back(1);
+        for (std::size_t i = 1; i < prompt_length; ++i) x.push_back(static_cast<token_id>(3 + rng() % 30000));
+    }
+    return p;
+}
+
+/// Runs every prompt but its last token through the model's slots (a serving engine's prefill),
+/// so that the timed runs measure decoding.
+void prefill(llama2::batch_transformer& m, const std::vector<std::vector<token_id>>& prompts) {
+    std::vector<specdec::score_request> requests;
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+        requests.push_back({i, std::span<const token_id>(prompts[i]).first(prompts[i].size() - 1), {}});
+    specdec::packed_logits out;
+    out.shape(m.vocab_size(), requests);
+    m.score_batch(requests, out);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// The draft model, with the wall time and the passes of its draft_batch calls added up (for the
+/// cost coefficient c).
+class timed_draft_model {
+public:
+    explicit timed_draft_model(llama2::batch_transformer& m) : m_(&m) {}
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return m_->vocab_size(); }
+    void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
+        const auto before = m_->passes();
+        const auto t0 = std::chrono::steady_clock::now();
+        m_->draft_batch(requests, sampling);
+        seconds += seconds_since(t0);
+        passes += m_->passes() - before;
+    }
+    double seconds = 0.0;
+    std::uint64_t passes = 0;
+
+private:
+    llama2::batch_transformer* m_;
+};
+
+/// Steps `dec` until every sequence is done, with a progress line ("LABEL: n/total tokens", all
+/// sequences together) when stderr is a terminal. \returns the decoder's steps.
+template <class Decoder>
+std::size_t run_with_progress(Decoder& dec, const std::vector<std::size_t>& ids, std::size_t total, const char* label) {
+    specdec_examples::progress_line progress;
+    std::size_t steps = 0;
+    for (bool active = true; active;) {
+        active = dec.step() != 0;
+        ++steps;
+        if (progress.enabled()) {
+            std::size_t done = 0;
+            for (const auto id : ids) done += dec.generated(id).size();
+            progress.count(label, done, total);
+        }
+    }
+    return steps;
+}
+
+struct plain_run {
+    std::vector<std::vector<token_id>> tokens;  // per sequence
+    double seconds = 0.0;
+    std::size_t passes = 0;  // target passes (decoder steps), each over every sequence
+};
+
+struct speculative_run {
+    std::vector<std::vector<token_id>> tokens;
+    double seconds = 0.0;
+    std::size_t passes = 0;
+    specdec::decode_stats totals;  // the sequences' counters added up (steps: per sequence)
+    double draft_seconds = 0.0;    // inside the draft model's passes
+    std::uint64_t draft_passes = 0;
+};
+
+/// The options of the plain run: batched autoregressive decoding at temperature 0.
+specdec::decode_options plain_options(const arguments& a) {
+    return {.step = specdec::chain{.gamma = 0},
+            .sampling = {.temperature = 0.0f},
+            .budget = {.max_new_tokens = a.tokens}};
+}
+
+/// What runs after every step of every sequence of the speculative run (decode_options::on_step):
+/// the place for a recorder, e.g. a trace of the steps written to a file. None for now. It runs
+/// inside the timed region, so it should only record.
+std::function<void(const specdec::step_event&)> step_recorder(const arguments&) { return nullptr; }
+
+/// The options of the speculative run, built here and only here.
+specdec::decode_options speculative_options(const arguments& a) {
+    return {.step = specdec::chain{.gamma = a.gamma},
+            .length = {.policy = a.adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
+            .sampling = {.temperature = 0.0f},
+            .budget = {.max_new_tokens = a.tokens},
+            .on_step = step_recorder(a)};
+}
+
+plain_run decode_plain(const std::shared_ptr<const llama2::checkpoint>& target_weights,
+                       const std::vector<std::vector<token_id>>& prompts, const arguments& a) {
+    llama2::batch_transformer target(target_weights);
+    prefill(target, prompts);
+    // The target as its own drafter: with γ = 0 it is never asked for a draft.
+    specdec::batch_decoder dec(target, target, plain_options(a));
+    std::vector<std::size_t> ids;
+    for (const auto& p : prompts) ids.push_back(dec.add(p, std::mt19937_64(1)));
+    plain_run r;
+    const auto t0 = std::chrono::steady_clock::now();
+    r.passes = run_with_progress(dec, ids, a.tokens * prompts.size(), "plain");
+    r.seconds = seconds_since(t0);
+    for (const auto id : ids) r.tokens.push_back(dec.take(id).tokens);
+    return r;
+}
+
+speculative_run decode_speculative(const std::shared_ptr<const llama2::checkpoint>& target_weights,
+                                   const std::shared_ptr<const llama2::checkpoint>& draft_weights,
+                                   const std::vector<std::vector<token_id>>& prompts,
+                                   const std::vector<std::vector<token_id>>& greedy, const arguments& a) {
+    llama2::batch_transformer target(target_weights), draft_model(draft_weights);
+    prefill(target, prompts);
+    prefill(draft_model, prompts);
+    timed_draft_model timed(draft_model);
+    llama2::controlled_drafter<timed_draft_model> drafter(timed, greedy, prompt_length, a.alpha);
+    specdec::batch_decoder<llama2::controlled_drafter<timed_draft_model>, llama2::batch_transformer> dec(
+        drafter, target, speculative_options(a));
+    std::vector<std::size_t> ids;
+    std::uint64_t seed = 1;
+    for (const auto& p : prompts) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
+    speculative_run r;
+    const auto t0 = std::chrono::steady_clock::now();
+    r.passes = run_with_progress(dec, ids, a.tokens * prompts.size(), "speculative");
+    r.seconds = seconds_since(t0);
+    r.draft_seconds = timed.seconds;
+    r.draft_passes = timed.passes;
+    auto& t = r.totals;
+    for (const auto id : ids) {
+        auto out = dec.take(id);
+        const auto& s = out.stats;
+        t.steps += s.steps;
+        t.target_calls += s.target_calls;
+        t.drafted_tokens += s.drafted_tokens;
+        t.accepted_tokens += s.accepted_tokens;
+        t.rejected_tokens += s.rejected_tokens;
+        if (t.steps_at_gamma.size() < s.steps_at_gamma.size()) t.steps_at_gamma.resize(s.steps_at_gamma.size());
+        for (std::size_t g = 0; g < s.steps_at_gamma.size(); ++g) t.steps_at_gamma[g] += s.steps_at_gamma[g];
+        r.tokens.push_back(std::move(out.tokens));
+    }
+    return r;
+}
+
+/// The first sequence and position where the two runs differ, or nothing.
+std::string first_difference(const std::vector<std::vector<token_id>>& plain,
+                             const std::vector<std::vector<token_id>>& spec) {
+    for (std::size_t s = 0; s < plain.size(); ++s) {
+        const auto& p = plain[s];
+        const auto& q = spec[s];
+        const std::size_t n = std::min(p.size(), q.size());
+        for (std::size_t k = 0; k < n; ++k)
+            if (p[k] != q[k])
+                return "sequence " + std::to_string(s) + ", token " + std::to_string(k) + ": plain " +
+                       std::to_string(p[k]) + ", speculative " + std::to_string(q[k]);
+        if (p.size() != q.size())
+            return "sequence " + std::to_string(s) + ": plain " + std::to_string(p.size()) + " tokens, speculative " +
+                   std::to_string(q.size());
+    }
+    return {};
+}
+
+std::size_t total_tokens(const std::vector<std::vector<token_id>>& runs) {
+    std::size_t n = 0;
+    for (const auto& r : runs) n += r.size();
+    return n;
+}
+
+/// What the program measured: print_report prints it (a machine-readable report would read the same).
+struct report {
+    arguments args;
+    double weights_seconds = 0.0;
+    plain_run plain;
+    speculative_run spec;
+};
+
+void print_report(const report& r) {
+    const auto& a = r.args;
+    const auto& st = r.spec.totals;
+    const std::size_t plain_tokens = total_tokens(r.plain.tokens), spec_tokens = total_tokens(r.spec.tokens);
+    const double plain_rate = static_cast<double>(plain_tokens) / r.plain.seconds;
+    const double spec_rate = static_cast<double>(spec_tokens) / r.spec.seconds;
+    // The cost coefficient c of Leviathan et al. (§3.4): one draft-model step over the batch,
+    // timed inside the speculative run, relative to one plain target step over the batch.
+    const double target_step = r.plain.seconds / static_cast<double>(std::max<std::size_t>(1, r.plain.passes));
+    const double draft_step =
+        r.spec.draft_passes == 0 ? 0.0 : r.spec.draft_seconds / static_cast<double>(r.spec.draft_passes);
+    const double c = draft_step / target_step;
+    const std::size_t tested = st.accepted_tokens + st.rejected_tokens;
+    const double alpha = st.acceptance_rate();  // accepted / tested
+    const double accepted_share =
+        st.drafted_tokens == 0 ? 0.0 : static_cast<double>(st.accepted_tokens) / static_cast<double>(st.drafted_tokens);
+
+    std::printf("random weights at the stories110M/15M shapes, acceptance controlled at alpha = %.2f (not a real draft "
+                "model)\n",
+                a.alpha);
+    std::printf("batch %zu, prompt %zu tokens (prefilled), %zu new tokens per sequence, temperature 0, gamma %s%zu; "
+                "weights made in %.1f s\n",
+                a.batch, prompt_length, a.tokens, a.adaptive ? "auto, at most " : "", a.gamma, r.weights_seconds);
+    std::printf("plain:       %zu tokens in %.2f s, %.2f tokens/s (%zu target passes, %.1f ms each)\n", plain_tokens,
+                r.plain.seconds, plain_rate, r.plain.passes, 1e3 * target_step);
+    std::printf("speculative: %zu tokens in %.2f s, %.2f tokens/s (%zu target passes)\n", spec_tokens, r.spec.seconds,
+                spec_rate, r.spec.passes);
+    std::printf("measured speedup %.2fx (speculative / plain tokens/s, wall clock, one run each, this machine)\n",
+                spec_rate / plain_rate);
+    std::printf("tokens per target pass %.2f per sequence (%zu tokens, %zu steps)\n",
+                static_cast<double>(spec_tokens) / static_cast<double>(std::max<std::size_t>(1, st.steps)), spec_tokens,
+                st.steps);
+    if (a.adaptive) {
+        std::printf("steps by gamma:");
+        for (std::size_t g = 0; g < st.steps_at_gamma.size(); ++g)
+            if (st.steps_at_gamma[g] != 0) std::printf(" %zu:%zu", g, st.steps_at_gamma[g]);
+        std::printf(" (of %zu steps)\n", st.steps);
+    }
+    std::printf("measured alpha %.3f (accepted/tested draft tokens, %zu/%zu); accepted/drafted %.3f (%zu/%zu) "
+                "understates alpha: it also counts the drafts after a rejection, which are never tested\n",
+                alpha, st.accepted_tokens, tested, accepted_share, st.accepted_tokens, st.drafted_tokens);
+    std::printf("measured c %.3f (one draft-model step %.1f ms / one plain target step %.1f ms)\n", c, 1e3 * draft_step,
+                1e3 * target_step);
+    if (tested == 0 || !(c >= 0.0)) {
+        std::printf("Leviathan et al. Thm. 3.8: no prediction (no draft token was tested)\n");
+        return;
+    }
+    // Leviathan, Kalman & Matias 2023, Thm. 3.8: expected walltime improvement
+    // (1 − α^{γ+1}) / ((1 − α)(γc + 1)), for i.i.d. acceptance with mean α and a target pass that
+    // costs the same over γ + 1 positions as over one. Under --gamma auto, at the best fixed γ
+    // for the measured α and c (§3.5).
+    const std::size_t gamma = a.adaptive ? specdec::optimal_gamma(alpha, c, a.max_gamma) : a.gamma;
+    std::printf("Leviathan et al. Thm. 3.8 at the measured alpha %.3f and c %.3f, gamma %zu%s: expected speedup %.2fx\n",
+                alpha, c, gamma, a.adaptive ? " (the best fixed one)" : "",
+                specdec::expected_walltime_improvement(alpha, gamma, c));
+    // What the theorem leaves out: its target pass over γ + 1 positions costs one plain step.
+    // Here, the speculative run's time outside the draft model per target pass.
+    const double verify_pass = (r.spec.seconds - r.spec.draft_seconds) /
+                               static_cast<double>(std::max<std::size_t>(1, r.spec.passes));
+    std::printf("  (it assumes i.i.d. acceptance and a target pass over gamma + 1 positions that costs one plain step; "
+                "a pass of the speculative run, with verification, took %.1f ms = %.2f plain steps)\n",
+                1e3 * verify_pass, verify_pass / target_step);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    // The draft model's window bounds the tokens: the prompt and every generated token must fit.
+    const auto draft_window = static_cast<std::size_t>(llama2::preset_config("stories15M")->seq_len);
+    const auto parsed = parse(argc, argv, draft_window - prompt_length);
+    if (const int* rc = std::get_if<int>(&parsed)) return *rc;
+    report r;
+    r.args = std::get<arguments>(parsed);
+    const arguments& a = r.args;
+    try {
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto target_weights = random_checkpoint("stories110M", target_seed);
+        const auto draft_weights = random_checkpoint("stories15M", draft_seed);
+        r.weights_seconds = seconds_since(t0);
+        const auto prompts = make_prompts(a.batch);
+        r.plain = decode_plain(target_weights, prompts, a);
+        r.spec = decode_speculative(target_weights, draft_weights, prompts, r.plain.tokens, a);
+        if (const auto diff = first_difference(r.plain.tokens, r.spec.tokens); !diff.empty()) {
+            std::fprintf(stderr,
+                         "specdec-random-pair: the speculative output differs from the plain output at temperature 0 "
+                         "(%s): speculative decoding must reproduce the target's greedy output\n",
+                         diff.c_str());
+            return 1;
+        }
+        print_report(r);
+        std::printf("greedy identity: the speculative output equals the plain output token for token (%zu sequence%s)\n",
+                    a.batch, a.batch == 1 ? "" : "s");
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "specdec-random-pair: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
