@@ -5,8 +5,9 @@
 # no line of specdec); one that includes only <specdec/speculative_decode.hpp> (the decoding loop,
 # verification and sampling); one that includes only <specdec/specdec.hpp>; one that includes it
 # through a precompiled header (GCC only: what a build that precompiles it pays per TU); and one
-# that also instantiates the decoding loops once. Prints the median of each and the ratios to
-# the Eigen-only TU.
+# that also instantiates the decoding loops once. The last three again in compiled mode
+# (SPECDEC_COMPILED: the hot core only declared, compiled once in src/specdec_core.cpp), whose
+# own one-time cost is printed too. Prints the median of each and the ratios to the Eigen-only TU.
 #
 #   scripts/compile_time.sh [--max-ratio R] [--no-use] [--no-pch] [--include-dir DIR] [COMPILER [REPEATS]]
 #
@@ -85,6 +86,11 @@ std::size_t use() {
     return a.tokens.size() + b.tokens.size();
 }
 EOF
+# Compiled mode: the same TUs with SPECDEC_COMPILED defined first.
+for tu in core specdec use; do
+  { printf '#define SPECDEC_COMPILED 1\n'; cat "${tmp}/${tu}.cpp"; } > "${tmp}/${tu}_compiled.cpp"
+done
+cp "${root}/src/specdec_core.cpp" "${tmp}/library.cpp"
 
 flags=(-std=c++20 -O2 -I "${include_dir}" -I "${eigen_dir}" ${EXTRA_CXXFLAGS:-})
 
@@ -119,6 +125,8 @@ fi
 tus=(eigen floor_std floor core specdec)
 [ "${with_pch}" -eq 1 ] && tus+=(pch_use)
 [ "${with_use}" -eq 1 ] && tus+=(use)
+tus+=(core_compiled specdec_compiled)
+[ "${with_use}" -eq 1 ] && tus+=(use_compiled library)
 declare -A samples med
 for tu in "${tus[@]}"; do samples[${tu}]=""; done
 # Interleave the TUs so that drifting machine load affects them alike.
@@ -132,13 +140,17 @@ declare -A label=([eigen]="<Eigen/Core> only" [floor_std]="+ the std headers"
                   [core]="<specdec/speculative_decode.hpp>"
                   [specdec]="<specdec/specdec.hpp> only"
                   [pch_use]="specdec.hpp, precompiled"
-                  [use]="specdec.hpp + decode calls")
+                  [use]="specdec.hpp + decode calls"
+                  [core_compiled]="compiled mode: speculative_decode.hpp"
+                  [specdec_compiled]="compiled mode: specdec.hpp only"
+                  [use_compiled]="compiled mode: + decode calls"
+                  [library]="compiled mode: specdec_core.cpp (once)")
 echo "compiler: ${cxx} ($("${cxx}" --version | head -n 1)); ${repeats} runs, CPU s (user+sys)"
 echo "headers:  ${include_dir}"
-printf '%-34s %8s %8s  %s\n' "TU" "median" "ratio" "runs"
+printf '%-40s %8s %8s  %s\n' "TU" "median" "ratio" "runs"
 for tu in "${tus[@]}"; do
   ratio="$(awk -v x="${med[${tu}]}" -v e="${med[eigen]}" 'BEGIN { printf "%.2f", x / e }')"
-  printf '%-34s %8.3f %8s  %s\n' "${label[${tu}]}" "${med[${tu}]}" "${ratio}" "${samples[${tu}]% }"
+  printf '%-40s %8.3f %8s  %s\n' "${label[${tu}]}" "${med[${tu}]}" "${ratio}" "${samples[${tu}]% }"
 done
 [ "${with_pch}" -eq 1 ] && echo "(building the precompiled header, once: ${pch_build} s)"
 
