@@ -11,6 +11,10 @@
 # the example engine's generator and the acceptance rate controlled (not a real draft model), and
 # reports the measured tokens/s ratio on this machine beside Leviathan et al.'s prediction.
 #
+# Each act records its run (--trace) and turns it into a page of charts (scripts/trace_report.py,
+# when Python has matplotlib) in the build folder's demo/ folder: demo/real_pair.html and
+# demo/random_pair.html (docs/traces.md).
+#
 # Environment: SPECDEC_DEMO_SECOND_ACT=0 skips the second act. SPECDEC_DEMO_NO_BUILD=1 skips
 # installing packages and the CMake configure and build steps (the programs must be built
 # already), and SPECDEC_DEMO_BUILD_DIR names the build folder (default build/release).
@@ -31,8 +35,23 @@ if [ "${SPECDEC_DEMO_NO_BUILD:-0}" != 1 ]; then
   cmake --preset release
   cmake --build --preset release --target "${targets[@]}"
 fi
+out_dir="${build_dir}/demo"
+mkdir -p "$out_dir"
+# report TRACE: the trace's page of charts beside it, with the first Python that has matplotlib.
+report() {
+  local py
+  for py in "${SPECDEC_PYTHON:-}" python3 /usr/bin/python3; do
+    if [ -n "$py" ] && "$py" -c 'import matplotlib' >/dev/null 2>&1; then
+      "$py" scripts/trace_report.py "$1" -o "${1%.json}.html" && return 0
+      return 1
+    fi
+  done
+  echo "(no report: Python's matplotlib is missing; scripts/install_deps.sh installs python3-matplotlib)"
+}
 if [ -n "${SPECDEC_MODELS_DIR:-}" ] && [ -f "${SPECDEC_MODELS_DIR}/stories260K.bin" ]; then
-  "${build_dir}/examples/llama2/specdec-generate" --models "${SPECDEC_MODELS_DIR}" --compare --gamma auto "$@"
+  "${build_dir}/examples/llama2/specdec-generate" --models "${SPECDEC_MODELS_DIR}" --compare --gamma auto \
+    --trace "${out_dir}/real_pair.json" "$@"
+  report "${out_dir}/real_pair.json"
 else
   if [ -n "${SPECDEC_MODELS_DIR:-}" ]; then
     echo "No stories260K.bin in SPECDEC_MODELS_DIR=${SPECDEC_MODELS_DIR}."
@@ -51,5 +70,6 @@ fi
 if [ "$second_act" != 0 ]; then
   echo
   echo "== Second act: random weights at the stories110M/15M shapes, acceptance controlled (not a real draft model) =="
-  "${build_dir}/examples/llama2/specdec-random-pair"
+  "${build_dir}/examples/llama2/specdec-random-pair" --trace "${out_dir}/random_pair.json"
+  report "${out_dir}/random_pair.json"
 fi

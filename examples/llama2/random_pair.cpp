@@ -26,6 +26,7 @@
 #include "command_line.hpp"
 #include "controlled_drafter.hpp"
 #include "progress.hpp"
+#include "trace_json.hpp"
 
 #include <specdec/analysis.hpp>
 #include <specdec/batch_decoder.hpp>
@@ -35,8 +36,10 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -59,6 +62,8 @@ struct arguments {
     bool adaptive = false;   // --gamma auto
     std::size_t gamma = 4;   // fixed γ, or the adaptive policy's largest
     std::size_t max_gamma = 6;
+    std::filesystem::path trace;       // --trace: the speculative run's steps (Chrome trace-event JSON)
+    std::filesystem::path stats_json;  // --stats-json: the run's summary as JSON
 };
 
 /// A CLI11 validator for a whole number in [low, high], naming the bounds in its message.
@@ -104,6 +109,10 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
     app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")
         ->capture_default_str()
         ->check(whole_number(1, 32));
+    app.add_option("--trace", a.trace,
+                   "write the speculative run's steps to FILE in the Chrome trace-event format "
+                   "(scripts/trace_report.py makes a page of charts from it)");
+    app.add_option("--stats-json", a.stats_json, "write the run's summary to FILE as JSON");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
     a.adaptive = gamma == "auto";
     a.gamma = a.adaptive ? a.max_gamma : std::stoull(gamma);
@@ -204,18 +213,17 @@ specdec::decode_options plain_options(const arguments& a) {
             .budget = {.max_new_tokens = a.tokens}};
 }
 
-/// What runs after every step of every sequence of the speculative run (decode_options::on_step):
-/// the place for a recorder, e.g. a trace of the steps written to a file. None for now. It runs
-/// inside the timed region, so it should only record.
-std::function<void(const specdec::step_event&)> step_recorder(const arguments&) { return nullptr; }
-
-/// The options of the speculative run, built here and only here.
-specdec::decode_options speculative_options(const arguments& a) {
-    return {.step = specdec::chain{.gamma = a.gamma},
-            .length = {.policy = a.adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
-            .sampling = {.temperature = 0.0f},
-            .budget = {.max_new_tokens = a.tokens},
-            .on_step = step_recorder(a)};
+/// The options of the speculative run, built here and only here. With --trace, every step of
+/// every sequence is recorded (specdec::step_recorder: no I/O, no allocation inside the timed
+/// region) with β estimated at each tested position (the same tokens).
+specdec::decode_options speculative_options(const arguments& a, specdec::step_recorder* trace) {
+    specdec::decode_options o{
+        .step = specdec::chain{.gamma = a.gamma, .estimate_acceptance = trace != nullptr},
+        .length = {.policy = a.adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
+        .sampling = {.temperature = 0.0f},
+        .budget = {.max_new_tokens = a.tokens}};
+    if (trace) o.on_step = std::ref(*trace);
+    return o;
 }
 
 plain_run decode_plain(const std::shared_ptr<const llama2::checkpoint>& target_weights,
@@ -237,14 +245,15 @@ plain_run decode_plain(const std::shared_ptr<const llama2::checkpoint>& target_w
 speculative_run decode_speculative(const std::shared_ptr<const llama2::checkpoint>& target_weights,
                                    const std::shared_ptr<const llama2::checkpoint>& draft_weights,
                                    const std::vector<std::vector<token_id>>& prompts,
-                                   const std::vector<std::vector<token_id>>& greedy, const arguments& a) {
+                                   const std::vector<std::vector<token_id>>& greedy, const arguments& a,
+                                   specdec::step_recorder* trace) {
     llama2::batch_transformer target(target_weights), draft_model(draft_weights);
     prefill(target, prompts);
     prefill(draft_model, prompts);
     timed_draft_model timed(draft_model);
     llama2::controlled_drafter<timed_draft_model> drafter(timed, greedy, prompt_length, a.alpha);
     specdec::batch_decoder<llama2::controlled_drafter<timed_draft_model>, llama2::batch_transformer> dec(
-        drafter, target, speculative_options(a));
+        drafter, target, speculative_options(a, trace));
     std::vector<std::size_t> ids;
     std::uint64_t seed = 1;
     for (const auto& p : prompts) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
@@ -294,7 +303,7 @@ std::size_t total_tokens(const std::vector<std::vector<token_id>>& runs) {
     return n;
 }
 
-/// What the program measured: print_report prints it (a machine-readable report would read the same).
+/// What the program measured: print_report prints it, summarize() gives it to --trace and --stats-json.
 struct report {
     arguments args;
     double weights_seconds = 0.0;
@@ -366,6 +375,39 @@ void print_report(const report& r) {
                 1e3 * verify_pass, verify_pass / target_step);
 }
 
+/// The run's summary for --trace and --stats-json (the same figures print_report prints).
+specdec_examples::run_summary summarize(const report& r) {
+    const auto& a = r.args;
+    const auto& st = r.spec.totals;
+    const std::size_t plain_tokens = total_tokens(r.plain.tokens), spec_tokens = total_tokens(r.spec.tokens);
+    char label[160];
+    std::snprintf(label, sizeof label,
+                  "random weights at the stories110M/15M shapes, acceptance controlled at alpha = %.2f "
+                  "(not a real draft model)",
+                  a.alpha);
+    specdec_examples::run_summary s{.tool = "specdec-random-pair",
+                                    .target = "random weights, stories110M shape",
+                                    .draft = "random weights, stories15M shape, controlled acceptance",
+                                    .label = label,
+                                    .temperature = 0.0,
+                                    .prompt = "(random prompt tokens)",
+                                    .sequences = a.batch,
+                                    .new_tokens = spec_tokens,
+                                    .seconds = r.spec.seconds,
+                                    .baseline = specdec_examples::baseline_run{.tokens = plain_tokens, .seconds = r.plain.seconds},
+                                    .gamma_max = a.gamma};
+    if (r.plain.seconds > 0.0 && r.spec.seconds > 0.0)
+        s.speedup = (static_cast<double>(spec_tokens) / r.spec.seconds) / (static_cast<double>(plain_tokens) / r.plain.seconds);
+    if (const std::size_t tested = st.accepted_tokens + st.rejected_tokens; tested > 0) {
+        s.alpha = st.acceptance_rate();
+        s.alpha_positions = tested;
+    }
+    const double target_step = r.plain.seconds / static_cast<double>(std::max<std::size_t>(1, r.plain.passes));
+    if (r.spec.draft_passes > 0 && target_step > 0.0)
+        s.cost_ratio = r.spec.draft_seconds / static_cast<double>(r.spec.draft_passes) / target_step;
+    return s;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -383,7 +425,10 @@ int main(int argc, char** argv) {
         r.weights_seconds = seconds_since(t0);
         const auto prompts = make_prompts(a.batch);
         r.plain = decode_plain(target_weights, prompts, a);
-        r.spec = decode_speculative(target_weights, draft_weights, prompts, r.plain.tokens, a);
+        std::optional<specdec::step_recorder> recorder;
+        if (!a.trace.empty()) recorder.emplace();
+        r.spec = decode_speculative(target_weights, draft_weights, prompts, r.plain.tokens, a,
+                                    recorder ? &*recorder : nullptr);
         if (const auto diff = first_difference(r.plain.tokens, r.spec.tokens); !diff.empty()) {
             std::fprintf(stderr,
                          "specdec-random-pair: the speculative output differs from the plain output at temperature 0 "
@@ -394,6 +439,23 @@ int main(int argc, char** argv) {
         print_report(r);
         std::printf("greedy identity: the speculative output equals the plain output token for token (%zu sequence%s)\n",
                     a.batch, a.batch == 1 ? "" : "s");
+        if (recorder || !a.stats_json.empty()) {
+            const auto summary = summarize(r);
+            if (recorder) {
+                // No tokenizer for random weights: each token shows as its id.
+                const specdec_examples::piece_function piece = [](std::size_t, token_id t) {
+                    return " " + std::to_string(t);
+                };
+                specdec_examples::write_json_file(a.trace, specdec_examples::chrome_trace(*recorder, summary, piece),
+                                                  "--trace");
+                std::printf("trace written to %s (%zu steps)\n", a.trace.string().c_str(), recorder->steps().size());
+            }
+            if (!a.stats_json.empty()) {
+                specdec_examples::write_json_file(a.stats_json, {{"run", specdec_examples::run_summary_json(summary)}},
+                                                  "--stats-json");
+                std::printf("statistics written to %s\n", a.stats_json.string().c_str());
+            }
+        }
     } catch (const std::exception& e) {
         std::fprintf(stderr, "specdec-random-pair: %s\n", e.what());
         return 1;

@@ -130,8 +130,8 @@ def check(path):
                     _type(bvalue, bkind, f"{where}.{bname}")
         else:
             _type(value, kind, where)
-    if run["tool"] is not None and run["tool"] != "specdec-generate":
-        raise FormatError('otherData.specdec.tool: expected "specdec-generate"')
+    if run["tool"] is not None and run["tool"] not in ("specdec-generate", "specdec-random-pair"):
+        raise FormatError('otherData.specdec.tool: expected "specdec-generate" or "specdec-random-pair"')
     if run["alpha"] is not None and not 0 <= run["alpha"] <= 1:
         raise FormatError("otherData.specdec.alpha: not in [0, 1]")
 
