@@ -17,6 +17,7 @@
 
 #include "command_line.hpp"
 #include "context_limit.hpp"
+#include "progress.hpp"
 #include "summary.hpp"
 #include "text_file.hpp"
 #include "tokenizer.hpp"
@@ -281,7 +282,9 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
     if (!a.compare) return o;
     opts.on_step = nullptr;
     opts.length.controller = nullptr;  // each timed run with a fresh one, as the streamed run had
+    specdec_examples::progress_line progress;  // on a terminal only; never inside a timed run
     for (int r = 0; r < compare_runs; ++r) {
+        progress.show(true, "timing: run %d/%d (speculative, then autoregressive)", r + 1, compare_runs);
         target.clear_cache();
         if (draft_model) draft_model->clear_cache();
         std::mt19937_64 spec_rng(a.seed);
@@ -294,6 +297,7 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
         o.baseline = specdec::autoregressive_decode(target, prompt, opts, base_rng);
         o.base_rates.push_back(static_cast<double>(o.baseline.tokens.size()) / seconds_since(t2));
     }
+    progress.clear();
     return o;
 }
 
