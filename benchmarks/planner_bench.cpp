@@ -21,6 +21,12 @@
 //   planner/noise:N/B:b/tree:S      a fixed tree shape S from the list below
 //   planner/noise:N/B:b/planned     the planner, within the shape {4,4,2,2,1,1,1,1} (which holds
 //                                   every listed shape and chain), from the profile
+// Ragged plans (chains, adaptive_gamma_options::per_sequence): a batch whose sequences differ,
+// half drafted well (draft noise 0.5) and half poorly (noise 3.0; which one is told by the parity
+// of the prompt's token, so one LanguageModel drafts both), on two virtual engines, the
+// accelerator above and a CPU-like one whose pass costs 0.3 + 0.1 per position, for B = 2..16:
+//   ragged/<engine>/B:b/plain, chain:G (G = 1..6), uniform (the adaptive policy, one γ for the
+//   batch), per_sequence (the adaptive policy with ragged plans), each from the engine's profile.
 // Time is virtual (UseManualTime): tokens_per_unit is generated tokens per virtual unit.
 // The summary (markdown, stdout) gives per B the best fixed configuration in hindsight and the
 // planner's ratio to it and to plain decoding.
@@ -78,6 +84,24 @@ struct markov {
 struct pair_of_models {
     markov target, draft;
 };
+
+/// Two drafts of one target in one LanguageModel: the sequence whose prompt token is even is
+/// drafted by `good`, the odd one by `poor` (ragged plans' heterogeneous batch).
+struct mixed_draft {
+    markov good, poor;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) const {
+        return (context.front() % 2 == 0 ? good : poor).next_logits(context);
+    }
+};
+
+/// The CPU-like virtual engine: a pass costs 0.5 + 0.05 per position, a draft call 0.05.
+specdec::engine_profile cpu_like() {
+    specdec::engine_profile p;
+    for (std::size_t m = 1; m <= 2; ++m) p.target_pass.push_back(0.5 + 0.05 * static_cast<double>(m));
+    p.draft_step = {draft_call_cost, draft_call_cost};
+    return p;
+}
 
 pair_of_models make_pair(double noise) {
     std::mt19937_64 g(2024);
@@ -155,6 +179,92 @@ double run_batch(const pair_of_models& m, const specdec::decode_options& base, s
     return clock;
 }
 
+/// One heterogeneous batch (see the file comment) on the engine `prof`; returns the virtual time.
+double run_mixed_batch(const pair_of_models& good, const pair_of_models& poor, const specdec::engine_profile& prof,
+                       const specdec::decode_options& base, std::size_t batch, std::size_t round,
+                       std::size_t& tokens) {
+    specdec::decode_options o = base;
+    o.budget.max_new_tokens = new_tokens;
+    if (o.length.policy == specdec::gamma_policy::adaptive) o.length.adaptive.profile = prof;
+    std::size_t calls = 0, positions = 0;
+    o.on_step = [&](const specdec::step_event& e) {
+        calls = std::max(calls, e.draft.size());
+        positions += e.draft.size() + 1;
+    };
+    mixed_draft draft{good.draft, poor.draft};
+    markov target = good.target;  // (the same target table: make_pair draws it first from one seed)
+    specdec::batch_decoder dec(draft, target, o);
+    for (std::size_t s = 0; s < batch; ++s)  // prompt token parity = s's: even good, odd poor
+        (void)dec.add(std::vector<token_id>{static_cast<token_id>((2 * round * 7 + s) % vocab)},
+                      std::mt19937_64(1000 * (round + 1) + s));
+    double clock = 0.0;
+    while (dec.active() != 0) {
+        calls = positions = 0;
+        dec.step();
+        clock += static_cast<double>(calls) * prof.draft_cost(batch) + prof.pass_cost(positions);
+    }
+    tokens = 0;
+    for (std::size_t s = 0; s < batch; ++s) tokens += dec.generated(s).size();
+    return clock;
+}
+
+std::map<std::tuple<std::string, std::size_t, std::string>, double> ragged_results;  // tokens per unit
+
+void register_ragged() {
+    const auto good = std::make_shared<pair_of_models>(make_pair(0.5));
+    const auto poor = std::make_shared<pair_of_models>(make_pair(3.0));
+    std::vector<config> cs;
+    cs.push_back({"plain", {.step = specdec::chain{.gamma = 0}}});
+    for (std::size_t g = 1; g <= 6; ++g) cs.push_back({"chain:" + std::to_string(g), {.step = specdec::chain{.gamma = g}}});
+    for (const bool ragged : {false, true}) {
+        specdec::decode_options a{.step = specdec::chain{.gamma = 6}, .length = {.policy = specdec::gamma_policy::adaptive}};
+        a.length.adaptive.per_sequence = ragged;
+        cs.push_back({ragged ? "per_sequence" : "uniform", a});
+    }
+    for (const std::string engine : {"accelerator", "cpu"}) {
+        const specdec::engine_profile prof = engine == "cpu" ? cpu_like() : accelerator();
+        for (const std::size_t batch : {2u, 4u, 8u, 16u}) {
+            for (const auto& c : cs) {
+                const std::string name = "ragged/" + engine + "/B:" + std::to_string(batch) + "/" + c.name;
+                benchmark::RegisterBenchmark(name.c_str(), [good, poor, prof, batch, c, engine](benchmark::State& state) {
+                    std::size_t tokens = 0;
+                    double virtual_time = 0.0;
+                    for (auto _ : state) {
+                        tokens = 0;
+                        virtual_time = 0.0;
+                        for (std::size_t round = 0; round < batches_per_case; ++round) {
+                            std::size_t t = 0;
+                            virtual_time += run_mixed_batch(*good, *poor, prof, c.options, batch, round, t);
+                            tokens += t;
+                        }
+                        state.SetIterationTime(virtual_time);
+                    }
+                    const double rate = static_cast<double>(tokens) / virtual_time;
+                    state.counters["tokens_per_unit"] = rate;
+                    ragged_results[{engine, batch, c.name}] = rate;
+                })->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);
+            }
+        }
+    }
+}
+
+void print_ragged_summary() {
+    std::printf("\n| engine | B | plain | best fixed chain (in hindsight) | adaptive, one gamma | adaptive, ragged | "
+                "ragged / one gamma | ragged / best fixed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|\n");
+    std::map<std::pair<std::string, std::size_t>, std::map<std::string, double>> by;
+    for (const auto& [k, v] : ragged_results) by[{std::get<0>(k), std::get<1>(k)}][std::get<2>(k)] = v;
+    for (const auto& [key, rows] : by) {
+        double best = 0;
+        std::string best_name;
+        for (const auto& [name, rate] : rows)
+            if (name != "uniform" && name != "per_sequence" && rate > best) best = rate, best_name = name;
+        const double uniform = rows.at("uniform"), ragged = rows.at("per_sequence");
+        std::printf("| %s | %zu | %.3f | %s %.3f | %.3f | %.3f | %.3f | %.3f |\n", key.first.c_str(), key.second,
+                    rows.at("plain"), best_name.c_str(), best, uniform, ragged, ragged / uniform, ragged / best);
+    }
+}
+
 struct result_key {
     double noise;
     std::size_t batch;
@@ -217,8 +327,10 @@ void print_summary() {
 int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);
     register_all();
+    register_ragged();
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
-    print_summary();
+    if (!results.empty()) print_summary();
+    if (!ragged_results.empty()) print_ragged_summary();
     return 0;
 }

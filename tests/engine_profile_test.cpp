@@ -455,3 +455,93 @@ TEST_CASE("The tree planner in a decoder: several shapes and chains in use, the 
     INFO(why);
     CHECK_THAT(why, Catch::Contains("for 1 sequence"));
 }
+
+TEST_CASE("Ragged plans: sequences the draft predicts poorly draft less where positions cost", "[profile][ragged]") {
+    // Acceptance by sequence: 0.9 at every position for sequence 0, 0.1 for sequence 1, each
+    // seen 40 times; the batch's estimate in between.
+    const std::vector<double> good_sum(4, 0.9 * 40), bad_sum(4, 0.1 * 40);
+    const std::vector<std::size_t> seen(4, 40);
+    const specdec::gamma_controller::sequence_acceptance seqs[] = {
+        {.expected = good_sum, .reached = seen, .limit = 4}, {.expected = bad_sum, .reached = seen, .limit = 4}};
+    std::vector<std::size_t> gammas(2);
+
+    // A CPU-like engine: a pass costs a fixed part and a quarter of it per position.
+    specdec::engine_profile linear;
+    for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.25 * static_cast<double>(m));
+    linear.draft_step = {0.05, 0.05};
+    specdec::gamma_controller cpu(4, {.profile = linear});
+    feed(cpu, 0.5, 50);
+    cpu.plan_sequences(4, seqs, gammas);
+    CHECK(gammas[1] == 1);  // the poorly predicted sequence keeps only the position it is tested at
+    CHECK(gammas[0] > gammas[1]);
+
+    // A GPU-like engine: the pass costs the same up to 64 positions; no position is saved.
+    specdec::gamma_controller gpu(4, {.profile = gpu_like()});
+    feed(gpu, 0.5, 50);
+    gpu.plan_sequences(4, seqs, gammas);
+    CHECK(gammas[0] == 4);
+    CHECK(gammas[1] == 4);
+
+    // Each sequence's limit holds, a plan of 0 is 0 for all, and one sequence keeps the plan.
+    const specdec::gamma_controller::sequence_acceptance limited[] = {
+        {.expected = good_sum, .reached = seen, .limit = 2}, {.expected = good_sum, .reached = seen, .limit = 0}};
+    gpu.plan_sequences(4, limited, gammas);
+    CHECK(gammas[0] == 2);
+    CHECK(gammas[1] == 0);
+    cpu.plan_sequences(0, seqs, gammas);
+    CHECK(gammas[0] == 0);
+    CHECK(gammas[1] == 0);
+    std::vector<std::size_t> one(1);
+    cpu.plan_sequences(3, std::span(seqs).first(1), one);
+    CHECK(one[0] == 3);
+}
+
+TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, reproducibly", "[profile][ragged][multi]") {
+    // Sequence 0's draft is the target itself (every token accepted); sequence 1's draft is
+    // another model. With a pass whose every position costs, sequence 1 soon drafts less.
+    auto target = markov_model::random(16, 2, 41);
+    auto other = markov_model::random(16, 2, 42);
+    struct split_drafter {  // per-slot drafter: slot 0 drafts from the target, others from `other`
+        markov_model* target;
+        markov_model* other;
+        multi_markov_drafter a{target}, b{other};
+        std::ptrdiff_t vocab_size() const { return target->vocab; }
+        void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
+            for (auto& r : batch) (r.slot == 0 ? a : b).draft_batch(std::span(&r, 1), s);
+        }
+    };
+    multi_markov_verifier v{&target};
+    // A pass with a fixed part and a part per position: speculation pays, each position costs.
+    specdec::engine_profile linear;
+    for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.25 * static_cast<double>(m));
+    linear.draft_step = {0.05, 0.05};
+    auto run = [&](bool ragged) {
+        split_drafter d{&target, &other};
+        specdec::decode_options o{.step = specdec::chain{.gamma = 4},
+                                  .length = {.policy = specdec::gamma_policy::adaptive},
+                                  .sampling = {.temperature = 1.0f},
+                                  .budget = {.max_new_tokens = 200}};
+        o.length.adaptive.profile = linear;
+        o.length.adaptive.per_sequence = ragged;
+        specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
+        const auto a = dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(1));
+        const auto b = dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(2));
+        dec.run();
+        return std::pair{dec.take(a), dec.take(b)};
+    };
+    const auto [good, bad] = run(true);
+    // Mean γ asked per step.
+    const auto mean_gamma = [](const specdec::decode_stats& s) {
+        double sum = 0;
+        for (std::size_t g = 0; g < s.steps_at_gamma.size(); ++g) sum += static_cast<double>(g * s.steps_at_gamma[g]);
+        return sum / static_cast<double>(s.steps);
+    };
+    INFO("mean gamma: good " << mean_gamma(good.stats) << ", bad " << mean_gamma(bad.stats));
+    CHECK(mean_gamma(bad.stats) < mean_gamma(good.stats));
+    const auto [good_again, bad_again] = run(true);  // from counts and a fixed profile: reproducible
+    CHECK(good_again.tokens == good.tokens);
+    CHECK(bad_again.tokens == bad.tokens);
+    const auto [good_even, bad_even] = run(false);  // not ragged: the poorly drafted one asks for more
+    INFO("not ragged: good " << mean_gamma(good_even.stats) << ", bad " << mean_gamma(bad_even.stats));
+    CHECK(mean_gamma(bad_even.stats) > mean_gamma(bad.stats));
+}

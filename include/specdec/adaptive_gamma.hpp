@@ -80,6 +80,12 @@ struct adaptive_gamma_options {
     /// is timed and the plan depends only on counts, so the same seed gives the same tokens
     /// (like the cost callbacks, which must then be empty). Unset: the callbacks, or timing.
     std::optional<engine_profile> profile{};
+    /// Ragged plans: in a batch of chain steps, when the policy chooses to speculate, give each
+    /// sequence its own draft length in [1, γ_max] from its own acceptance so far
+    /// (gamma_controller::plan_sequences): the positions least likely to be accepted are left
+    /// out while that raises the batch's expected tokens per unit of cost. Exact either way
+    /// (the lengths depend on the past only). false: every sequence drafts the chosen γ.
+    bool per_sequence = true;
 };
 
 namespace detail {
@@ -191,6 +197,8 @@ public:
         enumerate_shapes();
     }
 
+    /// The settings it was made with.
+    [[nodiscard]] const adaptive_gamma_options& options() const noexcept { return options_; }
     /// The longest draft considered (for a tree planner: the full tree's depth).
     [[nodiscard]] std::size_t gamma_max() const noexcept { return gamma_max_; }
     /// True for a tree planner (made with tree_plan_limits).
@@ -432,6 +440,117 @@ public:
     }
     /// How many times choose() returned each γ (index γ).
     [[nodiscard]] std::span<const std::size_t> choices() const noexcept { return chosen_; }
+
+    /// What plan_sequences() knows of one sequence: its own acceptance so far, as
+    /// decode_stats keeps it (expected_accepted_at_position: Σ β at each draft position;
+    /// reached_at_position: how many steps tested it), and the longest draft it may take.
+    struct sequence_acceptance {
+        std::span<const double> expected{};
+        std::span<const std::size_t> reached{};
+        std::size_t limit = 0;
+    };
+
+    /// Ragged plans: a draft length γ_i in [1, min(gamma, limit_i)] for each sequence of a chain
+    /// step of at most `gamma` draft tokens (0 gives every sequence 0; batch_decoder passes
+    /// gamma_max when choose() chose to speculate), into `out` (one per sequence). Sequence i's acceptance at position k is its own estimate
+    /// shrunk towards the batch's (acceptance() as the choice uses it) with
+    /// per_sequence_prior pseudo-observations; E_i(γ_i) = Σ_{m≤γ_i} Π_{k≤m} α_{i,k} (Leviathan et
+    /// al. 2023, Eq. 1 per sequence). Starting from γ_i = min(gamma, limit_i), it removes the
+    /// deepest position of one sequence, or of every sequence at the longest length (which also
+    /// saves a draft call), whichever most raises Σ_i E_i(γ_i) / cost, where the cost is that of
+    /// a step of max γ_i draft calls and a pass over Σ (γ_i + 1) positions, while that ratio
+    /// rises. So where a pass costs the same over more positions (a GPU at a
+    /// small batch) nothing is removed, and where each position costs, the sequences the draft
+    /// predicts poorly draft less. Never below 1 while gamma >= 1 (a sequence keeps being
+    /// tested, so its estimate keeps learning). Depends only on the estimates (the past).
+    /// `uniform`, when not 0: the plan every sequence would get otherwise (choose()'s γ); the
+    /// result is the ragged plan or that one, whichever the estimates favour, so a ragged plan
+    /// is taken only where the model predicts it pays.
+    void plan_sequences(std::size_t gamma, std::span<const sequence_acceptance> sequences, std::span<std::size_t> out,
+                        std::size_t uniform = 0) const {
+        const std::size_t n = std::min(sequences.size(), out.size());
+        for (std::size_t i = 0; i < n; ++i) out[i] = std::min(gamma, sequences[i].limit);
+        if (gamma == 0 || n < 2 || plans_trees()) return;
+        // α_{i,k}, k = 1..gamma, row-major.
+        ragged_alpha_.assign(n * gamma, 0.0);
+        for (std::size_t i = 0; i < n; ++i) {
+            const auto& q = sequences[i];
+            for (std::size_t k = 0; k < gamma; ++k) {
+                const double pooled = shrunk_acceptance(k + 1);
+                const double sum = k < q.expected.size() ? q.expected[k] : 0.0;
+                const double count = k < q.reached.size() ? static_cast<double>(q.reached[k]) : 0.0;
+                ragged_alpha_[i * gamma + k] =
+                    std::clamp((sum + per_sequence_prior * pooled) / (count + per_sequence_prior), 0.0, 1.0);
+            }
+        }
+        // reach(i, g): Π_{k≤g} α_{i,k}, the expected tokens position g adds for sequence i.
+        const auto reach = [&](std::size_t i, std::size_t g) {
+            double r = 1.0;
+            for (std::size_t k = 0; k < g; ++k) r *= ragged_alpha_[i * gamma + k];
+            return r;
+        };
+        double tokens = 0.0;
+        std::size_t positions = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            for (std::size_t g = 0; g <= out[i]; ++g) tokens += reach(i, g);
+            positions += out[i] + 1;
+        }
+        const auto longest = [&] {
+            std::size_t m = 0;
+            for (std::size_t i = 0; i < n; ++i) m = std::max(m, out[i]);
+            return m;
+        };
+        double value = tokens / cost_of(longest(), positions, n);
+        for (;;) {
+            // Candidates: one sequence's deepest position (i < n), or every sequence at the
+            // deepest length at once (i = n: that also saves a draft call).
+            std::size_t best = n + 1;
+            double best_value = value;
+            const std::size_t top = longest();
+            for (std::size_t i = 0; i <= n; ++i) {
+                double lost = 0.0;
+                std::size_t removed = 0;
+                if (i < n) {
+                    if (out[i] <= 1) continue;
+                    lost = reach(i, out[i]);
+                    removed = 1;
+                    --out[i];
+                    const double v = (tokens - lost) / cost_of(longest(), positions - removed, n);
+                    ++out[i];
+                    if (v > best_value * (1.0 + 1e-12)) best_value = v, best = i;
+                } else {
+                    if (top <= 1) continue;
+                    for (std::size_t j = 0; j < n; ++j)
+                        if (out[j] == top) lost += reach(j, top), ++removed;
+                    const double v = (tokens - lost) / cost_of(top - 1, positions - removed, n);
+                    if (v > best_value * (1.0 + 1e-12)) best_value = v, best = n;
+                }
+            }
+            if (best > n) break;
+            if (best < n) {
+                tokens -= reach(best, out[best]);
+                --out[best];
+                --positions;
+            } else {
+                for (std::size_t j = 0; j < n; ++j)
+                    if (out[j] == top) tokens -= reach(j, top), --out[j], --positions;
+            }
+            value = best_value;
+        }
+        if (uniform == 0) return;
+        double u_tokens = 0.0;
+        std::size_t u_positions = 0, u_longest = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            const std::size_t g = std::min({uniform, gamma, sequences[i].limit});
+            for (std::size_t m = 0; m <= g; ++m) u_tokens += reach(i, m);
+            u_positions += g + 1;
+            u_longest = std::max(u_longest, g);
+        }
+        if (u_tokens / cost_of(u_longest, u_positions, n) >= value)
+            for (std::size_t i = 0; i < n; ++i) out[i] = std::min({uniform, gamma, sequences[i].limit});
+    }
+    /// Pseudo-observations of the batch's acceptance in plan_sequences()' per-sequence estimates.
+    static constexpr double per_sequence_prior = 8.0;
 
 private:
     using estimate = detail::running_estimate;
@@ -690,6 +809,7 @@ private:
     std::vector<std::vector<std::size_t>> shapes_{};  // a tree planner's plans (0: plain)
     std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)
     std::size_t planned_ = 0;        // the plan of the last choose()
+    mutable std::vector<double> ragged_alpha_{};      // plan_sequences' scratch
 };
 
 }  // namespace specdec

@@ -754,6 +754,19 @@ public:
                 const entry& e = *entries_[it.slot];
                 it.gamma = std::min(planned, e.budget.max_new_tokens - e.generated - 1);
             }
+            if (!tree_ && planned > 0 && items_.size() > 1 && controller_->options().per_sequence) {
+                // Ragged plans: each sequence's own draft length from its own acceptance so far.
+                ragged_.clear();
+                for (const auto& it : items_) {
+                    const entry& e = *entries_[it.slot];
+                    ragged_.push_back({.expected = e.stats.expected_accepted_at_position,
+                                       .reached = e.stats.reached_at_position,
+                                       .limit = std::min(longest_, e.budget.max_new_tokens - e.generated - 1)});
+                }
+                ragged_gamma_.resize(items_.size());
+                controller_->plan_sequences(longest_, ragged_, ragged_gamma_, planned);
+                for (std::size_t i = 0; i < items_.size(); ++i) items_[i].gamma = ragged_gamma_[i];
+            }
         }
         for (auto& it : items_)
             *it.extras = detail::step_extras{.estimate_acceptance = estimate_,
@@ -963,6 +976,8 @@ private:
     std::vector<float> mean_sibling_;
     std::vector<std::size_t> planned_branching_;  // the tree planner's shape for the step
     step_timing timing_{};                         // the last step's, for on_step
+    std::vector<gamma_controller::sequence_acceptance> ragged_;  // plan_sequences' input
+    std::vector<std::size_t> ragged_gamma_;                      // and its output
 };
 
 /// A batch_decoder whose sequences use generators of type G:
