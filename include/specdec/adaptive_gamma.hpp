@@ -445,9 +445,9 @@ public:
     /// decode_stats keeps it (expected_accepted_at_position: Σ β at each draft position;
     /// reached_at_position: how many steps tested it), and the longest draft it may take.
     struct sequence_acceptance {
-        std::span<const double> expected{};
-        std::span<const std::size_t> reached{};
-        std::size_t limit = 0;
+        std::span<const double> expected{};      ///< Σ β at each draft position (0-based)
+        std::span<const std::size_t> reached{};  ///< steps that tested each draft position
+        std::size_t limit = 0;                   ///< the longest draft this sequence may take
     };
 
     /// Ragged plans: a draft length γ_i in [1, min(gamma, limit_i)] for each sequence of a chain
