@@ -55,43 +55,17 @@ using specdec::token_id;
 constexpr std::size_t new_tokens = 48;
 constexpr std::size_t prompt_length = 4;
 
-std::shared_ptr<const llama2::checkpoint> random_model(const char* preset, std::uint64_t seed) {
-    auto ck = std::make_shared<llama2::checkpoint>();
-    ck->name = std::string("random-") + preset;
-    ck->cfg = *llama2::preset_config(preset);
-    ck->w = llama2::random_weights(ck->cfg, seed);
-    return ck;
-}
-
 const std::shared_ptr<const llama2::checkpoint>& target_weights() {
-    static const auto w = random_model("stories110M", 1234);
+    static const auto w = llama2::random_checkpoint("stories110M", 1234);
     return w;
 }
 const std::shared_ptr<const llama2::checkpoint>& draft_weights() {
-    static const auto w = random_model("stories15M", 4321);
+    static const auto w = llama2::random_checkpoint("stories15M", 4321);
     return w;
 }
 
-std::vector<std::vector<token_id>> prompts(std::size_t batch) {
-    std::mt19937 rng(7);
-    std::vector<std::vector<token_id>> p(batch);
-    for (auto& x : p) {
-        x.push_back(1);
-        for (std::size_t i = 1; i < prompt_length; ++i) x.push_back(static_cast<token_id>(3 + rng() % 30000));
-    }
-    return p;
-}
-
-/// Runs every prompt's context but its last token through `m`'s slots (the prefill a serving
-/// engine does when a request arrives), so the timed steps measure decoding.
-void prefill(llama2::batch_transformer& m, const std::vector<std::vector<token_id>>& ps) {
-    std::vector<specdec::score_request> requests;
-    for (std::size_t i = 0; i < ps.size(); ++i)
-        requests.push_back({i, std::span<const token_id>(ps[i]).first(ps[i].size() - 1), {}});
-    specdec::packed_logits out;
-    out.shape(m.vocab_size(), requests);
-    m.score_batch(requests, out);
-}
+std::vector<std::vector<token_id>> prompts(std::size_t batch) { return llama2::random_prompts(batch, prompt_length); }
+using llama2::prefill;
 
 double alpha() {
     const char* env = std::getenv("ALPHA");

@@ -35,39 +35,8 @@ class TraceError(Exception):
 
 # --- reading and validating the trace ------------------------------------------------------
 
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v):
-    return (isinstance(v, (int, float)) and not isinstance(v, bool)) and math.isfinite(v)
-
-
-_KIND_CHECKS = {
-    "int": (_is_int, "an integer"),
-    "num": (_is_num, "a number"),
-    "str": (lambda v: isinstance(v, str), "a string"),
-}
-
-# RUN (otherData.specdec): every field must be present; each may be null when unknown.
-RUN_FIELDS = {
-    "tool": "str", "target": "str", "draft": "str", "label": "str", "temperature": "num",
-    "seed": "int", "prompt": "str", "sequences": "int", "new_tokens": "int", "seconds": "num",
-    "tokens_per_second": "num", "baseline": "baseline", "speedup": "num", "alpha": "num",
-    "alpha_positions": "int", "cost_ratio": "num", "gamma_max": "int", "dropped_steps": "int",
-}
-BASELINE_FIELDS = {"tokens": "int", "seconds": "num", "tokens_per_second": "num"}
-
-# STEP (the args of each "step" event): every field must be present and non-null.
-STEP_FIELDS = {
-    "sequence": "int", "step": "int", "plan": "str", "gamma": "int", "tree_nodes": "int",
-    "drafted": "int", "accepted": "int", "next_kind": "str", "tokens": "list:int",
-    "pieces": "list:str", "origins": "list:str", "beta": "list:num",
-    "sibling_acceptance": "list:num", "target_passes": "int", "draft_ms": "num",
-    "target_ms": "num", "library_ms": "num",
-}
-PLANS = ("plain", "chain", "tree")
-NEXT_KINDS = ("correction", "bonus", "target")
+from trace_format import (BASELINE_FIELDS, NEXT_KINDS, PLANS, RUN_FIELDS, STEP_FIELDS,  # noqa: E402
+                          TYPES as _KIND_CHECKS, is_int as _is_int, is_num as _is_num)
 ORIGINS = ("draft", "correction", "bonus", "target")
 
 

@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -25,7 +27,42 @@
 #include <specdec/multi_sequence.hpp>
 #include <specdec/types.hpp>
 
+#include "batch_transformer.hpp"
+#include "checkpoint.hpp"
+
 namespace llama2 {
+
+/// A checkpoint with random weights at the shape of `preset` (preset_config, random_weights), as
+/// the benchmarks and specdec-random-pair make them; named "random-<preset>".
+[[nodiscard]] inline std::shared_ptr<const checkpoint> random_checkpoint(const char* preset, std::uint64_t seed) {
+    auto ck = std::make_shared<checkpoint>();
+    ck->name = std::string("random-") + preset;
+    ck->cfg = *preset_config(preset);
+    ck->w = random_weights(ck->cfg, seed);
+    return ck;
+}
+
+/// `batch` prompts of `length` tokens: BOS, then tokens in [3, 30003) from a fixed seed.
+[[nodiscard]] inline std::vector<std::vector<specdec::token_id>> random_prompts(std::size_t batch, std::size_t length) {
+    std::mt19937 rng(7);
+    std::vector<std::vector<specdec::token_id>> p(batch);
+    for (auto& x : p) {
+        x.push_back(1);
+        for (std::size_t i = 1; i < length; ++i) x.push_back(static_cast<specdec::token_id>(3 + rng() % 30000));
+    }
+    return p;
+}
+
+/// Runs every prompt but its last token through the model's slots (slot i: prompt i), as a
+/// serving engine's prefill does when a request arrives, so that timed steps measure decoding.
+inline void prefill(batch_transformer& m, const std::vector<std::vector<specdec::token_id>>& prompts) {
+    std::vector<specdec::score_request> requests;
+    for (std::size_t i = 0; i < prompts.size(); ++i)
+        requests.push_back({i, std::span<const specdec::token_id>(prompts[i]).first(prompts[i].size() - 1), {}});
+    specdec::packed_logits out;
+    out.shape(m.vocab_size(), requests);
+    m.score_batch(requests, out);
+}
 
 /// A uniform number in [0, 1) that is a fixed function of (sequence, position): splitmix64's
 /// finalizer over a mix of the two.

@@ -119,35 +119,8 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
     return a;
 }
 
-std::shared_ptr<const llama2::checkpoint> random_checkpoint(const char* preset, std::uint64_t seed) {
-    auto ck = std::make_shared<llama2::checkpoint>();
-    ck->name = std::string("random-") + preset;
-    ck->cfg = *llama2::preset_config(preset);
-    ck->w = llama2::random_weights(ck->cfg, seed);
-    return ck;
-}
-
-/// BOS and three tokens drawn from a fixed seed, per sequence.
-std::vector<std::vector<token_id>> make_prompts(std::size_t batch) {
-    std::mt19937 rng(7);
-    std::vector<std::vector<token_id>> p(batch);
-    for (auto& x : p) {
-        x.push_back(1);
-        for (std::size_t i = 1; i < prompt_length; ++i) x.push_back(static_cast<token_id>(3 + rng() % 30000));
-    }
-    return p;
-}
-
-/// Runs every prompt but its last token through the model's slots (a serving engine's prefill),
-/// so that the timed runs measure decoding.
-void prefill(llama2::batch_transformer& m, const std::vector<std::vector<token_id>>& prompts) {
-    std::vector<specdec::score_request> requests;
-    for (std::size_t i = 0; i < prompts.size(); ++i)
-        requests.push_back({i, std::span<const token_id>(prompts[i]).first(prompts[i].size() - 1), {}});
-    specdec::packed_logits out;
-    out.shape(m.vocab_size(), requests);
-    m.score_batch(requests, out);
-}
+using llama2::prefill;
+using llama2::random_checkpoint;
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -423,7 +396,7 @@ int main(int argc, char** argv) {
         const auto target_weights = random_checkpoint("stories110M", target_seed);
         const auto draft_weights = random_checkpoint("stories15M", draft_seed);
         r.weights_seconds = seconds_since(t0);
-        const auto prompts = make_prompts(a.batch);
+        const auto prompts = llama2::random_prompts(a.batch, prompt_length);
         r.plain = decode_plain(target_weights, prompts, a);
         std::optional<specdec::step_recorder> recorder;
         if (!a.trace.empty()) recorder.emplace();

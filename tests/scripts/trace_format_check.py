@@ -33,34 +33,11 @@ class FormatError(Exception):
     pass
 
 
-def _is_int(v):
-    return isinstance(v, int) and not isinstance(v, bool)
+# The field tables are the report's own (scripts/trace_format.py).
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+from trace_format import BASELINE_FIELDS as BASELINE, RUN_FIELDS as RUN, STEP_FIELDS as STEP  # noqa: E402
+from trace_format import TYPES, is_int as _is_int, is_num as _is_num  # noqa: E402,F401
 
-
-def _is_num(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-TYPES = {
-    "int": (_is_int, "an integer"),
-    "num": (_is_num, "a number"),
-    "str": (lambda v: isinstance(v, str), "a string"),
-}
-
-RUN = {
-    "tool": "str", "target": "str", "draft": "str", "label": "str", "temperature": "num",
-    "seed": "int", "prompt": "str", "sequences": "int", "new_tokens": "int", "seconds": "num",
-    "tokens_per_second": "num", "baseline": "baseline", "speedup": "num", "alpha": "num",
-    "alpha_positions": "int", "cost_ratio": "num", "gamma_max": "int", "dropped_steps": "int",
-}
-BASELINE = {"tokens": "int", "seconds": "num", "tokens_per_second": "num"}
-STEP = {
-    "sequence": "int", "step": "int", "plan": "str", "gamma": "int", "tree_nodes": "int",
-    "drafted": "int", "accepted": "int", "next_kind": "str", "tokens": "list:int",
-    "pieces": "list:str", "origins": "list:str", "beta": "list:num",
-    "sibling_acceptance": "list:num", "target_passes": "int", "draft_ms": "num",
-    "target_ms": "num", "library_ms": "num",
-}
 X_NAMES = ("step", "draft", "target pass", "verify")
 
 
