@@ -144,11 +144,13 @@ std::vector<config> configs() {
 /// they use the same draws, not by luck.
 constexpr std::size_t batches_per_case = 8;
 
-/// One batch of `batch` sequences, 128 new tokens each, on the virtual clock. Returns the virtual
-/// time; `tokens` the tokens generated.
-double run_batch(const pair_of_models& m, const specdec::decode_options& base, std::size_t batch,
-                 std::size_t round, std::size_t& tokens) {
-    const specdec::engine_profile prof = accelerator();
+/// One batch of `batch` sequences, 128 new tokens each, drafted by `draft` and verified by
+/// `target`, on the virtual clock of the engine `prof`. Sequence s starts from the prompt token
+/// `first_token(s)`, with the generator seed 1000 (round + 1) + s. Returns the virtual time;
+/// `tokens` the tokens generated.
+template <class Draft, class FirstToken>
+double run_clocked(Draft draft, markov target, const specdec::engine_profile& prof, const specdec::decode_options& base,
+                   std::size_t batch, std::size_t round, FirstToken first_token, std::size_t& tokens) {
     specdec::decode_options o = base;
     o.budget.max_new_tokens = new_tokens;
     // What the step's sequences cost: the most draft calls of any sequence (levels are batched
@@ -163,11 +165,9 @@ double run_batch(const pair_of_models& m, const specdec::decode_options& base, s
             positions += e.draft.size() + 1;
         }
     };
-    markov draft = m.draft, target = m.target;
     specdec::batch_decoder dec(draft, target, o);
     for (std::size_t s = 0; s < batch; ++s)
-        (void)dec.add(std::vector<token_id>{static_cast<token_id>((s + 7 * round) % vocab)},
-                      std::mt19937_64(1000 * (round + 1) + s));
+        (void)dec.add(std::vector<token_id>{first_token(s)}, std::mt19937_64(1000 * (round + 1) + s));
     double clock = 0.0;
     while (dec.active() != 0) {
         calls = positions = 0;
@@ -179,33 +179,23 @@ double run_batch(const pair_of_models& m, const specdec::decode_options& base, s
     return clock;
 }
 
+/// One batch of the planner's cases on the accelerator.
+double run_batch(const pair_of_models& m, const specdec::decode_options& base, std::size_t batch,
+                 std::size_t round, std::size_t& tokens) {
+    return run_clocked(m.draft, m.target, accelerator(), base, batch, round,
+                       [&](std::size_t s) { return static_cast<token_id>((s + 7 * round) % vocab); }, tokens);
+}
+
 /// One heterogeneous batch (see the file comment) on the engine `prof`; returns the virtual time.
 double run_mixed_batch(const pair_of_models& good, const pair_of_models& poor, const specdec::engine_profile& prof,
                        const specdec::decode_options& base, std::size_t batch, std::size_t round,
                        std::size_t& tokens) {
     specdec::decode_options o = base;
-    o.budget.max_new_tokens = new_tokens;
     if (o.length.policy == specdec::gamma_policy::adaptive) o.length.adaptive.profile = prof;
-    std::size_t calls = 0, positions = 0;
-    o.on_step = [&](const specdec::step_event& e) {
-        calls = std::max(calls, e.draft.size());
-        positions += e.draft.size() + 1;
-    };
-    mixed_draft draft{good.draft, poor.draft};
-    markov target = good.target;  // (the same target table: make_pair draws it first from one seed)
-    specdec::batch_decoder dec(draft, target, o);
-    for (std::size_t s = 0; s < batch; ++s)  // prompt token parity = s's: even good, odd poor
-        (void)dec.add(std::vector<token_id>{static_cast<token_id>((2 * round * 7 + s) % vocab)},
-                      std::mt19937_64(1000 * (round + 1) + s));
-    double clock = 0.0;
-    while (dec.active() != 0) {
-        calls = positions = 0;
-        dec.step();
-        clock += static_cast<double>(calls) * prof.draft_cost(batch) + prof.pass_cost(positions);
-    }
-    tokens = 0;
-    for (std::size_t s = 0; s < batch; ++s) tokens += dec.generated(s).size();
-    return clock;
+    // (The same target table: make_pair draws it first from one seed.) Prompt token parity = s's:
+    // even sequences drafted well, odd ones poorly.
+    return run_clocked(mixed_draft{good.draft, poor.draft}, good.target, prof, o, batch, round,
+                       [&](std::size_t s) { return static_cast<token_id>((2 * round * 7 + s) % vocab); }, tokens);
 }
 
 std::map<std::tuple<std::string, std::size_t, std::string>, double> ragged_results;  // tokens per unit
