@@ -415,6 +415,15 @@ TEST_CASE("the kit passes on the bundled n-gram and prompt-lookup drafters and t
         CHECK(r);
         CHECK(contains(r.checks[1].ran, "point-mass blocks checked for determinism"));
     }
+    SECTION("hierarchical drafting: the draft model decoded speculatively with prompt lookup below it") {
+        // Leviathan et al. 2023, §6: its blocks carry the draft model's own columns, so the kit's
+        // draft consistency, determinism and equivalence checks apply as to any block drafter.
+        specdec::prompt_lookup_drafter lookup(5, 2);
+        specdec::hierarchical_drafter layered(lookup, draft_model, {.gamma = 3});
+        const auto r = kit::run_conformance(layered, target, o);
+        INFO(r);
+        CHECK(r);
+    }
     SECTION("the two-sample test, forced") {
         o.two_sample = true;
         o.samples = 8000;
