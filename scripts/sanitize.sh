@@ -63,7 +63,7 @@ for stage in "${stages[@]}"; do
     asan)
       echo "== sanitize: address + undefined behaviour =="
       cmake --preset asan -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" >/dev/null
-      cmake --build --preset asan --target specdec_tests specdec_distribution_tests specdec_fault_tests \
+      cmake --build --preset asan --target specdec_tests specdec_kernel_tests specdec_distribution_tests specdec_fault_tests \
         llama2_files_test specdec_tree_tests specdec_batch_decode_tests specdec_conformance_tests
       export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
       t=build/asan/tests
@@ -71,6 +71,7 @@ for stage in "${stages[@]}"; do
       # Every instruction-set path: the unit tests (the [statistical] cases left out).
       for isa in portable avx2 avx512; do
         sanitized_run "$t/specdec_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
+        sanitized_run "$t/specdec_kernel_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
         sanitized_run "$t/specdec_tree_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
       done
       # This machine's best path: the [statistical] cases and a reduced distribution suite
@@ -81,6 +82,7 @@ for stage in "${stages[@]}"; do
       # other paths (the portable path's long rows run 40 times slower instrumented, and the
       # unit tests above already take every path through the same kernels).
       sanitized_run "$t/specdec_tests" "[statistical]" "${not_negative[@]}"
+      sanitized_run "$t/specdec_kernel_tests" "[statistical]" "${not_negative[@]}"
       sanitized_run "$t/specdec_tree_tests" "[statistical]" "${not_negative[@]}"
       SPECDEC_DISTRIBUTION_SAMPLES=10000 sanitized_run "$t/specdec_distribution_tests" "${not_negative[@]}"
       # Faults, forged files, the multi-sequence batch loop, and the conformance kit on every

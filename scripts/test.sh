@@ -23,7 +23,7 @@ if [ "${1:-}" = --quick ]; then
   bash scripts/install_deps.sh
   start=$(date +%s)
   cmake --preset release -DSPECDEC_MODELS_DIR= >/dev/null
-  quick=(specdec_tests specdec_tree_tests specdec_batch_tests specdec_batch_decode_tests specdec_batch_allocation_tests
+  quick=(specdec_tests specdec_kernel_tests specdec_tree_tests specdec_batch_tests specdec_batch_decode_tests specdec_batch_allocation_tests
          specdec_fault_tests specdec_allocation_tests)
   statistical=(specdec_distribution_tests specdec_tree_distribution_tests specdec_batch_distribution_tests)
   cmake --build --preset release --target "${quick[@]}" "${statistical[@]}"

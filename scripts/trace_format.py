@@ -1,5 +1,5 @@
 """The trace file's format (docs/traces.md), shared by scripts/trace_report.py, which reads it,
-and tests/scripts/trace_format_check.py, which checks it: the fields of the run's summary
+and tests/integration/scripts/trace_format_check.py, which checks it: the fields of the run's summary
 (otherData.specdec), of its baseline, and of each step event's args, with their types.
 """
 

@@ -9,7 +9,7 @@
 /// Exactness: the controller sees only what earlier steps produced (their acceptance
 /// estimates and timings), never the rows of the step it chooses for, so each step is an
 /// ordinary exact step with a γ fixed in advance, and the output keeps the target's
-/// distribution (tests/distribution_test.cpp covers it under both schemes).
+/// distribution (tests/statistical/distribution_test.cpp covers it under both schemes).
 
 #include <algorithm>
 #include <cmath>

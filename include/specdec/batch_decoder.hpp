@@ -17,9 +17,9 @@
 /// Exactness: each sequence is decoded with its own generator, drawing exactly what a
 /// one-sequence run with that generator draws, so under the fixed policy a sequence's tokens
 /// equal those of a separate speculative_decode run with the same seed, prompt, options and
-/// budget, whatever the other sequences do (tests/batch_decode_test.cpp); under the adaptive
+/// budget, whatever the other sequences do (tests/unit/batch_decode_test.cpp); under the adaptive
 /// policy each step's length is chosen from earlier steps only, so every sequence keeps the
-/// target's distribution (tests/batch_distribution_test.cpp). Chains are verified by
+/// target's distribution (tests/statistical/batch_distribution_test.cpp). Chains are verified by
 /// Leviathan et al. 2023, Alg. 1 (or block verification, Sun et al. 2024), trees by
 /// verify_tree.
 

@@ -35,7 +35,7 @@
 ///    their h_i. Subtrees visited with weight 0 are skipped (they fail with certainty), so no row
 ///    below them is read.
 ///
-/// Which is the default: traversal. On every case of the enumeration in tests/tree_test.cpp
+/// Which is the default: traversal. On every case of the enumeration in tests/unit/tree_test.cpp
 /// (several model pairs, temperatures, truncations, shapes, i.i.d. and without-replacement
 /// siblings) its exact expected accepted length is at least recursive rejection sampling's,
 /// equal on trees of depth 1 (where the two coincide), and strictly larger on most deeper trees.

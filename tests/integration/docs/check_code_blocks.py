@@ -6,7 +6,7 @@ the project's C++20 flags and warnings as errors, one translation unit per Markd
 
   * a block with `int main(` is a complete program: a translation unit of its own, as is;
   * any other block is a fragment. It goes into a namespace of its own (which sees the
-    declarations of tests/docs/prelude.hpp and of the file's earlier blocks), split in two: its
+    declarations of tests/integration/docs/prelude.hpp and of the file's earlier blocks), split in two: its
     declarations at namespace scope (struct, class, template, enum, namespace, using, function
     definitions, TEST_CASE), its statements into the body of an (uncalled) inline function.
     `#include` lines move to the top of the translation unit.
@@ -476,7 +476,7 @@ def main_removed_names(args):
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    root = os.path.dirname(os.path.dirname(here))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(here)))
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("files", nargs="*", help="Markdown files (default: README.md and docs/*.md)")
     p.add_argument("--compiler", default=os.environ.get("CXX", "c++"))

@@ -34,7 +34,7 @@ class FormatError(Exception):
 
 
 # The field tables are the report's own (scripts/trace_format.py).
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "scripts"))
 from trace_format import BASELINE_FIELDS as BASELINE, RUN_FIELDS as RUN, STEP_FIELDS as STEP  # noqa: E402
 from trace_format import TYPES, is_int as _is_int, is_num as _is_num  # noqa: E402,F401
 

@@ -3,7 +3,7 @@
 # (trace_format_check.py), has one track per sequence, carries the run's label, and its steps hold
 # every generated token (2 x 24).
 #
-#   tests/scripts/random_pair_trace_test.sh path/to/specdec-random-pair [PYTHON]
+#   tests/integration/scripts/random_pair_trace_test.sh path/to/specdec-random-pair [PYTHON]
 set -euo pipefail
 program="${1:?usage: random_pair_trace_test.sh path/to/specdec-random-pair [PYTHON]}"
 python="${2:-python3}"

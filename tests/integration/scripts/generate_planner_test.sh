@@ -8,7 +8,7 @@
 # and the summary says where the costs came from and what the plan is. A malformed profile is
 # refused with an error naming the file and the line. Exit status 77 (skipped) without the models.
 #
-#   tests/scripts/generate_planner_test.sh path/to/specdec-generate
+#   tests/integration/scripts/generate_planner_test.sh path/to/specdec-generate
 set -uo pipefail
 generate="${1:?usage: generate_planner_test.sh path/to/specdec-generate}"
 # shellcheck source=require_models.sh

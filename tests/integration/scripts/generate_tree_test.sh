@@ -7,7 +7,7 @@
 # reached the end of each window (a stop token can end a run earlier), or the test would prove
 # nothing. Exit status 77 (skipped) without the model files.
 #
-#   tests/scripts/generate_tree_test.sh path/to/specdec-generate
+#   tests/integration/scripts/generate_tree_test.sh path/to/specdec-generate
 set -uo pipefail
 generate="${1:?usage: generate_tree_test.sh path/to/specdec-generate}"
 # shellcheck source=require_models.sh

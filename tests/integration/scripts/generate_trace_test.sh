@@ -6,7 +6,7 @@
 # (report_browser_test.sh: skipped inside when chromium is absent). Exit status 77 (skipped)
 # without the model files.
 #
-#   tests/scripts/generate_trace_test.sh path/to/specdec-generate [PYTHON]
+#   tests/integration/scripts/generate_trace_test.sh path/to/specdec-generate [PYTHON]
 set -uo pipefail
 generate="${1:?usage: generate_trace_test.sh path/to/specdec-generate [PYTHON]}"
 python="${2:-python3}"

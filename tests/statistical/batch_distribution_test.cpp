@@ -5,7 +5,7 @@
 // sampling settings (draft-side sampling), and token trees (a plain drafter and a TreeVerifier,
 // one score_tree pass per sequence and step) under both tree schemes.
 //
-// Method (as tests/distribution_test.cpp): small random Markov models (V = 4, logits depending
+// Method (as tests/statistical/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
 // after the first step, so acceptance is ragged and sequences finish at different steps; each
 // sequence with its own generator, seeded from the case's master generator; 60,000 batches per

@@ -56,7 +56,7 @@ function(build_with_pkg_config pc_dir include_dir with_cmake)
   capture(eigen_cflags ${pc} --cflags eigen3)
   expect_contains("pkg-config --cflags specdec (Eigen's flags through Requires: eigen3)" "${cflags}" "${eigen_cflags}")
   separate_arguments(cflag_list UNIX_COMMAND "${cflags}")
-  run("${CXX}" -std=c++20 -O1 ${cflag_list} "${SPECDEC_SOURCE_DIR}/tests/packaging/consumer.cpp"
+  run("${CXX}" -std=c++20 -O1 ${cflag_list} "${SPECDEC_SOURCE_DIR}/tests/integration/packaging/consumer.cpp"
       -o "${WORK_DIR}/consumer_by_hand")
   run("${WORK_DIR}/consumer_by_hand")
   if(NOT with_cmake)
@@ -65,13 +65,13 @@ function(build_with_pkg_config pc_dir include_dir with_cmake)
   # The same through CMake's FindPkgConfig (which passes the extra arguments on only through
   # PKG_CONFIG_ARGN).
   run(${CMAKE_COMMAND} -E env "PKG_CONFIG_PATH=${pc_dir}"
-      "${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/pkg_config" -B "${WORK_DIR}/build_pkg_config"
+      "${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/integration/packaging/pkg_config" -B "${WORK_DIR}/build_pkg_config"
       -G "${GENERATOR}" -DCMAKE_BUILD_TYPE=Release "-DPKG_CONFIG_ARGN=${ARGN}")
   run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build_pkg_config")
   run("${WORK_DIR}/build_pkg_config/consumer")
 endfunction()
 
-set(consumer "${SPECDEC_SOURCE_DIR}/tests/packaging/find_package")
+set(consumer "${SPECDEC_SOURCE_DIR}/tests/integration/packaging/find_package")
 if(MODE STREQUAL "find_package")
   run("${CMAKE_COMMAND}" --install "${SPECDEC_BINARY_DIR}" --prefix "${WORK_DIR}/prefix")
   # Every file of the source tree's include/ is installed: the headers (*.hpp) and the
@@ -91,13 +91,13 @@ if(MODE STREQUAL "find_package")
   run("${CMAKE_COMMAND}" -S "${consumer}" -B "${WORK_DIR}/build" -G "${GENERATOR}"
       "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix" -DCMAKE_BUILD_TYPE=Release)
 elseif(MODE STREQUAL "add_subdirectory")
-  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/add_subdirectory" -B "${WORK_DIR}/build"
+  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/integration/packaging/add_subdirectory" -B "${WORK_DIR}/build"
       -G "${GENERATOR}" "-DSPECDEC_SOURCE_DIR=${SPECDEC_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Release)
 elseif(MODE STREQUAL "precompiled_header")
-  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/precompiled_header" -B "${WORK_DIR}/build"
+  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/integration/packaging/precompiled_header" -B "${WORK_DIR}/build"
       -G "${GENERATOR}" "-DSPECDEC_SOURCE_DIR=${SPECDEC_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Release)
 elseif(MODE STREQUAL "fetchcontent")
-  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/packaging/fetchcontent" -B "${WORK_DIR}/build"
+  run("${CMAKE_COMMAND}" -S "${SPECDEC_SOURCE_DIR}/tests/integration/packaging/fetchcontent" -B "${WORK_DIR}/build"
       -G "${GENERATOR}" "-DFETCHCONTENT_SOURCE_DIR_SPECDEC=${SPECDEC_SOURCE_DIR}" -DCMAKE_BUILD_TYPE=Release)
 elseif(MODE STREQUAL "pkg_config")
   run("${CMAKE_COMMAND}" --install "${SPECDEC_BINARY_DIR}" --prefix "${WORK_DIR}/prefix")

@@ -4,10 +4,10 @@
 # status 1 and one line on stderr that names the file and the problem, never a traceback. (The
 # input is checked before matplotlib is loaded, so this test needs only Python 3.)
 #
-#   tests/scripts/report_input_test.sh TRACE.json [PYTHON]
+#   tests/integration/scripts/report_input_test.sh TRACE.json [PYTHON]
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-report_script="$here/../../scripts/trace_report.py"
+report_script="$here/../../../scripts/trace_report.py"
 trace="${1:?usage: report_input_test.sh TRACE.json [PYTHON]}"
 python="${2:-python3}"
 tmp="$(mktemp -d)"

@@ -19,7 +19,7 @@
 # output lines. The test fails when it finds no command at all (the extraction would be broken).
 # Exit status 77 (skipped) without the model files.
 #
-#   tests/scripts/documented_commands_test.sh SOURCE_DIR BINARY...   (the binaries by full path)
+#   tests/integration/scripts/documented_commands_test.sh SOURCE_DIR BINARY...   (the binaries by full path)
 #   SPECDEC_LIST_ONLY=1 ...: list the commands found, run none
 set -uo pipefail
 root="${1:?usage: documented_commands_test.sh SOURCE_DIR BINARY...}"

@@ -95,7 +95,7 @@ check_log() {
 }
 
 if [ $self_test = 0 ]; then
-  root="$(cd "$(dirname "$0")/../.." && pwd)"
+  root="$(cd "$(dirname "$0")/../../.." && pwd)"
   start=$(date +%s.%N)
   run_doxygen "$work" || exit 1
   end=$(date +%s.%N)

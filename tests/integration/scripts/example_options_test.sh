@@ -4,7 +4,7 @@
 # twice keeps its last value (scripts/demo.sh relies on it); what each program needs but does
 # not get is named, with where to get it.
 #
-#   tests/scripts/example_options_test.sh QUICKSTART GENERATE MAKE_RANDOM_CHECKPOINT
+#   tests/integration/scripts/example_options_test.sh QUICKSTART GENERATE MAKE_RANDOM_CHECKPOINT
 set -uo pipefail
 quickstart="$1" generate="$2" make_checkpoint="$3"
 tmp="$(mktemp -d)"

@@ -4,7 +4,7 @@
 # here, with their sums in a --sha256sums file: the mirror URL's parsing, the checksum check
 # (a good and a corrupted file), and the error paths (404, bad URLs, bad arguments).
 #
-#   tests/scripts/download_models_test.sh path/to/download_models.sh
+#   tests/integration/scripts/download_models_test.sh path/to/download_models.sh
 set -euo pipefail
 script="${1:?usage: download_models_test.sh path/to/download_models.sh}"
 for tool in python3 curl sha256sum; do

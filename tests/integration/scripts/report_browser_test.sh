@@ -10,8 +10,8 @@
 #     no <img> other than the charts;
 #   - the page loads nothing from outside (no src/href to http:, https: or //).
 #
-#   tests/scripts/report_browser_test.sh TRACE.json     the report of TRACE must pass
-#   tests/scripts/report_browser_test.sh --self-test TRACE.json
+#   tests/integration/scripts/report_browser_test.sh TRACE.json     the report of TRACE must pass
+#   tests/integration/scripts/report_browser_test.sh --self-test TRACE.json
 #       the negative control: the report of TRACE must pass, and copies of it with one fault
 #       each (a console.error call, an uncaught exception, a broken chart image, an unescaped
 #       <script>, an external script) must fail, each for its reason.
@@ -22,7 +22,7 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-report_script="$here/../../scripts/trace_report.py"
+report_script="$here/../../../scripts/trace_report.py"
 mode=check
 if [ "${1:-}" = "--self-test" ]; then mode=self-test; shift; fi
 trace="${1:?usage: report_browser_test.sh [--self-test] TRACE.json}"

@@ -1,5 +1,5 @@
 // The declarations that the C++ blocks of README.md and docs/*.md may use without declaring
-// them: tests/docs/check_code_blocks.py compiles every such block after this header, inside a
+// them: tests/integration/docs/check_code_blocks.py compiles every such block after this header, inside a
 // namespace that sees the names below. Keep it small; a block that needs more declares it.
 //
 //   toy_model            a LanguageModel over 64 tokens (any copyable, deterministic model would do)
