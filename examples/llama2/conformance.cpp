@@ -6,6 +6,7 @@
 //   specdec-conformance --target stories260K.bin --draft llama2xs_tok512_279K.bin --tokenizer tok512.bin
 //   specdec-conformance --models DIR --drafter early-exit:2 --samples 20000
 //   specdec-conformance --models DIR --power      (measures what the equivalence check detects)
+//   specdec-conformance --models DIR --max-context 200 --min-acceptance 0.5
 //
 // Checks: the engine's contract (score() against a fresh engine's next_logits, after rollbacks,
 // on copies), for the target and the draft model; draft consistency; determinism; and the law
@@ -48,6 +49,7 @@ struct arguments {
     std::size_t power_runs = 20;
     std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
     std::size_t batch = 0;          // --batch: sequences per pass of the multi-sequence contract (0: off)
+    double min_acceptance = 0.0;    // --min-acceptance: fail below this measured acceptance
 };
 
 /// Parses the command line; returns the arguments, or the exit status to end with.
@@ -90,6 +92,16 @@ std::variant<arguments, int> parse(int argc, char** argv) {
                                                "engine's logits")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
+    app.add_option("--max-context", k.max_context,
+                   "longest context (prompt included) the contract and draft checks build: raise it to check "
+                   "caches that break past a length (at most the models' window)")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--min-acceptance", a.min_acceptance,
+                   "fail when the fraction of drafted tokens the target accepts in the equivalence runs is "
+                   "below this (0: report it only); exactness does not depend on it, speed does")
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     app.add_option("--scheme", scheme, "verification schemes to test")
         ->capture_default_str()
         ->check(CLI::IsMember({"token", "block", "both"}));
@@ -225,6 +237,7 @@ int main(int argc, char** argv) {
         } else {
             a.kit.prompt = {1};  // BOS alone
         }
+        const std::size_t asked_context = a.kit.max_context;
         a.kit.max_context = std::min<std::size_t>(a.kit.max_context, static_cast<std::size_t>(target.max_context()));
 
         std::optional<llama2::transformer> draft_model;
@@ -236,6 +249,9 @@ int main(int argc, char** argv) {
         }
         if (draft_model)
             a.kit.max_context = std::min<std::size_t>(a.kit.max_context, static_cast<std::size_t>(draft_model->max_context()));
+        if (a.kit.max_context < asked_context)
+            std::printf("--max-context %zu is past the models' window: the checks build contexts of up to %zu tokens\n",
+                        asked_context, a.kit.max_context);
         if (a.power) {
             if (!draft_model) throw std::invalid_argument("--power needs a draft model (--drafter model or early-exit:K)");
             return measure_power(target, *draft_model, a);
@@ -280,11 +296,27 @@ int main(int argc, char** argv) {
             add_pair_checks(report, d, target, a.kit);
         }
         std::cout << report;
+        // The measured acceptance (of the equivalence check's runs): a draft checkpoint that got
+        // worse stays exact, and shows here as a lower rate (a slower decode).
+        bool acceptance_ok = true;
+        for (const auto& r : report.checks) {
+            if (std::isnan(r.acceptance)) continue;
+            std::printf("acceptance: %.3f of %zu drafted tokens accepted (%s)\n", r.acceptance, r.drafted,
+                        r.check.c_str());
+            if (r.acceptance < a.min_acceptance) {
+                std::printf("FAIL acceptance %.3f is below --min-acceptance %.3f: the output is still exact, but "
+                            "fewer drafted tokens are accepted than required, so decoding is slower (a worse draft "
+                            "checkpoint?)\n",
+                            r.acceptance, a.min_acceptance);
+                acceptance_ok = false;
+            }
+        }
+        const bool ok = report.ok() && acceptance_ok;
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::printf("%s: %zu checks, drafter %s%s%s, %.1f s\n", report.ok() ? "all passed" : "FAILED",
+        std::printf("%s: %zu checks, drafter %s%s%s, %.1f s\n", ok ? "all passed" : "FAILED",
                     report.checks.size(), a.drafter.c_str(), a.tree.empty() ? "" : ", trees",
                     a.batch > 0 ? ", batch engine" : "", seconds);
-        return report.ok() ? 0 : 1;
+        return ok ? 0 : 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "specdec-conformance: %s\n", e.what());
         return 1;

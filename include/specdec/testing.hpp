@@ -11,7 +11,7 @@
 /// |---------------------------|-----------------------------------------------------------------|---------------|
 /// | check_contract            | score() column j = a fresh model's logits after context + draft[0..j), after rollbacks, shrinking contexts, any order, on copies; score_tree() column i + 1 = the logits after context + node i's path | none (deterministic) |
 /// | check_draft_consistency   | a drafter's tokens (or tree nodes) follow the distributions it reports (χ² per position or depth) | `significance` per position |
-/// | check_equivalence         | the law of the first n tokens of speculative_decode = plain sampling from the target | `significance` per scheme and sampling config |
+/// | check_equivalence         | the law of the first n tokens of speculative_decode = plain sampling from the target; reports the measured acceptance | `significance` per scheme and sampling config |
 /// | check_determinism         | the same seed gives the same tokens                              | none          |
 /// | check_multi_sequence_contract | score_batch / score_tree_batch / draft_batch give each request what it gets alone, across joining, leaving, reused slots, shuffled and ragged requests | none (deterministic) |
 ///
@@ -80,6 +80,11 @@ struct report {
     double max_error = std::numeric_limits<double>::quiet_NaN();
     /// Probability that an adapter that is right fails this check (0: deterministic check).
     double false_alarm_rate = 0.0;
+    /// Fraction of drafted tokens the target accepted in the check's decoding runs (the
+    /// equivalence check; NaN for the others, or when nothing was drafted). Exactness does not
+    /// depend on it; a draft model that got worse shows here first, as a slower decode.
+    double acceptance = std::numeric_limits<double>::quiet_NaN();
+    std::size_t drafted = 0;  ///< drafted tokens `acceptance` rests on
     std::string failure;  ///< the first failing case, in words (empty when passed)
     std::string ran;      ///< what was run
     double seconds = 0.0;  ///< how long it took
@@ -97,6 +102,8 @@ struct report {
         os << ran;
         if (!std::isnan(p_value)) os << "; smallest p = " << p_value;
         if (!std::isnan(max_error)) os << "; max error = " << max_error;
+        if (!std::isnan(acceptance))
+            os << "; acceptance " << std::round(acceptance * 1000.0) / 1000.0 << " of " << drafted << " drafted tokens";
         if (false_alarm_rate > 0.0) os << "; false-alarm rate " << false_alarm_rate;
         os << " (" << std::round(seconds * 100.0) / 100.0 << " s)";
         return os.str();
@@ -1907,8 +1914,15 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
     report r;
     r.check = "sequence-level equivalence";
     double worst_p = 1.0, worst_stat = 0.0;
-    std::size_t tests = 0, index = 0;
+    std::size_t tests = 0, index = 0, drafted = 0, accepted = 0;
     std::ostringstream ran;
+    // One speculative run, its drafted and accepted tokens counted.
+    const auto run_one = [&](const decode_options& opts, std::mt19937_64& rng) {
+        decode_result out = speculative_decode(drafter, target, o.prompt, opts, rng);
+        drafted += out.stats.drafted_tokens;
+        accepted += out.stats.accepted_tokens;
+        return std::move(out.tokens);
+    };
     for (const auto& step : steps_to_run<D>(o, false)) {
         for (const auto& s : o.samplings) {
             if (!r.passed) break;
@@ -1931,7 +1945,7 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
                 std::vector<std::size_t> counts(law.probs().size(), 0);
                 for (std::size_t k = 0; k < o.samples; ++k) {
                     if (o.max_seconds > 0.0 && k % 64 == 0 && seconds_between(ts) > o.max_seconds) break;
-                    a.push_back(speculative_decode(drafter, target, o.prompt, opts, rng_a).tokens);
+                    a.push_back(run_one(opts, rng_a));
                     const std::size_t c = law.locate(a.back());
                     if (c == prefix_law::npos) {
                         r.passed = false;
@@ -1979,7 +1993,7 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
                 b.reserve(o.samples);
                 for (std::size_t k = 0; k < o.samples; ++k) {
                     if (o.max_seconds > 0.0 && k % 64 == 0 && seconds_between(ts) > o.max_seconds) break;
-                    a.push_back(speculative_decode(drafter, target, o.prompt, opts, rng_a).tokens);
+                    a.push_back(run_one(opts, rng_a));
                     b.push_back(autoregressive_decode(plain, o.prompt, opts, rng_b).tokens);
                 }
                 std::vector<std::vector<token_id>> pooled = a;
@@ -2028,6 +2042,8 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
     r.statistic = worst_stat;
     r.p_value = worst_p;
     r.false_alarm_rate = static_cast<double>(tests) * o.significance;
+    r.drafted = drafted;
+    if (drafted > 0) r.acceptance = static_cast<double>(accepted) / static_cast<double>(drafted);
     r.ran = std::string(o.two_sample ? "two-sample test; " : "exact probabilities; ") + ran.str();
     r.seconds = seconds_between(t0);
     return r;

@@ -1,16 +1,17 @@
-// The conformance kit (specdec/testing.hpp) on adapters that keep the contract, where it must
-// pass, and on adapters with the bugs real ones have, where it must fail with a message that
-// points at the bug.
+// The conformance kit (specdec/testing.hpp), part 1 of 3: its statistics, and adapters that keep
+// the contract, where it must pass (part 2, conformance_broken_test.cpp: adapters with the bugs
+// real ones have; part 3, conformance_multi_test.cpp: multi-sequence adapters).
 //
 // False alarms: the contract and determinism checks are deterministic (a correct adapter never
 // fails them). The statistical checks run at the kit's default significance, 1e-4 per χ² test
 // (per draft position or tree depth and sampling config; per scheme and sampling config); the
-// correct adapters here go through about 125 such tests (32 of them on the llama2 models), so a
-// correct kit fails this file with probability about 1.25% (up to about twice that, allowing for
+// correct adapters here go through about 135 such tests (32 of them on the llama2 models), so a
+// correct kit fails these files with probability about 1.35% (up to about twice that, allowing for
 // the χ² approximation; see docs/testing.md). The seeds are fixed, so a run is reproducible. Every
-// negative control must fail: a kit that passes everything fails this file.
+// negative control must fail: a kit that passes everything fails these files.
 
 #include "support/catch.hpp"
+#include "support/conformance_adapters.hpp"
 #include "support/markov.hpp"
 #include "support/multi_cached.hpp"
 #include "support/multi_markov.hpp"
@@ -26,6 +27,7 @@
 #include <specdec/specdec.hpp>
 #include <specdec/testing.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -38,247 +40,7 @@
 #include <string>
 #include <vector>
 
-using specdec::token_id;
-namespace kit = specdec::testing;
-
-namespace {
-
-std::uint64_t mix(std::uint64_t x) {  // splitmix64's finalizer
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-/// What is wrong with a cached_model.
-enum class bug { none, ignores_rollback, shifted_scores, shared_cache, reduced_precision };
-
-/// A model whose logits depend on every token of the context (like a transformer), computed
-/// through a per-position state cache (like a KV cache): state_i = hash(state_{i-1}, token_i),
-/// logits = a fixed random function of the last state. Optionally with one of the bugs of real
-/// adapters.
-class cached_model {
-public:
-    cached_model(int vocab, std::uint64_t seed, bug b = bug::none)
-        : vocab_(vocab), seed_(seed), bug_(b), states_(std::make_shared<std::vector<std::uint64_t>>()) {}
-    cached_model(const cached_model& other)
-        : vocab_(other.vocab_), seed_(other.seed_), bug_(other.bug_), tokens_(other.tokens_),
-          // The shared-cache bug: a copy keeps its own token list but shares the state buffer.
-          states_(other.bug_ == bug::shared_cache ? other.states_
-                                                  : std::make_shared<std::vector<std::uint64_t>>(*other.states_)) {}
-    cached_model& operator=(const cached_model&) = delete;
-
-    std::ptrdiff_t vocab_size() const { return vocab_; }
-
-    Eigen::VectorXf next_logits(std::span<const token_id> context) {
-        advance(context, {});
-        return logits_at(context.size());
-    }
-
-    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
-        advance(context, draft);
-        Eigen::MatrixXf out(vocab_, static_cast<Eigen::Index>(draft.size() + 1));
-        for (std::size_t j = 0; j <= draft.size(); ++j) {
-            // The off-by-one of slicing the scores one position early.
-            const std::size_t n = context.size() + j - (bug_ == bug::shifted_scores && context.size() + j > 1 ? 1 : 0);
-            out.col(static_cast<Eigen::Index>(j)) = logits_at(n);
-            if (bug_ == bug::reduced_precision)  // not a bug: a batched pass in bf16, relative 4e-3 per logit
-                for (Eigen::Index k = 0; k < out.rows(); ++k)
-                    out(k, static_cast<Eigen::Index>(j)) *=
-                        1.0f + 4e-3f * (static_cast<float>(mix(n * 131 + static_cast<std::size_t>(k)) >> 40) * 0x1.0p-23f - 1.0f);
-        }
-        return out;
-    }
-
-private:
-    /// Brings the cache to context + draft: keep the longest common prefix, compute the rest.
-    void advance(std::span<const token_id> context, std::span<const token_id> draft) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        seq.insert(seq.end(), draft.begin(), draft.end());
-        std::size_t keep = 0;
-        if (bug_ == bug::ignores_rollback) {
-            // The bug: trusts that the cache holds a prefix of the new sequence.
-            keep = std::min(tokens_.size(), seq.size());
-        } else {
-            while (keep < tokens_.size() && keep < seq.size() && tokens_[keep] == seq[keep]) ++keep;
-        }
-        auto& st = *states_;
-        st.resize(std::max(st.size(), seq.size() + 1));
-        if (keep == 0) st[0] = seed_;
-        for (std::size_t i = keep; i < seq.size(); ++i)
-            st[i + 1] = mix(st[i] ^ (static_cast<std::uint64_t>(seq[i]) + 1) * 0x2545f4914f6cdd1dULL);
-        tokens_ = seq;
-    }
-
-    Eigen::VectorXf logits_at(std::size_t n) const {
-        // Reads the states of every position up to n, as attention reads every cached key and
-        // value: a stale entry anywhere changes the logits.
-        std::uint64_t s = 0;
-        for (std::size_t i = 0; i <= n; ++i) s += (*states_)[i] * (2 * i + 1);
-        s = mix(s);
-        Eigen::VectorXf z(vocab_);
-        for (int k = 0; k < vocab_; ++k)
-            z[k] = static_cast<float>(static_cast<double>(mix(s + static_cast<std::uint64_t>(k)) >> 11) * 0x1.0p-53 * 4.0 - 2.0);
-        return z;
-    }
-
-    int vocab_;
-    std::uint64_t seed_;
-    bug bug_;
-    std::vector<token_id> tokens_;
-    std::shared_ptr<std::vector<std::uint64_t>> states_;
-};
-
-/// A drafter that applies the temperature twice to the logits it samples from (T^2), and once to
-/// the distributions it reports: "the draft distribution is not the one the tokens were drawn
-/// from". Harmless at temperature 1, wrong at any other.
-struct tempered_drafter {
-    specdec_test::markov_model* model;
-    specdec::sampling_workspace ws{};
-    std::ptrdiff_t vocab_size() const { return model->vocab; }
-    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
-               specdec::uniform_source& u, specdec::draft_block& out) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
-        Eigen::VectorXf sampled(model->vocab);
-        specdec::sampling_config hot = s;
-        hot.temperature = s.temperature * s.temperature;
-        for (std::size_t i = 0; i < gamma; ++i) {
-            const Eigen::VectorXf z = model->next_logits(seq);
-            specdec::standardize(z, s, q.col(static_cast<Eigen::Index>(i)), ws);
-            const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, hot, sampled, u(), ws));
-            out.tokens.push_back(x);
-            seq.push_back(x);
-        }
-    }
-};
-
-/// A drafter that reports the distribution of the previous position for each token: the
-/// columns are shifted against the tokens.
-struct shifted_columns_drafter {
-    specdec_test::markov_model* model;
-    specdec::sampling_workspace ws{};
-    std::ptrdiff_t vocab_size() const { return model->vocab; }
-    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
-               specdec::uniform_source& u, specdec::draft_block& out) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
-        Eigen::VectorXf p(model->vocab), prev(model->vocab);
-        for (std::size_t i = 0; i < gamma; ++i) {
-            const Eigen::VectorXf z = model->next_logits(seq);
-            const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, p, u(), ws));
-            q.col(static_cast<Eigen::Index>(i)) = i == 0 ? p : prev;
-            prev = p;
-            out.tokens.push_back(x);
-            seq.push_back(x);
-        }
-    }
-};
-
-/// A drafter with hidden randomness: a generator of its own decides how many tokens to propose.
-struct own_rng_drafter {
-    specdec_test::markov_model* model;
-    std::mt19937_64 own{7};  // state that advances from call to call, outside the caller's generator
-    specdec::model_drafter<specdec_test::markov_model> inner{*model};
-    std::ptrdiff_t vocab_size() const { return model->vocab; }
-    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
-               specdec::uniform_source& u, specdec::draft_block& out) {
-        inner.draft(context, 1 + own() % gamma, s, u, out);
-        // The χ² test cannot see this (each block is still drawn from its q); determinism can.
-    }
-};
-
-/// cached_model as a TreeVerifier: score_tree scores every node after the context and its path,
-/// one next_logits call per column. With `mask_bug`, a node is scored after the context and
-/// every node before it in index order (a chain's causal mask used for a tree: a node sees its
-/// earlier siblings and their subtrees as if they were its ancestors).
-class tree_cached_model : public cached_model {
-public:
-    tree_cached_model(int vocab, std::uint64_t seed, bool mask_bug = false)
-        : cached_model(vocab, seed), mask_bug_(mask_bug) {}
-
-    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
-        out.resize(vocab_size(), static_cast<Eigen::Index>(tree.size() + 1));
-        std::vector<token_id> seq(context.begin(), context.end()), path;
-        out.col(0) = next_logits(seq);
-        for (std::size_t i = 0; i < tree.size(); ++i) {
-            if (mask_bug_)
-                path.assign(tree.tokens.begin(), tree.tokens.begin() + static_cast<std::ptrdiff_t>(i + 1));
-            else
-                specdec::path_tokens(tree, static_cast<std::int32_t>(i), path);
-            seq.assign(context.begin(), context.end());
-            seq.insert(seq.end(), path.begin(), path.end());
-            out.col(static_cast<Eigen::Index>(i + 1)) = next_logits(seq);
-        }
-    }
-
-private:
-    bool mask_bug_;
-};
-
-/// A TreeDrafter of its own (no draft(), no next_logits): trees drawn from a Markov model as
-/// specdec::draft_tree_from_model draws them. With `tempered`, the nodes are drawn at
-/// temperature T^2 while the columns report the model's distributions at T: "the draft
-/// distribution is not the one the nodes were drawn from" (harmless at T = 1).
-struct markov_tree_drafter {
-    specdec_test::markov_model* model;
-    bool tempered = false;
-    std::vector<token_id> path{};
-    Eigen::VectorXf logits{}, q{}, scratch{};
-    specdec::sampling_workspace ws{};
-    std::ptrdiff_t vocab_size() const { return model->vocab; }
-    void propose_tree(std::span<const token_id> context, const specdec::tree_shape& shape,
-                      const specdec::sampling_config& s, specdec::uniform_source& u, specdec::draft_tree& out) {
-        specdec::sampling_config hot = s;
-        if (tempered) hot.temperature = s.temperature * s.temperature;
-        specdec::draft_tree_from_model(*model, context, shape, hot, u, out, path, logits, q, scratch, ws);
-        if (!tempered) return;
-        for (std::size_t i = 0; i < out.size(); ++i) {
-            specdec::path_tokens(out, out.parents[i], path);
-            path.insert(path.begin(), context.begin(), context.end());
-            specdec::standardize(model->next_logits(path), s, q, ws);
-            out.probs.col(static_cast<Eigen::Index>(i)) = q;
-        }
-    }
-};
-static_assert(specdec::TreeDrafter<markov_tree_drafter> && !specdec::Drafter<markov_tree_drafter>);
-static_assert(specdec::TreeVerifier<tree_cached_model> && specdec::Verifier<tree_cached_model>);
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-/// small_options() with a tree step of 2, 2, 1 (10 nodes).
-kit::conformance_options small_tree_options(
-    specdec::tree_verification_scheme scheme = specdec::tree_verification_scheme::traversal);
-
-/// The options of the small-model tests: V = 5, sequences of 5 tokens (nearly every sequence a
-/// cell of its own).
-kit::conformance_options small_options() {
-    return {.prompt = {0, 3}, .gamma = 3, .max_context = 24, .samples = 20000};
-}
-
-kit::conformance_options small_tree_options(specdec::tree_verification_scheme scheme) {
-    auto o = small_options();
-    o.decode.step = specdec::tree{.shape = {.branching = {2, 2, 1}}, .scheme = scheme};
-    return o;
-}
-
-std::optional<std::filesystem::path> models_dir() {
-    const char* env = std::getenv("SPECDEC_MODELS_DIR");
-    if (env == nullptr || *env == '\0') {
-        specdec_test::skip("SPECDEC_MODELS_DIR is not set (it must name the folder with stories260K.bin, "
-                           "llama2xs_tok512_279K.bin and tok512.bin)");
-        return std::nullopt;
-    }
-    const std::filesystem::path dir(env);
-    for (const char* f : {"stories260K.bin", "llama2xs_tok512_279K.bin"})
-        if (!std::filesystem::exists(dir / f)) {
-            specdec_test::skip((dir / f).string() + " not found (SPECDEC_MODELS_DIR=" + env + ")");
-            return std::nullopt;
-        }
-    return dir;
-}
-
-}  // namespace
+using namespace specdec_test::conformance;
 
 // ---- the statistics (shared with the distribution suite) ----
 
@@ -380,6 +142,30 @@ TEST_CASE("the kit passes on a correct cached adapter and a plain-model drafter"
     for (const auto& c : r.checks) CHECK(c.to_string().rfind("PASS ", 0) == 0);
     CHECK(r.checks[0].max_error == 0.0);  // exact agreement
     CHECK(contains(r.checks[4].ran, "exact probabilities"));
+}
+
+TEST_CASE("the equivalence check reports the measured acceptance: 1 for a draft equal to the target, less for another",
+          "[conformance][statistical]") {
+    // Exactness does not depend on the acceptance; speed does, so the report states it (a draft
+    // checkpoint that got worse passes every check and shows here). With q = p every drafted
+    // token is accepted (min(1, p/q) = 1; block verification likewise), at every sampling config.
+    cached_model target(5, 11), same(5, 11), other(5, 12);
+    const auto o = small_options();
+    const auto equal = kit::check_equivalence(same, target, o);
+    INFO(equal);
+    CHECK(equal);
+    CHECK(equal.drafted > 0);
+    CHECK(equal.acceptance == 1.0);
+    CHECK(contains(equal.to_string(), "; acceptance 1 of " + std::to_string(equal.drafted) + " drafted tokens"));
+    const auto worse = kit::check_equivalence(other, target, o);
+    INFO(worse);
+    CHECK(worse);
+    CHECK(worse.drafted > 0);
+    CHECK(worse.acceptance > 0.0);
+    CHECK(worse.acceptance < 1.0);
+    // The checks that decode nothing speculatively carry no acceptance.
+    CHECK(std::isnan(kit::check_contract(target, o).acceptance));
+    CHECK(std::isnan(kit::check_determinism(other, target, o).acceptance));
 }
 
 TEST_CASE("the kit passes on the quickstart's character models", "[conformance][statistical]") {
@@ -501,185 +287,6 @@ TEST_CASE("the kit's chain schemes never collide with the options' lenience", "[
     CHECK(contains(e.ran, "block verification"));
 }
 
-// ---- broken adapters are caught, each with a message that points at the bug ----
-
-TEST_CASE("a score_tree whose attention mask lets a node see other branches is flagged", "[conformance]") {
-    tree_cached_model broken(5, 11, true);
-    const auto r = kit::check_contract(broken, small_tree_options());
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "score_tree("));
-    CHECK(contains(r.failure, "not its ancestors"));
-    CHECK(contains(r.failure, "attention mask"));
-    // The sequence-level test sees it too (negative control of the equivalence check on trees).
-    cached_model draft(5, 12);
-    const auto e = kit::check_equivalence(draft, broken, small_tree_options());
-    INFO(e);
-    CHECK_FALSE(e);
-    CHECK(contains(e.failure, "tree 2,2,1 (10 nodes)"));
-    CHECK(contains(e.failure, "law of the first 5 tokens differs"));
-    // The same engine with a correct mask passes the contract.
-    tree_cached_model good(5, 11);
-    const auto g = kit::check_contract(good, small_tree_options());
-    INFO(g);
-    CHECK(g);
-}
-
-TEST_CASE("a tree drafter that draws at another temperature than it reports is flagged", "[conformance][statistical]") {
-    auto target = specdec_test::markov_model::random(5, 2, 31);
-    auto draft_model = specdec_test::markov_model::random(5, 2, 32);
-    markov_tree_drafter broken{&draft_model, true};
-    auto more = small_tree_options();
-    more.draft_blocks = 4000;
-    const auto r = kit::check_draft_consistency(broken, more);
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "tree depth 1"));
-    CHECK(contains(r.failure, "not distributed as the reported q"));
-    CHECK(contains(r.failure, "lower temperature"));
-    CHECK(contains(r.failure, "temperature 0.6"));
-    CHECK(r.p_value < 1e-4);
-    // The output is no longer the target's (both schemes of the tree).
-    for (const auto scheme :
-         {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
-        const auto e = kit::check_equivalence(broken, target, small_tree_options(scheme));
-        INFO(e);
-        CHECK_FALSE(e);
-        CHECK(contains(e.failure, "temperature 0.6"));
-    }
-    // The correct drafter with the same model passes.
-    markov_tree_drafter good{&draft_model};
-    const auto g = kit::check_draft_consistency(good, more);
-    INFO(g);
-    CHECK(g);
-}
-
-TEST_CASE("a KV cache that ignores rollback is flagged as such", "[conformance]") {
-    cached_model broken(5, 11, bug::ignores_rollback);
-    const auto r = kit::check_contract(broken, small_options());
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "as after a rejected draft"));
-    CHECK(contains(r.failure, "roll back"));
-    CHECK(r.max_error > 0.0);
-}
-
-TEST_CASE("a correct engine whose batched pass rounds like bf16 is told about tolerance, and passes with it "
-          "(outside finding)",
-          "[conformance]") {
-    cached_model rounding(5, 11, bug::reduced_precision);
-    const auto r = kit::check_contract(rounding, small_options());
-    INFO(r);
-    CHECK_FALSE(r);  // at the default tolerance of 1e-4
-    CHECK(contains(r.failure, "reduced-precision arithmetic"));
-    CHECK(contains(r.failure, "conformance_options::tolerance"));
-    CHECK(r.max_error < 0.05);
-    auto o = small_options();
-    o.tolerance = 0.05;
-    const auto relaxed = kit::check_contract(rounding, o);
-    INFO(relaxed);
-    CHECK(relaxed);
-    // A real bug is not mistaken for rounding.
-    cached_model broken(5, 11, bug::ignores_rollback);
-    const auto b = kit::check_contract(broken, small_options());
-    CHECK_FALSE(contains(b.failure, "reduced-precision"));
-}
-
-TEST_CASE("scores shifted by one position are flagged as such", "[conformance]") {
-    cached_model broken(5, 11, bug::shifted_scores);
-    const auto r = kit::check_contract(broken, small_options());
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "fresh model"));
-    CHECK(contains(r.failure, "shifted by one position"));
-    // The sequence-level test sees it too (negative control of the equivalence check).
-    cached_model draft(5, 12);
-    const auto e = kit::check_equivalence(draft, broken, small_options());
-    INFO(e);
-    CHECK_FALSE(e);
-    CHECK(contains(e.failure, "law of the first 5 tokens differs"));
-}
-
-TEST_CASE("copies that share their cache are flagged as such", "[conformance]") {
-    cached_model broken(5, 11, bug::shared_cache);
-    const auto r = kit::check_contract(broken, small_options());
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "share mutable state"));
-    // Through a factory (independent models, as from a loader), the copies of the last
-    // scenario are where it shows.
-    const auto f = kit::check_contract_with([] { return cached_model(5, 11, bug::shared_cache); }, small_options());
-    INFO(f);
-    CHECK_FALSE(f);
-    CHECK(contains(f.failure, "share"));
-}
-
-TEST_CASE("a draft sampled at another temperature than the one it reports is flagged", "[conformance][statistical]") {
-    auto target = specdec_test::markov_model::random(5, 2, 31);
-    auto draft_model = specdec_test::markov_model::random(5, 2, 32);
-    tempered_drafter broken{&draft_model};
-    auto more = small_options();
-    more.draft_blocks = 4000;  // with 5 tokens, T = 0.6 against 0.36 needs a few thousand draws
-    const auto r = kit::check_draft_consistency(broken, more);
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "not distributed as the reported q"));
-    CHECK(contains(r.failure, "lower temperature"));
-    CHECK(contains(r.failure, "temperature 0.6"));
-    CHECK(r.p_value < 1e-4);
-    // The output is no longer the target's (negative control of the equivalence check, both
-    // by enumeration and by the two-sample test).
-    auto o = small_options();
-    const auto e = kit::check_equivalence(broken, target, o);
-    INFO(e);
-    CHECK_FALSE(e);
-    o.two_sample = true;
-    const auto two = kit::check_equivalence(broken, target, o);
-    INFO(two);
-    CHECK_FALSE(two);
-    // The correct drafter with the same model passes.
-    const auto good = kit::check_draft_consistency(draft_model, more);
-    INFO(good);
-    CHECK(good);
-}
-
-TEST_CASE("draft columns shifted against their tokens are flagged", "[conformance][statistical]") {
-    auto draft_model = specdec_test::markov_model::random(5, 2, 41);
-    shifted_columns_drafter broken{&draft_model};
-    const auto r = kit::check_draft_consistency(broken, small_options());
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "draft position 1"));  // position 0 is right
-}
-
-TEST_CASE("hidden randomness is flagged by the determinism check", "[conformance]") {
-    auto target = specdec_test::markov_model::random(5, 2, 51);
-    auto draft_model = specdec_test::markov_model::random(5, 2, 52);
-    own_rng_drafter broken{&draft_model};
-    const auto r = kit::check_determinism(broken, target, small_options());
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "hidden randomness"));
-    CHECK(kit::check_determinism(draft_model, target, small_options()));
-}
-
-TEST_CASE("an adapter that throws fails the check with its message", "[conformance]") {
-    auto inner = specdec_test::markov_model::random(5, 2, 61);
-    specdec_test::throwing_model<specdec_test::markov_model> throwing{&inner, 7, 0};
-    const auto r = kit::check_contract(throwing, small_options());
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "an exception was thrown: adapter failure"));
-}
-
-TEST_CASE("a report prints as one line", "[conformance]") {
-    cached_model broken(5, 11, bug::ignores_rollback);
-    const auto r = kit::check_contract(broken, small_options());
-    std::ostringstream os;
-    os << r;
-    CHECK(os.str().rfind("FAIL adapter contract: ", 0) == 0);
-    CHECK(os.str().find('\n') == std::string::npos);
-    CHECK(contains(os.str(), "ran: "));
-}
 
 // ---- the llama2.c engine and its drafters ----
 
@@ -726,168 +333,4 @@ TEST_CASE("the kit passes on the llama2 engine with its early-exit and model dra
         INFO(r);
         CHECK(r);
     }
-}
-
-// ---- multi-sequence adapters (score_batch, score_tree_batch, draft_batch) ----
-
-namespace {
-
-using specdec_test::multi_bug;
-using specdec_test::multi_cached_model;
-
-/// A random llama2 model small enough for many fresh references (grouped-query attention).
-std::shared_ptr<const llama2::checkpoint> tiny_llama(std::uint64_t seed) {
-    auto ck = std::make_shared<llama2::checkpoint>();
-    ck->name = "random-conformance";
-    llama2::config& c = ck->cfg;
-    c.dim = 48;
-    c.hidden_dim = 96;
-    c.n_layers = 2;
-    c.n_heads = 6;
-    c.n_kv_heads = 2;
-    c.vocab_size = 64;
-    c.seq_len = 64;
-    ck->w = llama2::random_weights(c, seed);
-    return ck;
-}
-
-/// The multi-sequence contract of a broken multi_cached_model (chain γ 3, trees 2,2,1).
-kit::report broken_multi(multi_bug bug) {
-    multi_cached_model broken(7, 11, bug);
-    return kit::check_multi_sequence_contract(broken, small_tree_options());
-}
-
-}  // namespace
-
-static_assert(specdec::MultiSequenceVerifier<multi_cached_model> && specdec::MultiSequenceTreeVerifier<multi_cached_model> &&
-              specdec::MultiSequenceDrafter<multi_cached_model> && !specdec::Verifier<multi_cached_model> &&
-              !specdec::Drafter<multi_cached_model>);
-static_assert(specdec::BatchVerifier<specdec_test::multi_cached_scorer>);
-
-TEST_CASE("the multi-sequence contract passes on correct multi-sequence adapters", "[conformance]") {
-    auto o = small_tree_options();
-    SECTION("a compacting KV store, its references passes with one request alone, copies and a factory") {
-        multi_cached_model model(7, 11);
-        const auto r = kit::check_multi_sequence_contract(model, o);
-        INFO(r);
-        CHECK(r);
-        CHECK(r.max_error == 0.0);
-        CHECK(contains(r.ran, "score_batch: "));
-        CHECK(contains(r.ran, "score_tree_batch: "));
-        CHECK(contains(r.ran, "draft_batch: "));
-        CHECK(contains(r.ran, "a fresh model's pass with the request alone"));
-        const auto w = kit::check_multi_sequence_contract_with([] { return multi_cached_model(7, 11); }, o);
-        INFO(w);
-        CHECK(w);
-    }
-    SECTION("the references from the adapter's own score()") {
-        specdec_test::multi_cached_scorer model(7, 12);
-        const auto r = kit::check_multi_sequence_contract(model, o);
-        INFO(r);
-        CHECK(r);
-        CHECK(contains(r.ran, "a fresh model's score() of the request alone"));
-    }
-    SECTION("the Markov test doubles") {
-        auto target = specdec_test::markov_model::random(5, 2, 21);
-        specdec_test::multi_markov_verifier v{&target};
-        specdec_test::multi_markov_drafter d{&target};
-        const auto rv = kit::check_multi_sequence_contract(v, [&] { return specdec_test::multi_markov_verifier{&target}; },
-                                                           small_options());
-        INFO(rv);
-        CHECK(rv);
-        const auto rd = kit::check_multi_sequence_contract(d, small_options());
-        INFO(rd);
-        CHECK(rd);
-    }
-    SECTION("no false alarm over 20 seeds, contexts and batch sizes") {
-        std::size_t passed = 0;
-        for (std::uint64_t seed = 1; seed <= 20; ++seed) {
-            auto so = small_tree_options();
-            so.seed = seed;
-            so.batch = 1 + seed % 6;
-            multi_cached_model model(4 + static_cast<int>(seed % 5), 100 + seed);
-            const auto r = kit::check_multi_sequence_contract(model, so);
-            INFO("seed " << seed << ": " << r);
-            CHECK(r);
-            passed += r ? 1u : 0u;
-        }
-        CHECK(passed == 20);
-    }
-}
-
-TEST_CASE("the multi-sequence contract passes on the llama2 batch engine", "[conformance][llama2]") {
-    const auto model = tiny_llama(5);
-    llama2::batch_transformer batch(model);
-    kit::conformance_options o{.prompt = {1, 7}, .gamma = 3, .max_context = 40, .contract_calls = 12};
-    o.decode.step = specdec::tree{.shape = {.branching = {2, 2, 1}}};
-    const auto r = kit::check_multi_sequence_contract(batch, o);
-    INFO(r);
-    CHECK(r);
-    CHECK(r.max_error == 0.0);  // bit for bit its own pass with the request alone
-    CHECK(contains(r.ran, "score_tree_batch: "));
-}
-
-TEST_CASE("run_conformance takes a multi-sequence target and drafter alone", "[conformance][statistical]") {
-    multi_cached_model target(5, 11), draft(5, 12);
-    SECTION("chains: score_batch and draft_batch") {
-        const auto r = kit::run_conformance(draft, target, small_options());
-        INFO(r);
-        CHECK(r);
-        REQUIRE(r.checks.size() == 5);
-        CHECK(r.checks[0].check == "multi-sequence contract (target)");
-        CHECK(contains(r.checks[0].ran, "score_batch: "));
-        CHECK_FALSE(contains(r.checks[0].ran, "draft_batch: "));
-        CHECK(r.checks[1].check == "multi-sequence contract (draft)");
-        CHECK(contains(r.checks[1].ran, "draft_batch: "));
-        CHECK(contains(r.checks[4].ran, "exact probabilities"));
-    }
-    SECTION("trees: score_tree_batch, a plain drafter") {
-        cached_model plain_draft(5, 12);
-        const auto r = kit::run_conformance(plain_draft, target, small_tree_options());
-        INFO(r);
-        CHECK(r);
-        CHECK(contains(r.checks.back().ran, "tree 2,2,1 (10 nodes)"));
-    }
-}
-
-TEST_CASE("a multi-sequence KV store whose slot map goes stale when rows are compacted is flagged", "[conformance]") {
-    const auto r = broken_multi(multi_bug::stale_slot_map);
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "score_batch, pass "));
-    CHECK(contains(r.failure, "request "));
-    CHECK(contains(r.failure, " in slot "));
-    CHECK(contains(r.failure, "column "));
-    CHECK(contains(r.failure, "differs from the logits of this request scored alone"));
-    CHECK(contains(r.failure, "left slot"));
-    CHECK(contains(r.failure, "reads the cache of another sequence"));
-    CHECK(contains(r.failure, "map from slots to KV-cache rows"));
-}
-
-TEST_CASE("a score_batch that writes a sequence's columns at another's offset is flagged", "[conformance]") {
-    const auto r = broken_multi(multi_bug::packed_offset);
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "score_batch, pass "));
-    CHECK(contains(r.failure, "they are the logits of request "));
-    CHECK(contains(r.failure, "wrong offset in the packed scores"));
-}
-
-TEST_CASE("a score_tree_batch with an attention-mask bug in one sequence only is flagged", "[conformance]") {
-    const auto r = broken_multi(multi_bug::tree_mask);
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "score_tree_batch, pass "));
-    CHECK(contains(r.failure, "request 1 of "));
-    CHECK(contains(r.failure, "not its ancestors"));
-    CHECK(contains(r.failure, "tree attention mask of this sequence"));
-}
-
-TEST_CASE("a draft_batch whose blocks depend on the other sequences is flagged", "[conformance]") {
-    const auto r = broken_multi(multi_bug::shared_uniforms);
-    INFO(r);
-    CHECK_FALSE(r);
-    CHECK(contains(r.failure, "draft_batch, pass "));
-    CHECK(contains(r.failure, "differs from drafting this request alone"));
-    CHECK(contains(r.failure, "depends on the other requests of the call"));
 }
