@@ -17,10 +17,13 @@
 // otherwise, as point masses. Acceptance is then α per position, i.i.d. (Leviathan et al.'s
 // model); α = 0.8 unless ALPHA says otherwise. Each sequence has a 4-token prompt, prefilled
 // before the timed region; each iteration generates new_tokens tokens for each of the B
-// sequences, all cases the same tokens.
+// sequences (48, or TOKENS), all cases the same tokens.
 //
 //   multi/B:<b>/gamma:<g>     fixed γ = g (g = 0: batched autoregressive decoding, no drafts)
 //   multi/B:<b>/gamma:-1      the adaptive policy, γ in [0, 6], measured costs, fresh per iteration
+//   multi/B:<b>/gamma:-2      the adaptive policy planning from an engine profile measured once
+//                             (measured_profile() below; deterministic: nothing is timed during
+//                             decoding, so the same seed gives the same tokens), fresh per iteration
 //   pass/B:<b>/gamma:<g>      one target score_batch over B sequences with γ draft tokens each
 //   matmul/streamed_once:<0|1>/k:<k>  one 2048 x 768 weight matrix against k packed columns: the
 //                             9-column-group kernel (0, baseline) and the panelled product (1)
@@ -41,9 +44,12 @@
 #include "llama2/checkpoint.hpp"
 #include "llama2/controlled_drafter.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -52,7 +58,11 @@ namespace {
 
 using specdec::token_id;
 
-constexpr std::size_t new_tokens = 48;
+/// Tokens generated per sequence: 48, or the TOKENS environment variable.
+const std::size_t new_tokens = [] {
+    const char* env = std::getenv("TOKENS");
+    return env != nullptr && *env != '\0' ? static_cast<std::size_t>(std::atoi(env)) : std::size_t{48};
+}();
 constexpr std::size_t prompt_length = 4;
 
 const std::shared_ptr<const llama2::checkpoint>& target_weights() {
@@ -94,9 +104,86 @@ const std::vector<std::vector<token_id>>& greedy() {
     return g;
 }
 
+/// CPU time of this process (the engine is single-threaded), in seconds.
+double cpu_seconds() {
+    timespec t{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+/// The engine profile of the planner case, measured once per process, before any case runs
+/// its timed region (the batch counterpart of specdec::measure_engine_profile; CPU seconds):
+///  - target_pass[m − 1], m = 1 .. 7·max_batch: one score_batch of the 110M-shape engine over m
+///    positions in total, spread as evenly as possible over min(m, max_batch) sequences (the
+///    cost depends on the total, docs/batching.md); the median of 3 calls at each m of a grid,
+///    linear between grid points;
+///  - draft_step[n − 1], n = 1 .. max_batch: one draft_batch of the 15M-shape engine drafting
+///    4 tokens for each of n sequences, divided by 4 (median of 3).
+const specdec::engine_profile& measured_profile() {
+    static const specdec::engine_profile profile = [] {
+        const auto ps = prompts(max_batch);
+        llama2::batch_transformer target(target_weights()), draft(draft_weights());
+        prefill(target, ps);
+        prefill(draft, ps);
+        const auto median3 = [](auto&& call) {
+            double t[3];
+            for (double& x : t) {
+                const double t0 = cpu_seconds();
+                call();
+                x = cpu_seconds() - t0;
+            }
+            std::sort(t, t + 3);
+            return t[1];
+        };
+        std::mt19937 rng(5);
+        const std::size_t grid[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112};
+        std::vector<double> at_grid;
+        for (const std::size_t m : grid) {
+            const std::size_t k = std::min(m, max_batch);
+            std::vector<std::vector<token_id>> drafts(k);
+            for (std::size_t i = 0; i < k; ++i)
+                for (std::size_t j = 1; j < m / k + (i < m % k ? 1 : 0); ++j)
+                    drafts[i].push_back(static_cast<token_id>(3 + rng() % 30000));
+            std::vector<specdec::score_request> requests;
+            for (std::size_t i = 0; i < k; ++i) requests.push_back({i, ps[i], drafts[i]});
+            specdec::packed_logits out;
+            out.shape(target.vocab_size(), requests);
+            target.score_batch(requests, out);  // untimed: the caches roll back to the prompts after it
+            at_grid.push_back(median3([&] { target.score_batch(requests, out); }));
+        }
+        specdec::engine_profile p;
+        for (std::size_t m = 1, hi = 0; m <= grid[std::size(grid) - 1]; ++m) {
+            while (grid[hi] < m) ++hi;
+            if (grid[hi] == m) {
+                p.target_pass.push_back(at_grid[hi]);
+                continue;
+            }
+            const double f = static_cast<double>(m - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
+            p.target_pass.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
+        }
+        for (std::size_t n = 1; n <= max_batch; ++n) {
+            std::vector<specdec::draft_block> blocks(n);
+            std::vector<std::mt19937_64> gens(n);
+            std::vector<specdec::draft_request> requests;
+            for (std::size_t i = 0; i < n; ++i)
+                requests.push_back({i, ps[i], 4, specdec::uniform_source(gens[i]), &blocks[i]});
+            const auto call = [&] {
+                for (auto& b : blocks) b.clear();
+                draft.draft_batch(requests, {.temperature = 0.0f});
+            };
+            call();  // untimed
+            p.draft_step.push_back(median3(call) / 4.0);
+        }
+        return p;
+    }();
+    return profile;
+}
+
 void bm_multi(benchmark::State& state) {
     const auto batch = static_cast<std::size_t>(state.range(0));
     const bool adaptive = state.range(1) < 0;
+    const bool from_profile = state.range(1) == -2;
+    if (from_profile) (void)measured_profile();  // once, outside every timed region
     const std::size_t gamma = adaptive ? 6 : static_cast<std::size_t>(state.range(1));
     const auto ps = prompts(batch);
     std::size_t generated = 0, steps = 0, gamma_sum = 0;
@@ -113,7 +200,8 @@ void bm_multi(benchmark::State& state) {
         llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, greedy(), prompt_length, alpha());
         const specdec::decode_options o{
             .step = specdec::chain{.gamma = gamma},
-            .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
+            .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
+                       .adaptive = {.profile = from_profile ? std::optional(measured_profile()) : std::nullopt}},
             .sampling = {.temperature = 0.0f},
             .budget = {.max_new_tokens = new_tokens}};
         specdec::batch_decoder<llama2::controlled_drafter<llama2::batch_transformer>, llama2::batch_transformer,
@@ -188,7 +276,7 @@ BENCHMARK(bm_matmul)
 
 BENCHMARK(bm_multi)
     ->Name("multi")
-    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2, 3, 4, 5, 6, -1}})
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2, 3, 4, 5, 6, -1, -2}})
     ->ArgNames({"B", "gamma"})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
