@@ -6,6 +6,7 @@
 // Small random models: no model files needed.
 
 #include "support/catch.hpp"
+#include "support/tiny_llama.hpp"
 
 #include <specdec/specdec.hpp>
 
@@ -26,18 +27,7 @@ namespace {
 using tokens = std::vector<specdec::token_id>;
 
 std::shared_ptr<const llama2::checkpoint> tiny_model(std::uint64_t seed) {
-    auto ck = std::make_shared<llama2::checkpoint>();
-    ck->name = "random-tree-batch";
-    llama2::config& c = ck->cfg;
-    c.dim = 60;
-    c.hidden_dim = 100;
-    c.n_layers = 3;
-    c.n_heads = 6;
-    c.n_kv_heads = 2;  // grouped-query attention
-    c.vocab_size = 300;
-    c.seq_len = 128;
-    ck->w = llama2::random_weights(c, seed);
-    return ck;
+    return specdec_test::tiny_llama(seed, "random-tree-batch", {.seq_len = 128});
 }
 
 }  // namespace

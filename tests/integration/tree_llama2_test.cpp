@@ -6,6 +6,7 @@
 
 #include "support/catch.hpp"
 #include "support/tree_reference.hpp"
+#include "support/tiny_llama.hpp"
 
 #include "llama2/checkpoint.hpp"
 #include "llama2/transformer.hpp"
@@ -21,18 +22,7 @@ static_assert(specdec::TreeVerifier<llama2::transformer>);
 namespace {
 
 std::shared_ptr<const llama2::checkpoint> tiny_model(std::uint64_t seed) {
-    auto ck = std::make_shared<llama2::checkpoint>();
-    ck->name = "random-tree";
-    llama2::config& c = ck->cfg;
-    c.dim = 60;
-    c.hidden_dim = 100;
-    c.n_layers = 3;
-    c.n_heads = 6;
-    c.n_kv_heads = 2;  // grouped-query attention
-    c.vocab_size = 300;
-    c.seq_len = 96;
-    ck->w = llama2::random_weights(c, seed);
-    return ck;
+    return specdec_test::tiny_llama(seed, "random-tree");
 }
 
 }  // namespace

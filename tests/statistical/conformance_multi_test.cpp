@@ -10,6 +10,7 @@
 #include "support/multi_markov.hpp"
 #include "support/skip.hpp"
 #include "support/stats.hpp"
+#include "support/tiny_llama.hpp"
 
 #include "char_ngram_model.hpp"
 #include "llama2/batch_transformer.hpp"
@@ -41,22 +42,6 @@ namespace {
 
 using specdec_test::multi_bug;
 using specdec_test::multi_cached_model;
-
-/// A random llama2 model small enough for many fresh references (grouped-query attention).
-std::shared_ptr<const llama2::checkpoint> tiny_llama(std::uint64_t seed) {
-    auto ck = std::make_shared<llama2::checkpoint>();
-    ck->name = "random-conformance";
-    llama2::config& c = ck->cfg;
-    c.dim = 48;
-    c.hidden_dim = 96;
-    c.n_layers = 2;
-    c.n_heads = 6;
-    c.n_kv_heads = 2;
-    c.vocab_size = 64;
-    c.seq_len = 64;
-    ck->w = llama2::random_weights(c, seed);
-    return ck;
-}
 
 /// The multi-sequence contract of a broken multi_cached_model (chain γ 3, trees 2,2,1).
 kit::report broken_multi(multi_bug bug) {
@@ -123,7 +108,8 @@ TEST_CASE("the multi-sequence contract passes on correct multi-sequence adapters
 }
 
 TEST_CASE("the multi-sequence contract passes on the llama2 batch engine", "[conformance][llama2]") {
-    const auto model = tiny_llama(5);
+    const auto model = specdec_test::tiny_llama(5, "random-conformance", {.dim = 48, .hidden_dim = 96, .n_layers = 2,
+                                                                         .vocab_size = 64, .seq_len = 64});
     llama2::batch_transformer batch(model);
     kit::conformance_options o{.prompt = {1, 7}, .gamma = 3, .max_context = 40, .contract_calls = 12};
     o.decode.step = specdec::tree{.shape = {.branching = {2, 2, 1}}};
