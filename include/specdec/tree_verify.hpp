@@ -35,6 +35,14 @@
 ///    their h_i. Subtrees visited with weight 0 are skipped (they fail with certainty), so no row
 ///    below them is read.
 ///
+/// Where it runs: on the verification core (detail/tree_scheme.inc, compiled per instruction
+/// set beside block verification and dispatched as it is). Each visited node's target row is
+/// read once, by the exp pass of the bound; a child's weight is then one multiplication; only a
+/// rejected child costs another pass (over the level's weights and its draft column), and the
+/// division by F is a factor, not a pass. The last child of a node is decided without that pass
+/// whenever its uniform lies above the node's weight W (W' <= W). A chain-shaped tree under
+/// traversal verification goes through the core's block scheme, its equal in law.
+///
 /// Which is the default: traversal. On every case of the enumeration in tests/unit/tree_test.cpp
 /// (several model pairs, temperatures, truncations, shapes, i.i.d. and without-replacement
 /// siblings) its exact expected accepted length is at least recursive rejection sampling's,
@@ -51,7 +59,8 @@
 #include <type_traits>
 #include <vector>
 
-#include "detail/reshape.hpp"
+#include "detail/buffers.hpp"
+#include "detail/verify_core.hpp"
 #include "error.hpp"
 #include "random.hpp"
 #include "sampling.hpp"
@@ -91,203 +100,86 @@ struct tree_verify_result {
     std::span<const float> sibling_acceptance{};
 };
 
-namespace detail {
-struct tree_verification_run;
-}  // namespace detail
-
 /// Reusable buffers for verify_tree(): nothing is allocated once the vocabulary, the node count
 /// and the depth repeat. Contents private.
 class tree_verify_workspace {
 public:
     /// Rows of the target read (standardized) by the last verification: how many columns the
     /// algorithm needed.
-    [[nodiscard]] std::size_t rows_read() const noexcept { return rows_read_; }
+    [[nodiscard]] std::size_t rows_read() const noexcept { return buffers_.rows_read; }
 
 private:
-    friend struct detail::tree_verification_run;
-    std::vector<std::int32_t> first_child_, next_sibling_;  // indexed by node + 1 (0: the root)
-    Eigen::MatrixXf mu_;                                    // V x (depth + 1): μ (or r) per level
-    Eigen::VectorXf q_;                                     // q_j of the sibling being handled
-    std::vector<float> siblings_;                           // a_k of the root's tested children
-    sampling_workspace sampling_;
-    std::size_t rows_read_ = 0;
+    friend struct detail::buffers_access;
+    detail::tree_buffers buffers_;
 };
 
 namespace detail {
 
-/// One verification (use verify_tree). Not a template: every generator reaches it through a
-/// uniform_source (which draws exactly what uniform01 of the generator draws), so it is compiled
-/// once per translation unit, or once per program in compiled mode.
-struct tree_verification_run {
-    const Eigen::Ref<const Eigen::MatrixXf>& logits;
-    const draft_tree& tree;
-    const sampling_config& sampling;
-    uniform_source& rng;
-    tree_verify_workspace& ws;
-    const char* where;
-    bool estimate_siblings = false;
-    tree_verify_result result{};
-
-    /// Children lists in index order (the order siblings were drawn), and buffers for `levels`
-    /// levels of V entries.
-    static void prepare(tree_verify_workspace& ws, const draft_tree& tree, Eigen::Index vocab, Eigen::Index levels) {
-        const std::size_t n = tree.size();
-        ws.first_child_.assign(n + 1, -1);
-        ws.next_sibling_.assign(n + 1, -1);
-        for (std::size_t i = n; i-- > 0;) {
-            const auto slot = static_cast<std::size_t>(tree.parents[i] + 1);
-            ws.next_sibling_[i + 1] = ws.first_child_[slot];
-            ws.first_child_[slot] = static_cast<std::int32_t>(i);
-        }
-        if (ws.mu_.rows() != vocab || ws.mu_.cols() < levels) ws.mu_.resize(vocab, std::max(levels, ws.mu_.cols()));
-        detail::reshape(ws.q_, vocab);
-        ws.rows_read_ = 0;
-        ws.siblings_.clear();
+/// The tree's children lists in index order (the order siblings were drawn), each node's draft
+/// factor (1, or 1 / the mass left after its earlier siblings when drawn without replacement:
+/// ws.q_scale holds those masses, from check_tree, on entry), and the buffers of `levels`
+/// levels of V floats.
+inline void prepare_tree_buffers(tree_buffers& ws, const draft_tree& tree, Eigen::Index vocab, Eigen::Index levels) {
+    const std::size_t n = tree.size();
+    ws.first_child.assign(n + 1, -1);
+    ws.next_sibling.assign(n + 1, -1);
+    for (std::size_t i = n; i-- > 0;) {
+        const auto slot = static_cast<std::size_t>(tree.parents[i] + 1);
+        ws.next_sibling[i + 1] = ws.first_child[slot];
+        ws.first_child[slot] = static_cast<std::int32_t>(i);
     }
-
-    /// Level d of the per-level buffer (μ or r).
-    Eigen::MatrixXf::ColXpr level(std::int32_t d) { return ws.mu_.col(d); }
-
-    /// The result, with the sibling acceptance recorded (if asked for).
-    tree_verify_result finish() {
-        result.sibling_acceptance = ws.siblings_;
-        return result;
+    // ws.q_scale holds the masses left after earlier siblings where check_tree summed them (0
+    // elsewhere: the core sums them when it needs them, see tree_run::q_scale): without
+    // replacement (Jeon et al. 2024, Sec. 3.2) q_c is the column with the earlier siblings'
+    // tokens removed, renormalized by the sum of what is left of it, as the drafter's draw from
+    // the remaining weights did (not by 1 − the removed mass: a column sums to 1 only up to
+    // rounding, which matters when little mass is left; see mass_left_after_siblings).
+    ws.excludes_earlier.assign(n, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::int32_t first = ws.first_child[static_cast<std::size_t>(tree.parents[i] + 1)];
+        const bool excludes = tree.has_distributions() && tree.draws_of(i) == sibling_draws::without_replacement &&
+                              first != static_cast<std::int32_t>(i);
+        ws.excludes_earlier[i] = excludes ? 1 : 0;
+        ws.q_scale[i] = !excludes ? 1.0 : ws.q_scale[i] > 0.0 ? 1.0 / ws.q_scale[i] : 0.0;  // 0: the core sums it when needed
     }
-
-    /// At the root (level 0 holds the residual r_k, a distribution): records
-    /// a_k = Σ min(r_k, q_k) of child c before it is tested.
-    void record_sibling(std::int32_t c) {
-        if (!estimate_siblings) return;
-        if (!tree.has_distributions()) {
-            ws.siblings_.push_back(std::min(1.0f, level(0)[tree.tokens[static_cast<std::size_t>(c)]]));
-            return;
-        }
-        draft_prob(c, true);
-        ws.siblings_.push_back(static_cast<float>(
-            std::min(1.0, detail::sum_min_in_double(level(0).data(), ws.q_.data(), ws.q_.size()))));
+    if (ws.levels.rows() != vocab || ws.levels.cols() < levels) {
+        Eigen::MatrixXf fresh(vocab, std::max(levels, ws.levels.cols()));
+        ws.levels.swap(fresh);
     }
+    const auto cols = static_cast<std::size_t>(ws.levels.cols());
+    ws.block_sums.resize(cols * static_cast<std::size_t>(blocks_of(vocab)));
+    ws.block_factors.resize(ws.block_sums.size());
+    ws.level_scale.resize(cols);
+    ws.level_sum.resize(cols);
+}
 
+/// True when every node's parent is the node before it: a chain, node i at depth i + 1 (at
+/// least one node: an empty tree is a plain step, which the tree scheme does in one pass).
+inline bool is_chain(const draft_tree& tree) {
+    if (tree.size() == 0) return false;
+    for (std::size_t i = 0; i < tree.size(); ++i)
+        if (tree.parents[i] != static_cast<std::int32_t>(i) - 1) return false;
+    return true;
+}
 
-    /// Standardized target distribution at `node` (−1: root) into level d.
-    void load_target(std::int32_t node, std::int32_t d) {
-        standardize(logits.col(node + 1), sampling, level(d), ws.sampling_, where);
-        ++ws.rows_read_;
-    }
-
-    /// Draft probability q_j(x_j) of node c given its earlier siblings, and (when `fill`) q_j
-    /// into ws.q_. For point masses q_j = δ(x_j): returns 1 and fills nothing.
-    double draft_prob(std::int32_t c, bool fill) {
-        const auto ci = static_cast<std::size_t>(c);
-        if (!tree.has_distributions()) return 1.0;
-        const auto col = tree.probs.col(c);
-        const token_id x = tree.tokens[ci];
-        if (tree.draws_of(ci) != sibling_draws::without_replacement) {  // i.i.d. (check_tree refuses other values)
-            if (fill) ws.q_ = col;
-            return col[x];
-        }
-        // Without replacement: the column with the earlier siblings' tokens removed, renormalized
-        // (Jeon et al. 2024, Sec. 3.2) by the sum of what is left of the column, as the drafter's
-        // draw from the remaining weights did (not by 1 − the removed mass: a column sums to 1
-        // only up to rounding, which would matter when little mass is left), summed over the
-        // entries left as check_tree sums it (see mass_left_after_siblings: the column's sum
-        // minus the removed entries cancels to 0 when almost nothing is left).
-        const std::int32_t par = tree.parents[ci];
-        const std::int32_t first = ws.first_child_[static_cast<std::size_t>(par + 1)];
-        if (first == c) {
-            if (fill) ws.q_ = col;
-            return col[x];
-        }
-        const double left = detail::mass_left_after_siblings(tree, ci, static_cast<std::size_t>(first));
-        if (fill) {
-            const double scale = 1.0 / left;
-            if (scale <= static_cast<double>(std::numeric_limits<float>::max())) ws.q_ = col * static_cast<float>(scale);
-            else ws.q_ = (col.cast<double>() * scale).cast<float>();  // so little left that 1 / left overflows a float
-            for (std::int32_t s = first; s != c; s = ws.next_sibling_[static_cast<std::size_t>(s + 1)])
-                ws.q_[tree.tokens[static_cast<std::size_t>(s)]] = 0.0f;
-        }
-        return col[x] / left;
-    }
-
-    /// μ ← max(0, μ − q_j) / F at level d after child c was rejected; returns S = Σ min(q_j, μ).
-    /// With `normalize`, divides by the residual's own sum instead (recursive rejection).
-    double subtract(std::int32_t c, std::int32_t d) {
-        auto m = level(d).array();
-        if (!tree.has_distributions()) {
-            const token_id x = tree.tokens[static_cast<std::size_t>(c)];
-            const double s = std::min(1.0f, m[x]);
-            m[x] = 0.0f;
-            return s;
-        }
-        draft_prob(c, true);
-        const double s = detail::sum_min_in_double(level(d).data(), ws.q_.data(), ws.q_.size());
-        m = (m - ws.q_.array()).max(0.0f);
-        return s;
-    }
-
-    void emit(std::int32_t node, std::int32_t d) {
-        auto m = level(d);
-        if (!(detail::sum_in_double(m.data(), m.size()) > residual_mass_floor)) load_target(node, d);  // only through rounding
-        result.next_token = static_cast<token_id>(sample_from_weights(m, uniform01(rng), ws.sampling_, where));
-        result.last_node = node;
-        result.accepted = node < 0 ? 0 : static_cast<std::size_t>(tree.depths[static_cast<std::size_t>(node)]);
-    }
-
-    /// Recursive rejection sampling from the root down (Miao et al. 2024, Alg. 2).
-    void recursive_rejection() {
-        std::int32_t u = -1;
-        for (;;) {
-            load_target(u, 0);
-            std::int32_t next = -1;
-            for (std::int32_t c = ws.first_child_[static_cast<std::size_t>(u + 1)]; c >= 0;
-                 c = ws.next_sibling_[static_cast<std::size_t>(c + 1)]) {
-                if (u < 0) record_sibling(c);
-                const double q = draft_prob(c, false);
-                const double r = level(0)[tree.tokens[static_cast<std::size_t>(c)]];
-                if (uniform01(rng) < r / q) {  // accept with min(1, r / q)
-                    next = c;
-                    break;
-                }
-                subtract(c, 0);
-                const double mass = detail::sum_in_double(level(0).data(), level(0).size());
-                if (mass > residual_mass_floor) level(0) *= static_cast<float>(1.0 / mass);
-                else load_target(u, 0);  // r ≈ q_j: reached through rounding only
-            }
-            if (next < 0) return emit(u, 0);
-            u = next;
-        }
-    }
-
-    /// Traversal verification of the subtree below `u` (depth d) with weight w (see the file
-    /// comment). Returns true when it accepted (result filled).
-    bool traverse(std::int32_t u, std::int32_t d, double w) {
-        load_target(u, d);
-        if (w < 1.0) level(d) *= static_cast<float>(w);
-        double big_w = w;
-        for (std::int32_t c = ws.first_child_[static_cast<std::size_t>(u + 1)]; c >= 0;
-             c = ws.next_sibling_[static_cast<std::size_t>(c + 1)]) {
-            if (u < 0) record_sibling(c);
-            const double q = draft_prob(c, false);
-            const double wc = std::min(1.0, static_cast<double>(level(d)[tree.tokens[static_cast<std::size_t>(c)]]) / q);
-            if (wc > 0.0 && traverse(c, d + 1, wc)) return true;
-            const double s = subtract(c, d);
-            const double f = 1.0 - s;
-            if (f > 0.0) {
-                level(d) *= static_cast<float>(1.0 / f);
-                big_w = std::clamp((big_w - s) / f, 0.0, 1.0);
-            } else {
-                big_w = 0.0;  // the child could not fail: reached through rounding only
-            }
-        }
-        // Weng et al. 2025: accept the path to u with the probability left (always at the root).
-        if (u >= 0 && !(uniform01(rng) < big_w)) return false;
-        emit(u, d);
-        return true;
-    }
-};
-
-}  // namespace detail
-
-namespace detail {
+/// Traversal verification of a chain (checked already): on a chain it is block verification
+/// (Weng et al. 2025, Sec. 3; Sun et al. 2024, Alg. 2: w_j is their p_i, W after the child
+/// their h_i; tests/unit/tree_test.cpp compares the two laws exactly), so the chain goes through
+/// the core's block scheme, which decides most of its tests from bounds, without the passes over
+/// the rows that the residual masses need.
+inline tree_verify_result verify_chain_tree(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
+                                            const draft_tree& tree, const sampling_config& sampling,
+                                            uniform_source& rng, tree_buffers& b, const char* where) {
+    const Eigen::Ref<const Eigen::MatrixXf> q(tree.probs);
+    const verify_options opts{.check_draft_distributions = false, .scheme = verification_scheme::block};
+    const verify_call call{target_logits, tree.tokens, tree.has_distributions() ? &q : nullptr, nullptr, sampling, opts,
+                           where};
+    b.chain.rows_prepared = 0;
+    const verify_result r = run_verify_core(call, rng, b.chain);
+    b.rows_read = b.chain.rows_prepared;
+    b.siblings.clear();
+    return {r.accepted, static_cast<std::int32_t>(r.accepted) - 1, r.next_token, b.siblings};
+}
 
 /// verify_tree, its errors naming `where` (the call the user made: a decoding loop's). Inline,
 /// or in compiled mode defined once in the library (SPECDEC_COMPILED, detail/isa_config.hpp).
@@ -304,18 +196,21 @@ SPECDEC_DETAIL_CORE_ENTRY tree_verify_result verify_tree_for(const Eigen::Ref<co
     validate(sampling, where);
     const auto vocab = target_logits.rows();
     if (vocab <= 0) fail_invalid(where, ": target_logits has ", vocab, " rows; one per token is needed");
-    check_tree(tree, vocab, opts.check_draft_distributions && !tree.standardized, where);
+    check_tree(tree, vocab, opts.check_draft_distributions && !tree.standardized, where, &buffers_access::of(ws).q_scale);
     const std::size_t n = tree.size();
     if (target_logits.cols() != static_cast<Eigen::Index>(n + 1))
         fail_invalid(where, ": target_logits has ", target_logits.cols(),
                              " columns; expected one for the root and one per node = ", n + 1);
-    const auto levels = static_cast<Eigen::Index>(
-        opts.scheme == tree_verification_scheme::traversal ? tree.max_depth() + 1 : 1);
-    tree_verification_run::prepare(ws, tree, vocab, levels);
-    tree_verification_run run{target_logits, tree, sampling, rng, ws, where, opts.estimate_sibling_acceptance};
-    if (opts.scheme == tree_verification_scheme::traversal) run.traverse(-1, 0, 1.0);
-    else run.recursive_rejection();
-    return run.finish();
+    const bool traversal = opts.scheme == tree_verification_scheme::traversal;
+    tree_buffers& b = buffers_access::of(ws);
+    if (traversal && !opts.estimate_sibling_acceptance && is_chain(tree)) return verify_chain_tree(target_logits, tree, sampling, rng, b, where);
+    prepare_tree_buffers(b, tree, vocab, traversal ? tree.max_depth() + 1 : 1);
+    const tree_call call{target_logits, tree.tokens.data(), tree.parents.data(), b.first_child.data(),
+                         b.next_sibling.data(), tree.has_distributions() ? &tree.probs : nullptr, sampling, traversal, opts.estimate_sibling_acceptance, where};
+    run_tree_core(call, rng, b);
+    const std::int32_t last = b.last_node;
+    return {last < 0 ? 0 : static_cast<std::size_t>(tree.depths[static_cast<std::size_t>(last)]), last, b.next_token,
+            b.siblings};
 }
 #endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY
 

@@ -6,6 +6,8 @@
 #include <Eigen/Core>
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "row_layout.hpp"
@@ -67,6 +69,30 @@ struct verify_buffers {
     std::vector<target_row> prepared;  ///< block verification: the rows normalized
     std::vector<float> block;        ///< the weights of one block during a draw
     sampling_buffers sampling;
+    std::size_t rows_prepared = 0;   ///< target rows normalized since the count was last reset
+};
+
+/// The storage behind specdec::tree_verify_workspace: per level of the tree's recursion the
+/// weights of its measure (one column of V floats), their block sums, their factor and their
+/// sum (see detail/tree_scheme.inc); the children lists and per-node draft factors of the tree
+/// being verified; the result of the last verification.
+struct tree_buffers {
+    std::vector<std::int32_t> first_child, next_sibling;  ///< indexed by node + 1 (0: the root)
+    std::vector<double> q_scale;                          ///< per node: q_c = q_scale · column c (0: not yet known)
+    std::vector<token_id> removed;                        ///< the tokens a draw without replacement excluded
+    std::vector<unsigned char> excludes_earlier;          ///< per node: drawn without its earlier siblings
+    Eigen::MatrixXf levels;                               ///< V x levels: the weights of each level
+    std::vector<double> block_sums;                       ///< levels x row blocks: f_b Σ_block weights
+    std::vector<double> block_factors;                    ///< levels x row blocks: f_b
+    std::vector<double> level_scale, level_sum;           ///< per level: μ = scale · weights; Σ weights
+    std::vector<std::pair<token_id, float>> kept;         ///< weights kept through a rejection
+    std::vector<float> block_refs;                        ///< per block: the reference of its exps
+    std::vector<float> siblings;                          ///< a_k of the root's tested children
+    sampling_buffers sampling;
+    verify_buffers chain;                                 ///< chain-shaped trees: block verification's
+    std::size_t rows_read = 0;
+    std::int32_t last_node = -1;
+    token_id next_token = 0;
 };
 
 /// Offset of row j's per-block entries in ws.block_max / scale / block_mass.

@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <span>
 #include <stdexcept>
@@ -38,9 +39,28 @@ struct verify_call {
     const char* where;  ///< the public function's name, for error messages
 };
 
+/// One verify_tree() call as the core takes it (checked already; the arrays by node, the
+/// children lists by node + 1, 0 being the root; the draft factors in tree_buffers).
+struct tree_call {
+    const Eigen::Ref<const Eigen::MatrixXf>& logits;  ///< V x (nodes + 1)
+    const token_id* tokens;
+    const std::int32_t* parents;
+    const std::int32_t* first_child;    ///< first child of each node (−1: none)
+    const std::int32_t* next_sibling;   ///< next sibling of each node (−1: none)
+    const Eigen::MatrixXf* q;           ///< V x nodes draft columns; null: point masses
+    const sampling_config& sampling;
+    bool traversal = true;              ///< traversal verification, else recursive rejection
+    bool estimate_siblings = false;     ///< record a_k of the root's tested children
+    const char* where;                  ///< the public function's name, for error messages
+};
+
 }  // namespace specdec::detail
 
 namespace specdec::detail {
+
+/// Runs one tree verification on the active copy of the core (result in ws.last_node and
+/// ws.next_token). Not a template, for the reason run_verify_core is not.
+SPECDEC_DETAIL_CORE_ENTRY void run_tree_core(const tree_call& call, uniform_source& rng, tree_buffers& ws);
 
 /// Runs one verification on the active copy of the core. Not a template: every generator type
 /// reaches it through a uniform_source, so the core is compiled once per instruction set (and,
@@ -59,6 +79,10 @@ namespace specdec::detail {
 SPECDEC_DETAIL_CORE_ENTRY verify_result run_verify_core(const verify_call& call, uniform_source& rng,
                                                         verify_buffers& ws) {
     SPECDEC_DETAIL_DISPATCH(verify(call, rng, ws))
+}
+
+SPECDEC_DETAIL_CORE_ENTRY void run_tree_core(const tree_call& call, uniform_source& rng, tree_buffers& ws) {
+    SPECDEC_DETAIL_DISPATCH(verify_tree_on_core(call, rng, ws))
 }
 
 }  // namespace specdec::detail
