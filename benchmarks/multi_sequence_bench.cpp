@@ -39,6 +39,7 @@
 #include <benchmark/benchmark.h>
 
 #include <specdec/batch_decoder.hpp>
+#include <specdec/measure_profile.hpp>
 
 #include "llama2/batch_transformer.hpp"
 #include "llama2/checkpoint.hpp"
@@ -47,7 +48,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <ctime>
 #include <memory>
 #include <optional>
 #include <random>
@@ -104,77 +104,22 @@ const std::vector<std::vector<token_id>>& greedy() {
     return g;
 }
 
-/// CPU time of this process (the engine is single-threaded), in seconds.
-double cpu_seconds() {
-    timespec t{};
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
-
 /// The engine profile of the planner case, measured once per process, before any case runs
-/// its timed region (the batch counterpart of specdec::measure_engine_profile; CPU seconds):
-///  - target_pass[m − 1], m = 1 .. 7·max_batch: one score_batch of the 110M-shape engine over m
-///    positions in total, spread as evenly as possible over min(m, max_batch) sequences (the
-///    cost depends on the total, docs/batching.md); the median of 3 calls at each m of a grid,
-///    linear between grid points;
-///  - draft_step[n − 1], n = 1 .. max_batch: one draft_batch of the 15M-shape engine drafting
-///    4 tokens for each of n sequences, divided by 4 (median of 3).
+/// its timed region, by specdec::measure_batch_profile (wall-clock seconds; the engine is
+/// single-threaded): target_pass[m − 1], m = 1 .. 7·max_batch, one score_batch of the 110M-shape
+/// engine over m positions in total spread over min(m, max_batch) sequences (the cost depends on
+/// the total, docs/batching.md), the median of 3 calls at each point of the routine's grid,
+/// linear between them; draft_step[n − 1], n = 1 .. max_batch, one draft_batch of the 15M-shape
+/// engine drafting 4 tokens for each of n sequences, divided by 4 (median of 3).
 const specdec::engine_profile& measured_profile() {
     static const specdec::engine_profile profile = [] {
         const auto ps = prompts(max_batch);
         llama2::batch_transformer target(target_weights()), draft(draft_weights());
         prefill(target, ps);
         prefill(draft, ps);
-        const auto median3 = [](auto&& call) {
-            double t[3];
-            for (double& x : t) {
-                const double t0 = cpu_seconds();
-                call();
-                x = cpu_seconds() - t0;
-            }
-            std::sort(t, t + 3);
-            return t[1];
-        };
-        std::mt19937 rng(5);
-        const std::size_t grid[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 80, 96, 112};
-        std::vector<double> at_grid;
-        for (const std::size_t m : grid) {
-            const std::size_t k = std::min(m, max_batch);
-            std::vector<std::vector<token_id>> drafts(k);
-            for (std::size_t i = 0; i < k; ++i)
-                for (std::size_t j = 1; j < m / k + (i < m % k ? 1 : 0); ++j)
-                    drafts[i].push_back(static_cast<token_id>(3 + rng() % 30000));
-            std::vector<specdec::score_request> requests;
-            for (std::size_t i = 0; i < k; ++i) requests.push_back({i, ps[i], drafts[i]});
-            specdec::packed_logits out;
-            out.shape(target.vocab_size(), requests);
-            target.score_batch(requests, out);  // untimed: the caches roll back to the prompts after it
-            at_grid.push_back(median3([&] { target.score_batch(requests, out); }));
-        }
-        specdec::engine_profile p;
-        for (std::size_t m = 1, hi = 0; m <= grid[std::size(grid) - 1]; ++m) {
-            while (grid[hi] < m) ++hi;
-            if (grid[hi] == m) {
-                p.target_pass.push_back(at_grid[hi]);
-                continue;
-            }
-            const double f = static_cast<double>(m - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
-            p.target_pass.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
-        }
-        for (std::size_t n = 1; n <= max_batch; ++n) {
-            std::vector<specdec::draft_block> blocks(n);
-            std::vector<std::mt19937_64> gens(n);
-            std::vector<specdec::draft_request> requests;
-            for (std::size_t i = 0; i < n; ++i)
-                requests.push_back({i, ps[i], 4, specdec::uniform_source(gens[i]), &blocks[i]});
-            const auto call = [&] {
-                for (auto& b : blocks) b.clear();
-                draft.draft_batch(requests, {.temperature = 0.0f});
-            };
-            call();  // untimed
-            p.draft_step.push_back(median3(call) / 4.0);
-        }
-        return p;
+        return specdec::measure_batch_profile(draft, target, ps,
+                                              {.max_positions = 7 * max_batch, .max_sequences = max_batch,
+                                               .draft_tokens = 4, .repeats = 3, .sampling = {.temperature = 0.0f}});
     }();
     return profile;
 }

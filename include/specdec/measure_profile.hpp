@@ -6,11 +6,16 @@
 /// reproducibly (adaptive_gamma_options::profile). Store the result with to_text() and load it
 /// with parse_engine_profile() for later runs of the same pair on the same machine.
 ///
+/// measure_batch_profile(): the same for multi-sequence adapters (a MultiSequenceDrafter and a
+/// MultiSequenceVerifier, as batch_decoder runs them): the pass's cost by the positions of all
+/// sequences together, and the draft's by the number of sequences.
+///
 /// Timings depend on the machine and on what else runs on it: each entry is the median of
 /// several calls, but a profile measured on a busy machine plans for a busy machine.
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstddef>
 #include <random>
 #include <span>
@@ -18,6 +23,7 @@
 
 #include "diagnostics.hpp"
 #include "engine_profile.hpp"
+#include "multi_sequence.hpp"
 #include "sampling.hpp"
 #include "speculative_step.hpp"
 
@@ -119,6 +125,181 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
 template <class D, class V>
 engine_profile measure_engine_profile(D&, V&, std::span<const token_id>, const profile_measurement& = {}) {
     detail::reject_speculative_call<D, V, std::mt19937_64>();
+    return {};
+}
+
+/// What measure_batch_profile() measures.
+struct batch_profile_measurement {
+    /// Target passes are timed over m positions in total (each sequence's draft + 1, summed) at
+    /// m = 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, ... (the points double, with one between) up to
+    /// max_positions, which is timed too; the profile is linear between them. \pre >= 1.
+    std::size_t max_positions = 64;
+    /// Draft calls are timed for n = 1 .. max_sequences sequences (draft_step's entries); a timed
+    /// pass holds min(m, max_sequences) sequences, its m positions spread as evenly as possible.
+    /// \pre >= 1.
+    std::size_t max_sequences = 8;
+    /// Tokens each sequence is asked to draft in a timed draft call; the entry is the call's time
+    /// divided by the most tokens one sequence drafted. \pre >= 1.
+    std::size_t draft_tokens = 4;
+    /// Each entry is the median of this many timed calls (after one untimed call). \pre >= 1.
+    std::size_t repeats = 3;
+    /// The draft's sampling settings for the measured drafts.
+    sampling_config sampling{};
+    /// Seed of sequence i's draws is seed + i.
+    std::uint64_t seed = 1;
+};
+
+namespace detail {
+
+/// The pass sizes measure_batch_profile() times: 1, 2, 3, then 4, 6, 8, 12, 16, 24, ... below
+/// max_positions, then max_positions.
+inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
+    std::vector<std::size_t> grid;
+    for (std::size_t m = 1; m <= 3 && m < max_positions; ++m) grid.push_back(m);
+    for (std::size_t m = 4; m < max_positions; m *= 2) {
+        grid.push_back(m);
+        if (m + m / 2 < max_positions) grid.push_back(m + m / 2);
+    }
+    grid.push_back(max_positions);
+    return grid;
+}
+
+/// The median of `v` (reordered).
+inline double median_of(std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace detail
+
+/// Measures what a multi-sequence pair costs on this machine, through the calls batch_decoder
+/// makes (draft_batch, score_batch), for sequences whose contexts are `contexts` (sequence i
+/// uses contexts[i % contexts.size()] and slot i; prompts of realistic length: attention's cost
+/// grows with them):
+/// - draft_step[n − 1] for n = 1 .. max_sequences: one draft_batch call for n sequences of
+///   draft_tokens tokens each, divided by the most tokens a sequence drafted;
+/// - target_pass[m − 1] for m = 1 .. max_positions: one score_batch call over m positions in
+///   total (see batch_profile_measurement), the drafts being the tokens the drafter proposed for
+///   each sequence (repeated when a pass needs more of them); timed at the grid points, linear
+///   between them.
+/// Costs in seconds of wall-clock time (steady_clock). The models' caches end holding some of
+/// these drafts; a decoding call afterwards rolls them back as any step does.
+/// \throws std::invalid_argument for no context, an empty context or a token out of range, a
+///         setting below its minimum, models of different vocabularies, bad sampling settings,
+///         a drafter that proposes no tokens, or a malformed draft block or packed layout (the
+///         adapters' own bugs, named); what the adapters throw propagates.
+template <MultiSequenceDrafter D, MultiSequenceVerifier V>
+engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const std::vector<token_id>> contexts,
+                                     const batch_profile_measurement& m = {}) {
+    constexpr const char* where = "specdec::measure_batch_profile";
+    if (contexts.empty()) detail::fail_invalid(where, ": no context; pass at least one prompt (BOS at least)");
+    if (m.max_positions < 1 || m.max_sequences < 1 || m.draft_tokens < 1 || m.repeats < 1)
+        detail::fail_invalid(where, ": max_positions = ", m.max_positions, ", max_sequences = ", m.max_sequences,
+                             ", draft_tokens = ", m.draft_tokens, ", repeats = ", m.repeats, "; each must be at least 1");
+    validate(m.sampling, where);
+    const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
+    for (const auto& c : contexts) {
+        if (c.empty()) detail::fail_invalid(where, ": a context is empty; pass a prompt (BOS at least)");
+        detail::check_token_range(c, vocab, where, "a context");
+    }
+    using clock = std::chrono::steady_clock;
+    const std::size_t most = m.max_sequences;
+    const auto context_of = [&](std::size_t i) { return std::span<const token_id>(contexts[i % contexts.size()]); };
+    std::vector<draft_block> blocks(most);
+    std::vector<std::mt19937_64> gens;
+    for (std::size_t i = 0; i < most; ++i) gens.emplace_back(m.seed + i);
+    std::vector<draft_request> drafts;
+    std::vector<double> times;
+    engine_profile p;
+
+    // Drafts: for n sequences, one untimed call, then `repeats` timed ones.
+    std::vector<std::vector<token_id>> proposed(most);
+    for (std::size_t n = 1; n <= most; ++n) {
+        times.clear();
+        for (std::size_t r = 0; r <= m.repeats; ++r) {
+            drafts.clear();
+            for (std::size_t i = 0; i < n; ++i) {
+                blocks[i].clear();
+                drafts.push_back({i, context_of(i), m.draft_tokens, uniform_source(gens[i]), &blocks[i]});
+            }
+            const auto t0 = clock::now();
+            drafter.draft_batch(std::span<draft_request>(drafts), m.sampling);
+            const double s = detail::seconds_since(t0);
+            std::size_t longest = 0;
+            for (std::size_t i = 0; i < n; ++i)
+                longest = std::max(longest, detail::check_draft(blocks[i], m.draft_tokens, vocab, where));
+            if (longest == 0)
+                detail::fail_invalid(where, ": the drafter proposed no tokens for ", n,
+                                     " sequences; measure at contexts where it drafts");
+            if (n == most && r == 0)
+                for (std::size_t i = 0; i < n; ++i) proposed[i] = blocks[i].tokens;
+            if (r > 0) times.push_back(s / static_cast<double>(longest));
+        }
+        p.draft_step.push_back(detail::median_of(times));
+    }
+    // A sequence that proposed nothing scores another's tokens (the pass's cost is in its positions).
+    for (auto& t : proposed)
+        if (t.empty())
+            for (const auto& other : proposed)
+                if (!other.empty()) t = other;
+
+    // Target passes at the grid points: one untimed call, then `repeats` timed ones.
+    const std::vector<std::size_t> grid = detail::profile_grid(m.max_positions);
+    std::vector<double> at_grid;
+    std::vector<std::vector<token_id>> scored(most);
+    std::vector<score_request> requests;
+    packed_logits out;
+    for (const std::size_t total : grid) {
+        const std::size_t k = std::min(total, most);
+        requests.clear();
+        for (std::size_t i = 0; i < k; ++i) {
+            const std::size_t positions = total / k + (i < total % k ? 1 : 0);
+            scored[i].clear();
+            for (std::size_t j = 0; j + 1 < positions; ++j) scored[i].push_back(proposed[i][j % proposed[i].size()]);
+            requests.push_back({i, context_of(i), scored[i]});
+        }
+        const std::span<const score_request> batch(requests);
+        out.shape(static_cast<Eigen::Index>(vocab), batch);
+        verifier.score_batch(batch, out);
+        detail::check_packed_layout(out, batch, static_cast<Eigen::Index>(vocab), where, "score_batch");
+        times.clear();
+        for (std::size_t r = 0; r < m.repeats; ++r) {
+            const auto t0 = clock::now();
+            verifier.score_batch(batch, out);
+            times.push_back(detail::seconds_since(t0));
+        }
+        at_grid.push_back(detail::median_of(times));
+    }
+    for (std::size_t total = 1, hi = 0; total <= m.max_positions; ++total) {
+        while (grid[hi] < total) ++hi;
+        if (grid[hi] == total) {
+            p.target_pass.push_back(at_grid[hi]);
+            continue;
+        }
+        const double f = static_cast<double>(total - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
+        p.target_pass.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
+    }
+    // A clock too coarse for the first pass: the smallest positive time it measured.
+    if (!(p.target_pass[0] > 0.0)) {
+        double smallest = 0.0;
+        for (const double t : p.target_pass)
+            if (t > 0.0 && (smallest == 0.0 || t < smallest)) smallest = t;
+        p.target_pass[0] = smallest > 0.0 ? smallest : 1e-9;
+    }
+    validate(p, where);
+    return p;
+}
+
+/// Chosen only when the drafter or the verifier is not a multi-sequence adapter: reports which
+/// one, and the fix, in a static_assert (see diagnostics.hpp).
+template <class D, class V>
+engine_profile measure_batch_profile(D&, V&, std::span<const std::vector<token_id>>,
+                                     const batch_profile_measurement& = {}) {
+    static_assert(detail::diagnose_decoder_drafter<D>() || detail::diagnose_decoder_verifier<V>() ||
+                      (MultiSequenceDrafter<D> && MultiSequenceVerifier<V>),
+                  "specdec::measure_batch_profile times multi-sequence calls: the drafter must be a "
+                  "MultiSequenceDrafter (draft_batch) and the verifier a MultiSequenceVerifier (score_batch); for "
+                  "one sequence's adapters, use measure_engine_profile");
     return {};
 }
 

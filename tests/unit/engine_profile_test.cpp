@@ -290,6 +290,61 @@ TEST_CASE("measure_engine_profile times the pair's real calls: a draft token, an
                       Catch::Contains("specdec::measure_engine_profile") && Catch::Contains("99"));
 }
 
+TEST_CASE("measure_batch_profile times a multi-sequence pair's real calls: drafts by sequences, passes by total positions",
+          "[profile][multi]") {
+    auto target = markov_model::random(8, 2, 7);
+    auto draft = markov_model::random(8, 2, 8);
+    // A verifier that takes at least 200 us per position of a pass, all sequences together, and
+    // records each pass's sequences and positions.
+    struct slow_multi_verifier : multi_markov_verifier {
+        std::vector<std::size_t> totals{}, sizes{};
+        void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+            std::size_t positions = 0;
+            for (const auto& r : batch) positions += r.draft.size() + 1;
+            std::this_thread::sleep_for(std::chrono::microseconds(200 * positions));
+            totals.push_back(positions);
+            sizes.push_back(batch.size());
+            multi_markov_verifier::score_batch(batch, out);
+        }
+    } v{{&target}};
+    multi_markov_drafter d{&draft};
+    const std::vector<std::vector<token_id>> prompts{{1, 2, 3}, {4, 5}};
+    const auto p = specdec::measure_batch_profile(d, v, prompts,
+                                                  {.max_positions = 20, .max_sequences = 3, .draft_tokens = 2, .repeats = 2});
+    REQUIRE(p.target_pass.size() == 20);
+    REQUIRE(p.draft_step.size() == 3);
+    CHECK_NOTHROW(specdec::validate(p));
+    // The passes timed: the grid 1, 2, 3, 4, 6, 8, 12, 16, 20, each once untimed and twice timed,
+    // over min(m, 3) sequences.
+    const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8, 12, 16, 20};
+    REQUIRE(v.totals.size() == 3 * grid.size());
+    for (std::size_t g = 0; g < grid.size(); ++g)
+        for (std::size_t r = 0; r < 3; ++r) {
+            CHECK(v.totals[3 * g + r] == grid[g]);
+            CHECK(v.sizes[3 * g + r] == std::min<std::size_t>(grid[g], 3));
+        }
+    CHECK(d.calls == 3 * 3);  // n = 1, 2, 3: one untimed and two timed calls each
+    // Timed entries at least the sleep, and between grid points on the line joining them.
+    CHECK(p.target_pass[0] >= 200e-6);
+    CHECK(p.target_pass[19] >= 20 * 200e-6);
+    CHECK(p.target_pass[19] > p.target_pass[0]);
+    CHECK(p.target_pass[8] == Approx(p.target_pass[7] + (p.target_pass[11] - p.target_pass[7]) / 4));
+    for (const double t : p.draft_step) CHECK(t > 0.0);
+    // The planner takes it, and it survives storing and loading.
+    specdec::adaptive_gamma_options o;
+    o.profile = p;
+    CHECK_NOTHROW(specdec::gamma_controller(4, o));
+    CHECK(specdec::parse_engine_profile(specdec::to_text(p)).target_pass == p.target_pass);
+
+    CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, std::vector<std::vector<token_id>>{}),
+                      Catch::Contains("specdec::measure_batch_profile") && Catch::Contains("no context"));
+    CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, std::vector<std::vector<token_id>>{{1}, {}}),
+                      Catch::Contains("a context is empty"));
+    CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, prompts, {.repeats = 0}), Catch::Contains("repeats = 0"));
+    CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, std::vector<std::vector<token_id>>{{1, 99}}),
+                      Catch::Contains("specdec::measure_batch_profile") && Catch::Contains("99"));
+}
+
 namespace {
 
 /// Feeds a tree planner `steps` observations of the acceptance a_k by sibling rank.
