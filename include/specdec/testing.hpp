@@ -10,7 +10,7 @@
 /// | check                     | what it tests                                                   | false alarms  |
 /// |---------------------------|-----------------------------------------------------------------|---------------|
 /// | check_contract            | score() column j = a fresh model's logits after context + draft[0..j), after rollbacks, shrinking contexts, any order, on copies; score_tree() column i + 1 = the logits after context + node i's path | none (deterministic) |
-/// | check_draft_consistency   | a drafter's tokens (or tree nodes) follow the distributions it reports (χ² per position or depth) | `significance` per position |
+/// | check_draft_consistency   | a drafter's tokens (or tree nodes) follow the distributions it reports (χ² per position or depth; for chains also the joint law of consecutive positions), after random contexts and after the drafter's own samples | `significance` per test |
 /// | check_equivalence         | the law of the first n tokens of speculative_decode = plain sampling from the target; reports the measured acceptance | `significance` per scheme and sampling config |
 /// | check_determinism         | the same seed gives the same tokens                              | none          |
 /// | check_multi_sequence_contract | score_batch / score_tree_batch / draft_batch give each request what it gets alone, across joining, leaving, reused slots, shuffled and ragged requests | none (deterministic) |
@@ -172,7 +172,11 @@ struct conformance_options {
     std::size_t batch = 4;
 
     // ---- draft consistency ----
-    std::size_t draft_contexts = 16;  ///< random contexts the drafter drafts after
+    std::size_t draft_contexts = 16;  ///< contexts the drafter drafts after
+    /// Half of the draft check's contexts (chain drafters) continue the prompt with the drafter's
+    /// own samples, where a draft model is confident, as decoding meets it; the rest are random
+    /// tokens (where it rarely is). false: all random.
+    bool draft_own_contexts = true;
     std::size_t draft_blocks = 1000;  ///< blocks drawn per sampling config
     std::size_t pit_bins = 16;        ///< cells of the χ² test of each position
 
@@ -1472,6 +1476,59 @@ inline std::string pit_direction(const std::vector<std::size_t>& counts) {
                  "reported, or from another position's q?)";
 }
 
+/// Cells per position of the joint test of two consecutive draft positions (4 x 4 cells).
+inline constexpr std::size_t joint_bins = 4;
+
+/// The cell of a pair of probability-integral values (both uniform and independent for a correct
+/// drafter: each position's randomized PIT under its q given the tokens before it is uniform,
+/// whatever those were).
+inline std::size_t joint_cell(double first, double second) {
+    const auto bin = [](double u) { return std::min(joint_bins - 1, static_cast<std::size_t>(u * joint_bins)); };
+    return bin(first) * joint_bins + bin(second);
+}
+
+/// How many of the draft check's contexts continue the prompt with the drafter's own samples.
+inline std::size_t own_contexts(const conformance_options& o) {
+    return o.draft_own_contexts ? std::max<std::size_t>(o.draft_contexts, 1) / 2 : 0;
+}
+
+/// The contexts of the draft check: the prompt, then up to max_context − gamma tokens; every
+/// second one (draft_own_contexts) continued with the drafter's own samples at the first
+/// sampling config (the contexts a draft is confident on: decoding meets them), the others with
+/// random tokens. `call(context, sampling, uniforms, block)` drafts one block.
+template <class Call>
+std::vector<std::vector<token_id>> draft_check_contexts(Call& call, const conformance_options& o, std::size_t gamma,
+                                                        std::ptrdiff_t vocab, std::mt19937_64& rng,
+                                                        draft_block& block) {
+    std::vector<std::vector<token_id>> contexts;
+    if (vocab <= 0) return contexts;
+    const std::size_t lo = o.prompt.size() + 1, hi = std::max(lo, o.max_context > gamma ? o.max_context - gamma : lo);
+    const sampling_config own = o.samplings.empty() ? sampling_config{} : o.samplings.front();
+    const auto random_token = [&] { return static_cast<token_id>(rng() % static_cast<std::uint64_t>(vocab)); };
+    for (std::size_t i = 0; i < std::max<std::size_t>(o.draft_contexts, 1); ++i) {
+        std::vector<token_id> c = o.prompt;
+        const std::size_t len = lo + static_cast<std::size_t>(rng() % (hi - lo + 1));
+        const bool sampled = o.draft_own_contexts && i % 2 == 1;
+        while (c.size() < len) {
+            if (!sampled || c.empty()) {
+                c.push_back(random_token());
+                continue;
+            }
+            uniform_source u(rng);
+            call(c, own, u, block);
+            bool valid = !block.tokens.empty();
+            for (const token_id t : block.tokens) valid = valid && t >= 0 && t < vocab;
+            if (!valid) {
+                c.push_back(random_token());  // (what is wrong with such a block is reported below)
+                continue;
+            }
+            for (std::size_t k = 0; k < block.tokens.size() && c.size() < len; ++k) c.push_back(block.tokens[k]);
+        }
+        contexts.push_back(std::move(c));
+    }
+    return contexts;
+}
+
 /// Draft consistency of a chain drafter: blocks of `gamma` tokens.
 template <class D>
     requires(Drafter<D> || MultiSequenceDrafter<D>)
@@ -1488,16 +1545,6 @@ report block_draft_consistency(D& drafter, const conformance_options& o, std::si
         }
     };
     if (vocab <= 0) fail("vocab_size() = " + std::to_string(vocab) + " must be positive");
-    const std::size_t lo = o.prompt.size() + 1, hi = std::max(lo, o.max_context > gamma ? o.max_context - gamma : lo);
-    std::vector<std::vector<token_id>> contexts;
-    for (std::size_t i = 0; i < std::max<std::size_t>(o.draft_contexts, 1) && r.passed; ++i) {
-        std::vector<token_id> c = o.prompt;
-        const std::size_t len = lo + static_cast<std::size_t>(rng() % (hi - lo + 1));
-        while (c.size() < len) c.push_back(static_cast<token_id>(rng() % static_cast<std::uint64_t>(vocab)));
-        contexts.push_back(std::move(c));
-    }
-    std::size_t blocks = 0, point_blocks = 0, tested_tokens = 0, tests = 0;
-    double worst_p = 1.0, worst_stat = 0.0;
     as_block_drafter<D> blocks_of(drafter);
     auto call = [&](const std::vector<token_id>& c, const sampling_config& s, uniform_source& u, draft_block& out) {
         out.clear();
@@ -1505,11 +1552,17 @@ report block_draft_consistency(D& drafter, const conformance_options& o, std::si
         blocks_of.draft(std::span<const token_id>(c), gamma, s, u, out);
     };
     draft_block block, again;
+    const std::vector<std::vector<token_id>> contexts = draft_check_contexts(call, o, gamma, vocab, rng, block);
+    std::size_t blocks = 0, point_blocks = 0, tested_tokens = 0, tests = 0, joint_tests = 0;
+    double worst_p = 1.0, worst_stat = 0.0;
     for (const sampling_config& s : o.samplings) {
         if (!r.passed) break;
         const std::string config = sampling_text(s);
         const std::size_t bins = std::max<std::size_t>(o.pit_bins, 2);
         std::vector<std::vector<std::size_t>> counts(gamma, std::vector<std::size_t>(bins, 0));
+        // The PIT values of positions i and i + 1 of a block, binned jointly (joint_bins² cells).
+        std::vector<std::vector<std::size_t>> pairs(gamma > 1 ? gamma - 1 : 0,
+                                                    std::vector<std::size_t>(joint_bins * joint_bins, 0));
         std::map<std::vector<token_id>, std::vector<token_id>> point_drafts;  // context -> tokens
         for (std::size_t k = 0; k < o.draft_blocks && r.passed; ++k) {
             // Context by context, so that a drafter with a cache recomputes only the draft positions.
@@ -1549,6 +1602,7 @@ report block_draft_consistency(D& drafter, const conformance_options& o, std::si
                      std::to_string(vocab) + " rows and one column per token (" + where + ")");
                 break;
             }
+            double previous_pit = 0.0;
             for (std::size_t i = 0; i < block.tokens.size() && r.passed; ++i) {
                 const auto col = block.probs.col(static_cast<Eigen::Index>(i));
                 const double scale = block.scales.empty() ? 1.0 : block.scales[i];
@@ -1574,6 +1628,8 @@ report block_draft_consistency(D& drafter, const conformance_options& o, std::si
                 const double v = uniform01(rng);
                 const double pit = randomized_pit(col, scale, x, v);
                 ++counts[i][std::min(bins - 1, static_cast<std::size_t>(pit * static_cast<double>(bins)))];
+                if (i > 0) ++pairs[i - 1][joint_cell(previous_pit, pit)];
+                previous_pit = pit;
                 ++tested_tokens;
             }
         }
@@ -1585,16 +1641,31 @@ report block_draft_consistency(D& drafter, const conformance_options& o, std::si
                  "reported q (chi2 = " + number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) +
                  ", p = " + number(g.p_value) + " < " + number(o.significance) + " over " + std::to_string(t.draws) +
                  " tokens): " + pit_direction(counts[i]));
+            break;
         }
+        const std::size_t before = tests;
+        const auto j = test_pit_rows(pairs, joint_bins * joint_bins, o.significance, tests, worst_p, worst_stat);
+        joint_tests += tests - before;
+        if (const std::size_t i = j.failed_row; i < pairs.size())
+            fail("draft positions " + std::to_string(i) + " and " + std::to_string(i + 1) + ", " + config +
+                 ": each position's tokens follow its reported q, but the two positions are not drawn independently "
+                 "given their contexts (chi2 = " + number(j.test.statistic) + ", df = " +
+                 std::to_string(j.test.degrees_of_freedom) + ", p = " + number(j.test.p_value) + " < " +
+                 number(o.significance) + " over " + std::to_string(j.draws) +
+                 " pairs of probability-integral values): the drafter reuses randomness across the positions of a "
+                 "block (the same uniform for several tokens?), or its q's do not condition on the tokens drafted "
+                 "before them; the fault is the drafter's");
     }
     r.statistic = worst_stat;
     if (tests > 0) r.p_value = worst_p;
     r.false_alarm_rate = static_cast<double>(tests) * o.significance;
     r.ran = std::to_string(blocks) + " blocks of up to " + std::to_string(gamma) + " tokens on " +
             std::to_string(contexts.size()) + " contexts, " + std::to_string(o.samplings.size()) +
-            " sampling configs; " + std::to_string(tested_tokens) + " tokens tested against their reported q (" +
-            std::to_string(tests) + " chi-square tests, one per position and config, " + std::to_string(o.pit_bins) +
-            " cells each)" +
+            " sampling configs (" + std::to_string(own_contexts(o)) + " contexts from the drafter's own samples); " +
+            std::to_string(tested_tokens) + " tokens tested against their reported q (" +
+            std::to_string(tests - joint_tests) + " chi-square tests, one per position and config, " +
+            std::to_string(o.pit_bins) + " cells each; " + std::to_string(joint_tests) +
+            " of consecutive positions' joint law, " + std::to_string(joint_bins * joint_bins) + " cells each)" +
             (point_blocks ? "; " + std::to_string(point_blocks) + " point-mass blocks checked for determinism" : "");
     r.seconds = seconds_between(t0);
     return r;

@@ -177,6 +177,52 @@ TEST_CASE("a draft sampled at another temperature than the one it reports is fla
     CHECK(good);
 }
 
+TEST_CASE("a drafter that reuses one uniform for a whole block is flagged by the joint law of its positions, naming "
+          "the drafter",
+          "[conformance][statistical]") {
+    // A context-free draft model (order 0: the same q at every position), so the reused uniform
+    // makes every position repeat the first token: each position alone follows q, and the
+    // positions are as dependent as can be (the output is no longer the target's).
+    auto draft_model = specdec_test::markov_model::random(5, 0, 43);
+    same_uniform_drafter broken{&draft_model};
+    const auto r = kit::check_draft_consistency(broken, small_options());
+    INFO(r);
+    CHECK_FALSE(r);
+    // Each position alone follows its q: the failure is the joint test's.
+    CHECK(contains(r.failure, "draft positions 0 and 1"));
+    CHECK(contains(r.failure, "not drawn independently"));
+    CHECK(contains(r.failure, "the fault is the drafter's"));
+    // The correct drafter with the same model passes, joint test included.
+    const auto good = kit::check_draft_consistency(draft_model, small_options());
+    INFO(good);
+    CHECK(good);
+    CHECK(contains(good.ran, "of consecutive positions' joint law"));
+}
+
+TEST_CASE("a drafter wrong only where it is confident is flagged on contexts from its own samples, and missed on "
+          "random ones",
+          "[conformance][statistical]") {
+    auto draft_model = confident_on_own_path();
+    confident_greedy_drafter broken{&draft_model};
+    auto o = small_options();
+    o.prompt = {0};
+    const auto r = kit::check_draft_consistency(broken, o);
+    INFO(r);
+    CHECK_FALSE(r);
+    CHECK(contains(r.failure, "more concentrated on the likely tokens"));
+    // With random contexts only (the check before contexts from the drafter's own samples), the
+    // fault goes unseen: the draft is confident after 4 of 64 tokens.
+    o.draft_own_contexts = false;
+    const auto blind = kit::check_draft_consistency(broken, o);
+    INFO(blind);
+    CHECK(blind);
+    // The correct drafter passes with both.
+    o.draft_own_contexts = true;
+    const auto good = kit::check_draft_consistency(draft_model, o);
+    INFO(good);
+    CHECK(good);
+}
+
 TEST_CASE("draft columns shifted against their tokens are flagged", "[conformance][statistical]") {
     auto draft_model = specdec_test::markov_model::random(5, 2, 41);
     shifted_columns_drafter broken{&draft_model};

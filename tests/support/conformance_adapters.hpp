@@ -162,6 +162,62 @@ struct shifted_columns_drafter {
     }
 };
 
+/// A drafter that draws one uniform per block and samples every position of the block with it
+/// (the inverse CDF at the same u): the positions are not drawn independently given their
+/// contexts. With a context-free model every position repeats the first token, and each
+/// position alone still follows its reported q.
+struct same_uniform_drafter {
+    specdec_test::markov_model* model;
+    specdec::sampling_workspace ws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        std::vector<token_id> seq(context.begin(), context.end());
+        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
+        const double once = u();
+        for (std::size_t i = 0; i < gamma; ++i) {
+            const Eigen::VectorXf z = model->next_logits(seq);
+            auto col = q.col(static_cast<Eigen::Index>(i));
+            const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, col, once, ws));
+            out.tokens.push_back(x);
+            seq.push_back(x);
+        }
+    }
+};
+
+/// A drafter that takes the most likely token wherever its model is confident (q of the top
+/// token at least 0.8) and samples elsewhere, reporting q in both cases: wrong only where the
+/// draft is confident, which random contexts rarely reach.
+struct confident_greedy_drafter {
+    specdec_test::markov_model* model;
+    specdec::sampling_workspace ws{};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        std::vector<token_id> seq(context.begin(), context.end());
+        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
+        for (std::size_t i = 0; i < gamma; ++i) {
+            const Eigen::VectorXf z = model->next_logits(seq);
+            auto col = q.col(static_cast<Eigen::Index>(i));
+            auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, col, u(), ws));
+            Eigen::Index top = 0;
+            if (col.maxCoeff(&top) >= 0.8f) x = static_cast<token_id>(top);
+            out.tokens.push_back(x);
+            seq.push_back(x);
+        }
+    }
+};
+
+/// A draft model over 64 tokens that is confident only on its own path: after tokens 0..3 the
+/// next token of the cycle 0 -> 1 -> 2 -> 3 -> 0 has logit 6 against 0 for the other 63
+/// (q ≈ 0.86); after any other token every logit is 0 (q = 1/64).
+inline specdec_test::markov_model confident_on_own_path() {
+    auto m = specdec_test::markov_model::random(64, 1, 1);
+    std::fill(m.table.begin(), m.table.end(), 0.0f);
+    for (int t = 0; t < 4; ++t) m.table[static_cast<std::size_t>(t * 64 + (t + 1) % 4)] = 6.0f;  // q ≈ 0.86
+    return m;
+}
+
 /// A drafter with hidden randomness: a generator of its own decides how many tokens to propose.
 struct own_rng_drafter {
     specdec_test::markov_model* model;
