@@ -29,6 +29,26 @@
 
 namespace specdec {
 
+namespace detail {
+
+/// The median of `v` (reordered).
+inline double median_of(std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+}
+
+/// A clock too coarse for the first pass measures 0 for it: then the smallest positive time
+/// measured (or 1 ns), so that the profile is valid.
+inline void floor_first_pass(engine_profile& p) {
+    if (p.target_pass[0] > 0.0) return;
+    double smallest = 0.0;
+    for (const double t : p.target_pass)
+        if (t > 0.0 && (smallest == 0.0 || t < smallest)) smallest = t;
+    p.target_pass[0] = smallest > 0.0 ? smallest : 1e-9;
+}
+
+}  // namespace detail
+
 /// What measure_engine_profile() measures.
 struct profile_measurement {
     /// Target passes over 1 .. max_positions positions are timed (one sequence's γ + 1; the
@@ -67,10 +87,6 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     detail::check_token_range(context, vocab, where, "the context");
 
     using clock = std::chrono::steady_clock;
-    const auto median = [](std::vector<double>& v) {
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-        return v[v.size() / 2];
-    };
     step_workspace ws;
     std::mt19937_64 rng(m.seed);
     const std::size_t gamma = m.max_positions - 1;
@@ -95,7 +111,7 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
         times.push_back(s / static_cast<double>(n));
     }
     engine_profile p;
-    p.draft_step = {median(times)};
+    p.draft_step = {detail::median_of(times)};
 
     // The target passes, over 1 .. 1 + tokens.size() positions (one untimed call first).
     const std::span<const token_id> draft(tokens);
@@ -107,15 +123,9 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
             detail::run_verifier(verifier, context, draft.first(k), ws, vocab);
             times.push_back(detail::seconds_since(t0));
         }
-        p.target_pass.push_back(median(times));
+        p.target_pass.push_back(detail::median_of(times));
     }
-    // A clock too coarse for the first pass: the smallest positive time it measured.
-    if (!(p.target_pass[0] > 0.0)) {
-        double smallest = 0.0;
-        for (const double t : p.target_pass)
-            if (t > 0.0 && (smallest == 0.0 || t < smallest)) smallest = t;
-        p.target_pass[0] = smallest > 0.0 ? smallest : 1e-9;
-    }
+    detail::floor_first_pass(p);
     validate(p, where);
     return p;
 }
@@ -162,12 +172,6 @@ inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
     }
     grid.push_back(max_positions);
     return grid;
-}
-
-/// The median of `v` (reordered).
-inline double median_of(std::vector<double>& v) {
-    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-    return v[v.size() / 2];
 }
 
 }  // namespace detail
@@ -279,13 +283,7 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         const double f = static_cast<double>(total - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
         p.target_pass.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
     }
-    // A clock too coarse for the first pass: the smallest positive time it measured.
-    if (!(p.target_pass[0] > 0.0)) {
-        double smallest = 0.0;
-        for (const double t : p.target_pass)
-            if (t > 0.0 && (smallest == 0.0 || t < smallest)) smallest = t;
-        p.target_pass[0] = smallest > 0.0 ? smallest : 1e-9;
-    }
+    detail::floor_first_pass(p);
     validate(p, where);
     return p;
 }
