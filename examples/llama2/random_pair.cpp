@@ -2,6 +2,7 @@
 // with random weights and the acceptance rate set by hand, on this machine.
 //
 //   specdec-random-pair [--tokens 200] [--batch 1] [--alpha 0.8] [--gamma 4|auto] [--max-gamma 6]
+//                       [--measure-profile FILE | --profile FILE]
 //
 // The models are made in memory by the example engine's own generator (llama2::random_weights):
 // a target at the shape of llama2.c's stories110M and a draft at the shape of stories15M, fixed
@@ -26,10 +27,12 @@
 #include "command_line.hpp"
 #include "controlled_drafter.hpp"
 #include "progress.hpp"
+#include "text_file.hpp"
 #include "trace_json.hpp"
 
 #include <specdec/analysis.hpp>
 #include <specdec/batch_decoder.hpp>
+#include <specdec/measure_profile.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -64,6 +67,8 @@ struct arguments {
     std::size_t max_gamma = 6;
     std::filesystem::path trace;       // --trace: the speculative run's steps (Chrome trace-event JSON)
     std::filesystem::path stats_json;  // --stats-json: the run's summary as JSON
+    std::filesystem::path profile;          // --profile: plan --gamma auto from this engine profile
+    std::filesystem::path measure_profile;  // --measure-profile: measure it first, save it here
 };
 
 /// A CLI11 validator for a whole number in [low, high], naming the bounds in its message.
@@ -113,8 +118,22 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
                    "write the speculative run's steps to FILE in the Chrome trace-event format "
                    "(scripts/trace_report.py makes a page of charts from it)");
     app.add_option("--stats-json", a.stats_json, "write the run's summary to FILE as JSON");
+    app.add_option("--profile", a.profile,
+                   "with --gamma auto: plan every step from this engine profile (written by --measure-profile) "
+                   "instead of timing the run, so that the plan depends on counts only");
+    app.add_option("--measure-profile", a.measure_profile,
+                   "with --gamma auto: measure the pair's engine profile first (specdec::measure_batch_profile: "
+                   "median timings of draft_batch and score_batch calls, outside the timed runs), save it to FILE, "
+                   "and plan from it")
+        ->excludes("--profile");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
     a.adaptive = gamma == "auto";
+    if ((!a.profile.empty() || !a.measure_profile.empty()) && !a.adaptive) {
+        std::fputs("specdec-random-pair: --profile and --measure-profile plan the steps of --gamma auto; add --gamma "
+                   "auto\nRun with --help for more information.\n",
+                   stderr);
+        return 2;
+    }
     a.gamma = a.adaptive ? a.max_gamma : std::stoull(gamma);
     return a;
 }
@@ -189,14 +208,39 @@ specdec::decode_options plain_options(const arguments& a) {
 /// The options of the speculative run, built here and only here. With --trace, every step of
 /// every sequence is recorded (specdec::step_recorder: no I/O, no allocation inside the timed
 /// region) with β estimated at each tested position (the same tokens).
-specdec::decode_options speculative_options(const arguments& a, specdec::step_recorder* trace) {
+specdec::decode_options speculative_options(const arguments& a, specdec::step_recorder* trace,
+                                            const std::optional<specdec::engine_profile>& profile) {
     specdec::decode_options o{
         .step = specdec::chain{.gamma = a.gamma, .estimate_acceptance = trace != nullptr},
         .length = {.policy = a.adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
         .sampling = {.temperature = 0.0f},
         .budget = {.max_new_tokens = a.tokens}};
+    o.length.adaptive.profile = profile;
     if (trace) o.on_step = std::ref(*trace);
     return o;
+}
+
+/// With --measure-profile: the engine profile of the pair measured on the prefilled models
+/// (passes over up to batch · (max_gamma + 1) positions, drafts for up to batch sequences), saved
+/// to the file; with --profile: loaded from it; otherwise none (the policy times the run).
+std::optional<specdec::engine_profile> engine_profile_of(const arguments& a, llama2::batch_transformer& draft_model,
+                                                         llama2::batch_transformer& target,
+                                                         const std::vector<std::vector<token_id>>& prompts) {
+    if (!a.measure_profile.empty()) {
+        const auto p = specdec::measure_batch_profile(
+            draft_model, target, prompts,
+            {.max_positions = a.batch * (a.max_gamma + 1), .max_sequences = a.batch, .draft_tokens = 4, .repeats = 3,
+             .sampling = {.temperature = 0.0f}});
+        llama2::write_text_file(a.measure_profile, specdec::to_text(p));
+        return p;
+    }
+    if (a.profile.empty()) return std::nullopt;
+    const std::string text = llama2::read_text_file(a.profile, "--profile");  // (its errors name the option)
+    try {
+        return specdec::parse_engine_profile(text);
+    } catch (const std::invalid_argument& e) {
+        throw std::invalid_argument("--profile " + a.profile.string() + ": " + e.what());
+    }
 }
 
 plain_run decode_plain(const std::shared_ptr<const llama2::checkpoint>& target_weights,
@@ -223,10 +267,11 @@ speculative_run decode_speculative(const std::shared_ptr<const llama2::checkpoin
     llama2::batch_transformer target(target_weights), draft_model(draft_weights);
     prefill(target, prompts);
     prefill(draft_model, prompts);
+    const auto profile = engine_profile_of(a, draft_model, target, prompts);  // before the timed run
     timed_draft_model timed(draft_model);
     llama2::controlled_drafter<timed_draft_model> drafter(timed, greedy, prompt_length, a.alpha);
     specdec::batch_decoder<llama2::controlled_drafter<timed_draft_model>, llama2::batch_transformer> dec(
-        drafter, target, speculative_options(a, trace));
+        drafter, target, speculative_options(a, trace, profile));
     std::vector<std::size_t> ids;
     std::uint64_t seed = 1;
     for (const auto& p : prompts) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
@@ -321,6 +366,11 @@ void print_report(const report& r) {
         for (std::size_t g = 0; g < st.steps_at_gamma.size(); ++g)
             if (st.steps_at_gamma[g] != 0) std::printf(" %zu:%zu", g, st.steps_at_gamma[g]);
         std::printf(" (of %zu steps)\n", st.steps);
+        if (!a.measure_profile.empty())
+            std::printf("planned from the engine profile measured before the runs, saved to %s\n",
+                        a.measure_profile.string().c_str());
+        else if (!a.profile.empty())
+            std::printf("planned from the engine profile %s\n", a.profile.string().c_str());
     }
     std::printf("measured alpha %.3f (accepted/tested draft tokens, %zu/%zu); accepted/drafted %.3f (%zu/%zu) "
                 "understates alpha: it also counts the drafts after a rejection, which are never tested\n",
