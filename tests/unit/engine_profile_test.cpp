@@ -343,6 +343,10 @@ TEST_CASE("measure_batch_profile times a multi-sequence pair's real calls: draft
     CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, prompts, {.repeats = 0}), Catch::Contains("repeats = 0"));
     CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, std::vector<std::vector<token_id>>{{1, 99}}),
                       Catch::Contains("specdec::measure_batch_profile") && Catch::Contains("99"));
+    // What an adapter throws reaches the caller as it is.
+    v.fail = true;
+    CHECK_THROWS_WITH(specdec::measure_batch_profile(d, v, prompts, {.max_positions = 4, .max_sequences = 2}),
+                      "multi-sequence pass failed");
 }
 
 namespace {
