@@ -35,7 +35,7 @@
 ///    their h_i. Subtrees visited with weight 0 are skipped (they fail with certainty), so no row
 ///    below them is read.
 ///
-/// Where it runs: on the verification core (detail/tree_scheme.inc, compiled per instruction
+/// Where it runs: on the verification core (detail/tree_verification.inc, compiled per instruction
 /// set beside block verification and dispatched as it is). Each visited node's target row is
 /// read once, by the exp pass of the bound; a child's weight is then one multiplication; only a
 /// rejected child costs another pass (over the level's weights and its draft column), and the

@@ -74,7 +74,7 @@ struct verify_buffers {
 
 /// The storage behind specdec::tree_verify_workspace: per level of the tree's recursion the
 /// weights of its measure (one column of V floats), their block sums, their factor and their
-/// sum (see detail/tree_scheme.inc); the children lists and per-node draft factors of the tree
+/// sum (see detail/tree_verification.inc); the children lists and per-node draft factors of the tree
 /// being verified; the result of the last verification.
 struct tree_buffers {
     std::vector<std::int32_t> first_child, next_sibling;  ///< indexed by node + 1 (0: the root)
