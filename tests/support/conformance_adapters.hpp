@@ -116,6 +116,22 @@ private:
     std::shared_ptr<std::vector<std::uint64_t>> states_;
 };
 
+/// The loop the broken drafters below share: for each of `gamma` positions, the model's logits
+/// after the context and the tokens drafted so far, and `pick(i, z, column i of q)`, which writes
+/// the reported q into the column and returns the drafted token.
+template <class Pick>
+void draft_positions(specdec_test::markov_model& model, std::span<const token_id> context, std::size_t gamma,
+                     specdec::draft_block& out, Pick&& pick) {
+    std::vector<token_id> seq(context.begin(), context.end());
+    auto& q = out.resize_probs(model.vocab, static_cast<Eigen::Index>(gamma));
+    for (std::size_t i = 0; i < gamma; ++i) {
+        const Eigen::VectorXf z = model.next_logits(seq);
+        const token_id x = pick(i, z, q.col(static_cast<Eigen::Index>(i)));
+        out.tokens.push_back(x);
+        seq.push_back(x);
+    }
+}
+
 /// A drafter that applies the temperature twice to the logits it samples from (T^2), and once to
 /// the distributions it reports: "the draft distribution is not the one the tokens were drawn
 /// from". Harmless at temperature 1, wrong at any other.
@@ -125,18 +141,13 @@ struct tempered_drafter {
     std::ptrdiff_t vocab_size() const { return model->vocab; }
     void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
                specdec::uniform_source& u, specdec::draft_block& out) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
         Eigen::VectorXf sampled(model->vocab);
         specdec::sampling_config hot = s;
         hot.temperature = s.temperature * s.temperature;
-        for (std::size_t i = 0; i < gamma; ++i) {
-            const Eigen::VectorXf z = model->next_logits(seq);
-            specdec::standardize(z, s, q.col(static_cast<Eigen::Index>(i)), ws);
-            const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, hot, sampled, u(), ws));
-            out.tokens.push_back(x);
-            seq.push_back(x);
-        }
+        draft_positions(*model, context, gamma, out, [&](std::size_t, const Eigen::VectorXf& z, auto col) {
+            specdec::standardize(z, s, col, ws);
+            return static_cast<token_id>(specdec::standardize_and_sample(z, hot, sampled, u(), ws));
+        });
     }
 };
 
@@ -148,17 +159,13 @@ struct shifted_columns_drafter {
     std::ptrdiff_t vocab_size() const { return model->vocab; }
     void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
                specdec::uniform_source& u, specdec::draft_block& out) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
         Eigen::VectorXf p(model->vocab), prev(model->vocab);
-        for (std::size_t i = 0; i < gamma; ++i) {
-            const Eigen::VectorXf z = model->next_logits(seq);
+        draft_positions(*model, context, gamma, out, [&](std::size_t i, const Eigen::VectorXf& z, auto col) {
             const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, p, u(), ws));
-            q.col(static_cast<Eigen::Index>(i)) = i == 0 ? p : prev;
+            col = i == 0 ? p : prev;
             prev = p;
-            out.tokens.push_back(x);
-            seq.push_back(x);
-        }
+            return x;
+        });
     }
 };
 
@@ -172,16 +179,10 @@ struct same_uniform_drafter {
     std::ptrdiff_t vocab_size() const { return model->vocab; }
     void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
                specdec::uniform_source& u, specdec::draft_block& out) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
         const double once = u();
-        for (std::size_t i = 0; i < gamma; ++i) {
-            const Eigen::VectorXf z = model->next_logits(seq);
-            auto col = q.col(static_cast<Eigen::Index>(i));
-            const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, col, once, ws));
-            out.tokens.push_back(x);
-            seq.push_back(x);
-        }
+        draft_positions(*model, context, gamma, out, [&](std::size_t, const Eigen::VectorXf& z, auto col) {
+            return static_cast<token_id>(specdec::standardize_and_sample(z, s, col, once, ws));
+        });
     }
 };
 
@@ -194,17 +195,11 @@ struct confident_greedy_drafter {
     std::ptrdiff_t vocab_size() const { return model->vocab; }
     void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
                specdec::uniform_source& u, specdec::draft_block& out) {
-        std::vector<token_id> seq(context.begin(), context.end());
-        auto& q = out.resize_probs(model->vocab, static_cast<Eigen::Index>(gamma));
-        for (std::size_t i = 0; i < gamma; ++i) {
-            const Eigen::VectorXf z = model->next_logits(seq);
-            auto col = q.col(static_cast<Eigen::Index>(i));
-            auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, col, u(), ws));
+        draft_positions(*model, context, gamma, out, [&](std::size_t, const Eigen::VectorXf& z, auto col) {
+            const auto x = static_cast<token_id>(specdec::standardize_and_sample(z, s, col, u(), ws));
             Eigen::Index top = 0;
-            if (col.maxCoeff(&top) >= 0.8f) x = static_cast<token_id>(top);
-            out.tokens.push_back(x);
-            seq.push_back(x);
-        }
+            return col.maxCoeff(&top) >= 0.8f ? static_cast<token_id>(top) : x;
+        });
     }
 };
 
