@@ -115,9 +115,9 @@ struct gof_result {
                                                 const std::vector<double>& probs, double min_expected = 5.0) {
     constexpr const char* where = "specdec::testing::chi_square_test";
     if (counts.size() != probs.size())
-        detail::fail_invalid(where, ": counts has ", counts.size(), " cells but probs has ", probs.size());
+        specdec::detail::fail_invalid(where, ": counts has ", counts.size(), " cells but probs has ", probs.size());
     gof_result r;
-    r.samples = detail::add_counts(0, counts, where, "the counts");
+    r.samples = specdec::detail::add_counts(0, counts, where, "the counts");
     const double n = static_cast<double>(r.samples);
     double pooled_expected = 0.0, pooled_observed = 0.0, pooled_prob = 0.0;
     for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -169,12 +169,12 @@ struct gof_result {
                                                            double min_expected = 5.0) {
     constexpr const char* where = "specdec::testing::chi_square_two_sample_test";
     if (a.size() != b.size())
-        detail::fail_invalid(where, ": a has ", a.size(), " cells but b has ", b.size());
+        specdec::detail::fail_invalid(where, ": a has ", a.size(), " cells but b has ", b.size());
     gof_result r;
     // Counted exactly in integers (a double total converted back is undefined from 2^64 on,
     // and rounds up to 2^64 just below it).
-    r.samples = detail::add_counts(detail::add_counts(0, a, where, "the counts of a and b"), b, where,
-                                   "the counts of a and b");
+    r.samples = specdec::detail::add_counts(specdec::detail::add_counts(0, a, where, "the counts of a and b"), b,
+                                            where, "the counts of a and b");
     double na = 0.0, nb = 0.0;
     for (std::size_t i = 0; i < a.size(); ++i) {
         na += static_cast<double>(a[i]);
