@@ -134,6 +134,36 @@ TEST_CASE("scores shifted by one position are flagged as such", "[conformance]")
     CHECK(contains(e.failure, "law of the first 5 tokens differs"));
 }
 
+namespace {
+/// A target whose batched pass allows token 0 where its next_logits (what plain sampling reads)
+/// never gives it: speculative decoding then emits sequences of probability 0 under the target.
+struct forbids_token_zero_when_plain {
+    cached_model model{5, 11};
+    std::ptrdiff_t vocab_size() const { return model.vocab_size(); }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        Eigen::VectorXf z = model.next_logits(context);
+        z[0] = -std::numeric_limits<float>::infinity();
+        return z;
+    }
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        return model.score(context, draft);
+    }
+};
+}  // namespace
+
+TEST_CASE("a sequence the target never generates fails the equivalence check with an infinite statistic",
+          "[conformance]") {
+    forbids_token_zero_when_plain broken;
+    cached_model draft(5, 12);
+    const auto e = kit::check_equivalence(draft, broken, small_options());
+    INFO(e);
+    CHECK_FALSE(e);
+    CHECK(contains(e.failure, "never generates (probability 0)"));
+    CHECK(std::isinf(e.statistic));
+    CHECK(e.p_value == 0.0);
+    CHECK(contains(e.ran, "of probability 0 under the target"));
+}
+
 TEST_CASE("copies that share their cache are flagged as such", "[conformance]") {
     cached_model broken(5, 11, bug::shared_cache);
     const auto r = kit::check_contract(broken, small_options());

@@ -263,8 +263,10 @@ private:
                 r_.passed = false;
                 r_.failure = config + ": speculative decoding generated " + tokens_text(x) +
                              ", a sequence that plain sampling from the target never generates (probability 0)";
-                r_.statistic = std::numeric_limits<double>::infinity();
+                worst_stat_ = std::numeric_limits<double>::infinity();  // what run() reports
                 worst_p_ = 0.0;
+                ran_ << (tests_ > 0 ? "; " : "") << config << ": " << n
+                     << " sequences, the last of probability 0 under the target";
                 break;
             }
             ++counts[c];
