@@ -54,15 +54,26 @@ flags=(-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undef
        -fno-sanitize-recover=all -I include -I examples -isystem /usr/include/eigen3)
 
 mkdir -p "$out"
+# Builds SPECDEC_FUZZ_JOBS harnesses at a time (default: the machine's processors).
+jobs=${SPECDEC_FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
+pids=()
 for h in "${harnesses[@]}"; do
   bin="$out/$h"
   # Rebuild when the harness or anything it includes is newer than the binary.
   if [ ! -x "$bin" ] || [ -n "$(find tests/fuzz/"$h".cpp tests/fuzz/fuzz_common.hpp include examples/llama2 \
         -newer "$bin" -name '*.[hc]pp' -print -quit)" ]; then
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 1; done
     echo "fuzz.sh: building $h"
-    "$cxx" "${flags[@]}" "tests/fuzz/$h.cpp" -o "$bin"
+    { "$cxx" "${flags[@]}" "tests/fuzz/$h.cpp" -o "$bin.tmp" && mv -f "$bin.tmp" "$bin"; } &
+    pids+=($!)
   fi
 done
+build_failed=0
+for pid in "${pids[@]}"; do wait "$pid" || build_failed=1; done
+if [ $build_failed -ne 0 ]; then
+  echo "fuzz.sh: a harness failed to build (its compiler messages are above)" >&2
+  exit 2
+fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:symbolize=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

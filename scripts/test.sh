@@ -6,9 +6,9 @@
 #     clang++-14 is installed). Skip them with SPECDEC_SKIP_SANITIZERS=1.
 #  2. The release preset (optimized, warnings as errors, the compiler's baseline instruction
 #     set), last, so that its summary ends the output. The hot core dispatches at run time, so
-#     this one build holds every path: ctest runs the unit and distribution tests once per path
-#     ("portable: ", "avx2: ", "avx512: " before each name) and reports a path this CPU cannot
-#     run as skipped.
+#     this one build holds every path: ctest runs the unit tests once per path ("portable: ",
+#     "avx2: ", "avx512: " before each name) and reports a path this CPU cannot run as skipped;
+#     the distribution suites run on the portable path and on this CPU's best ("best: ").
 # Model-based tests use the folder in SPECDEC_MODELS_DIR, or ../shared/models beside the
 # checkout when it exists; without one they skip with a message.
 #
@@ -46,11 +46,23 @@ if [ -z "${SPECDEC_MODELS_DIR:-}" ] && [ -d ../shared/models ]; then
 fi
 export SPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR:-}"
 
+# Each stage's wall time is printed after it, and all of them before the release summary.
+stage_times=()
+timed() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  stage_times+=("$name: $((SECONDS - start)) s")
+  echo "== $name: $((SECONDS - start)) s =="
+}
 if [ "${SPECDEC_SKIP_SANITIZERS:-0}" != 1 ]; then
-  bash scripts/sanitize.sh
+  timed "sanitizers: address + undefined behaviour" bash scripts/sanitize.sh asan
+  timed "sanitizers: threads" bash scripts/sanitize.sh tsan
+  timed "sanitizers: fuzz harnesses" bash scripts/sanitize.sh fuzz
 fi
 
 echo "== release build: the whole suite =="
 cmake --preset release -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}"
-cmake --build --preset release
+timed "release build" cmake --build --preset release
+echo "== stage times: ${stage_times[*]/%/;} =="
 ctest --preset release

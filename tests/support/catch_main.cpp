@@ -4,7 +4,8 @@
 // `--specdec-isa=portable|avx2|avx512` (or SPECDEC_TEST_ISA in the environment) pins the hot
 // core to that instruction set (specdec::force_isa) before any test runs, so one build tests
 // every path; when this CPU cannot run it, the program prints why and exits with 77, which
-// ctest reports as a skip. Unset, the core runs the best path this CPU has.
+// ctest reports as a skip. Unset, the core runs the best path this CPU has. `best` pins that
+// best path, and is reported as a skip where it is the portable one (which "portable: " runs).
 // `--specdec-exit-on-skip`: a test that cannot run here exits with 77 (support/skip.hpp).
 // ctest passes both as arguments (tests/CMakeLists.txt): Catch2's test discovery keeps only the
 // first of several environment variables, and arguments reach the process intact. Both are
@@ -36,10 +37,17 @@ int main(int argc, char* argv[]) {
             rest.push_back(argv[i]);
         }
     }
+    if (name != nullptr && std::string_view(name) == "best") {
+        if (specdec::best_isa() == specdec::isa::portable) {
+            std::printf("skipped: the best path here is the portable one, which its own run covers\n");
+            return 77;
+        }
+        name = specdec::isa_name(specdec::best_isa());
+    }
     if (name != nullptr && *name != '\0') {
         const auto chosen = specdec::parse_isa(name);
         if (!chosen) {
-            std::fprintf(stderr, "SPECDEC_TEST_ISA = %s is not one of portable, avx2, avx512\n", name);
+            std::fprintf(stderr, "SPECDEC_TEST_ISA = %s is not one of portable, avx2, avx512, best\n", name);
             return 2;
         }
         if (!specdec::isa_supported(*chosen)) {
