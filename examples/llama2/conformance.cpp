@@ -5,7 +5,9 @@
 //   specdec-conformance --models DIR
 //   specdec-conformance --target stories260K.bin --draft llama2xs_tok512_279K.bin --tokenizer tok512.bin
 //   specdec-conformance --models DIR --drafter early-exit:2 --samples 20000
+//   specdec-conformance --models DIR --thorough   (16x the draft blocks, 8x the sequences)
 //   specdec-conformance --models DIR --power      (measures what the equivalence check detects)
+//   specdec-conformance --models DIR --power-draft [--thorough]   (what the draft check detects)
 //   specdec-conformance --models DIR --max-context 200 --min-acceptance 0.5
 //
 // Checks: the engine's contract (score() against a fresh engine's next_logits, after rollbacks,
@@ -45,8 +47,9 @@ struct arguments {
     std::string prompt = "Once upon a time";
     std::string drafter = "model";
     specdec::testing::conformance_options kit{};
-    bool power = false;
+    bool power = false, power_draft = false, thorough = false;
     std::size_t power_runs = 20;
+    std::vector<double> power_distances;  // --power-distances (empty: each measurement's own list)
     std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
     std::size_t batch = 0;          // --batch: sequences per pass of the multi-sequence contract (0: off)
     double min_acceptance = 0.0;    // --min-acceptance: fail below this measured acceptance
@@ -119,9 +122,23 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_flag("--power", a.power,
                  "instead of the checks: how often the equivalence test (token verification, temperature 1) "
                  "detects first-token laws at known total-variation distances");
-    app.add_option("--power-runs", a.power_runs, "runs per distance of --power")->capture_default_str();
+    app.add_flag("--power-draft", a.power_draft,
+                 "instead of the checks: how often the draft check (temperature 1) detects a drafter that samples "
+                 "after moving a fraction of q's mass from its likeliest token to the second (reporting q)");
+    app.add_option("--power-runs", a.power_runs, "runs per distance of --power and --power-draft")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
+    app.add_option("--power-distances", a.power_distances,
+                   "the distances --power (total variation) or --power-draft (mass moved) measures, e.g. "
+                   "0,0.01,0.02")
+        ->delimiter(',')
+        ->check(CLI::Range(0.0, 1.0));
+    app.add_flag("--thorough", a.thorough,
+                 "the thorough budget (specdec::testing::thorough): 16x the draft blocks, 8x the sequences, 4x the "
+                 "contexts of the defaults (or more, where set higher)");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
 
+    if (a.thorough) k = specdec::testing::thorough(k);
     if (!a.tree.empty()) k.decode.step = specdec::tree{.shape = {.branching = a.tree}};
     if (a.batch > 0) k.batch = a.batch;
     if (scheme == "token") k.schemes = {specdec::verification_scheme::token};
@@ -195,7 +212,10 @@ int measure_power(llama2::transformer& target, llama2::transformer& draft_model,
                 static_cast<long>(top), first[static_cast<std::size_t>(top)], static_cast<long>(rare),
                 first[static_cast<std::size_t>(rare)], first[static_cast<std::size_t>(top)]);
     std::printf("%-10s %-22s %-22s\n", "TV", "onto the likeliest", "onto a rare token");
-    for (const double tv : {0.0, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05}) {
+    const std::vector<double> distances = a.power_distances.empty()
+                                              ? std::vector<double>{0.0, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05}
+                                              : a.power_distances;
+    for (const double tv : distances) {
         std::printf("%-10g", tv);
         for (const Eigen::Index to : {top, rare}) {
             if (tv > 1.0 - first[static_cast<std::size_t>(to)]) {
@@ -212,6 +232,80 @@ int measure_power(llama2::transformer& target, llama2::transformer& draft_model,
             std::fflush(stdout);
         }
         std::printf("\n");
+    }
+    return 0;
+}
+
+/// A drafter over the draft engine that draws each token after moving `moved` of q's mass from
+/// its likeliest token to the second likeliest, and reports q itself: a draft whose law is off by
+/// a total variation of `moved` per position (0: a right drafter, sampling from the q it reports).
+struct mass_moving_drafter {
+    llama2::transformer* engine;
+    double moved;
+    specdec::sampling_workspace ws{};
+    Eigen::VectorXf law{};
+    std::ptrdiff_t vocab_size() const { return engine->vocab_size(); }
+    void draft(std::span<const specdec::token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        std::vector<specdec::token_id> seq(context.begin(), context.end());
+        auto& q = out.resize_probs(vocab_size(), static_cast<Eigen::Index>(gamma));
+        for (std::size_t i = 0; i < gamma; ++i) {
+            auto col = q.col(static_cast<Eigen::Index>(i));
+            specdec::standardize(engine->next_logits(seq), s, col, ws);
+            law = col;
+            Eigen::Index first = 0, second = 0;
+            law.maxCoeff(&first);
+            const float top = law[first];
+            law[first] = -1.0f;
+            law.maxCoeff(&second);
+            law[first] = top;
+            const auto m = static_cast<float>(std::min<double>(moved, top));
+            law[first] -= m;
+            law[second] += m;
+            // The inverse of the moved law's CDF at a uniform.
+            const double v = u();
+            double below = 0.0;
+            Eigen::Index x = 0;
+            for (Eigen::Index y = 0; y < law.size(); ++y) {
+                if (law[y] <= 0.0f) continue;
+                x = y;
+                below += law[y];
+                if (v < below) break;
+            }
+            out.tokens.push_back(static_cast<specdec::token_id>(x));
+            seq.push_back(static_cast<specdec::token_id>(x));
+        }
+    }
+};
+
+/// --power-draft: detection rates of the draft check (temperature 1, the budget of the options:
+/// the defaults, or --thorough) for drafters that move a fraction of q's mass between the two
+/// likeliest tokens; the row of 0 counts false alarms of a right drafter.
+int measure_draft_power(llama2::transformer& draft_model, const arguments& a) {
+    auto o = a.kit;
+    o.samplings = {specdec::sampling_config{}};
+    std::printf("power of the draft check (temperature 1): up to %zu blocks of %zu tokens per run (sequential: %s), "
+                "%zu contexts, significance %g per test; detections in %zu runs with different seeds\n",
+                o.draft_blocks, o.gamma, o.sequential ? "yes" : "no", o.draft_contexts, o.significance, a.power_runs);
+    std::printf("%-12s %-12s %-16s %-12s\n", "mass moved", "detected", "mean blocks", "mean seconds");
+    const std::vector<double> distances =
+        a.power_distances.empty() ? std::vector<double>{0.0, 0.005, 0.01, 0.02, 0.03} : a.power_distances;
+    for (const double moved : distances) {
+        std::size_t detected = 0;
+        double blocks = 0.0, seconds = 0.0;
+        for (std::size_t r = 0; r < a.power_runs; ++r) {
+            mass_moving_drafter d{&draft_model, moved};
+            o.seed = 1000 + r;
+            const auto rep = specdec::testing::check_draft_consistency(d, o);
+            if (!rep) ++detected;
+            blocks += std::stod(rep.ran.substr(0, rep.ran.find(' ')));
+            seconds += rep.seconds;
+        }
+        const auto runs = static_cast<double>(a.power_runs);
+        std::printf("%-12g %-12s %-16.0f %-12.2f\n", moved,
+                    (std::to_string(detected) + "/" + std::to_string(a.power_runs)).c_str(), blocks / runs,
+                    seconds / runs);
+        std::fflush(stdout);
     }
     return 0;
 }
@@ -255,6 +349,11 @@ int main(int argc, char** argv) {
         if (a.power) {
             if (!draft_model) throw std::invalid_argument("--power needs a draft model (--drafter model or early-exit:K)");
             return measure_power(target, *draft_model, a);
+        }
+        if (a.power_draft) {
+            if (!draft_model)
+                throw std::invalid_argument("--power-draft needs a draft model (--drafter model or early-exit:K)");
+            return measure_draft_power(*draft_model, a);
         }
 
         specdec::testing::conformance_report report;

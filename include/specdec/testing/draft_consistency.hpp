@@ -90,30 +90,51 @@ struct as_block_drafter<D> {
 };
 
 /// The χ² test of uniformity of each row of `counts` (randomized PIT values binned, one row per
-/// draft position or tree depth), skipping rows with fewer than 5 draws per cell; counts the
-/// tests made and keeps the smallest p-value (and its statistic). Returns the first row whose
-/// p-value is below `significance` and its test, or a row index of counts.size() when none is.
+/// draft position or tree depth), skipping rows with fewer than 5 draws per cell. Returns the
+/// first row whose p-value is below `level` and its test (a row index of counts.size() when none
+/// is), how many rows were tested, and the smallest p-value with its statistic.
 struct pit_rows_outcome {
     std::size_t failed_row = 0;
     gof_result test{};
     std::size_t draws = 0;
+    std::size_t tests = 0;
+    double smallest_p = 1.0, its_statistic = 0.0;
 };
 inline pit_rows_outcome test_pit_rows(const std::vector<std::vector<std::size_t>>& counts, std::size_t bins,
-                                      double significance, std::size_t& tests, double& worst_p, double& worst_stat) {
+                                      double level) {
     const std::vector<double> uniform(bins, 1.0 / static_cast<double>(bins));
+    pit_rows_outcome out;
+    out.failed_row = counts.size();
     for (std::size_t i = 0; i < counts.size(); ++i) {
         std::size_t n = 0;
         for (auto c : counts[i]) n += c;
         if (n < 5 * bins) continue;  // too few draws in this row for the χ² approximation
         const auto g = chi_square_test(counts[i], uniform);
-        ++tests;
-        if (g.p_value < worst_p) {
-            worst_p = g.p_value;
-            worst_stat = g.statistic;
+        ++out.tests;
+        if (g.p_value < out.smallest_p) {
+            out.smallest_p = g.p_value;
+            out.its_statistic = g.statistic;
         }
-        if (g.p_value < significance) return {i, g, n};
+        if (g.p_value < level) {
+            out.failed_row = i;
+            out.test = g;
+            out.draws = n;
+            return out;
+        }
     }
-    return {counts.size(), {}, 0};
+    return out;
+}
+
+/// The rows of `counts` and, last, their sum: the PIT values of every position (or depth)
+/// together, as many draws as all the rows (each value is uniform given the ones before it in
+/// its block for a right drafter, so together they are independent uniforms).
+inline std::vector<std::vector<std::size_t>> with_pooled_row(std::vector<std::vector<std::size_t>> counts) {
+    if (counts.size() < 2) return counts;
+    std::vector<std::size_t> all(counts.front().size(), 0);
+    for (const auto& row : counts)
+        for (std::size_t b = 0; b < row.size(); ++b) all[b] += row[b];
+    counts.push_back(std::move(all));
+    return counts;
 }
 
 /// How the χ² test of draft consistency failed, in words: too many draws in the first cells (of
@@ -125,6 +146,46 @@ inline std::string pit_direction(const std::vector<std::size_t>& counts) {
                  "temperature than the one reported?)"
                : "the drafted tokens are more spread out than q says (drawn at a higher temperature than the one "
                  "reported, or from another position's q?)";
+}
+
+/// How often the drafted token is the likeliest of its reported q, against how often q says it
+/// is: for a right drafter each draw is a Bernoulli trial of probability q(top) given the draws
+/// before it, so the count minus the sum of those probabilities, over the square root of the sum
+/// of their variances, is standard normal in the limit (a martingale central limit theorem). The
+/// test most sensitive to a fault that moves mass to or from the likeliest token (a temperature,
+/// top-k or top-p applied when sampling and not when reporting, a sampler that favours the
+/// argmax, mass moved between the two likeliest tokens), which the χ² tests of binned PIT values
+/// spread over many cells.
+struct top_token_tally {
+    double hits = 0.0, expected = 0.0, variance = 0.0;
+    std::size_t draws = 0;
+
+    /// One draw: whether the token was the likeliest, and the probability q gave that token.
+    void add(bool hit, double p_top) {
+        hits += hit ? 1.0 : 0.0;
+        expected += p_top;
+        variance += p_top * (1.0 - p_top);
+        ++draws;
+    }
+    /// Enough variance for the normal approximation at small levels.
+    bool testable() const { return variance >= 25.0; }
+    double z() const { return (hits - expected) / std::sqrt(variance); }
+    /// Two-sided p-value of the z statistic.
+    double p_value() const { return std::erfc(std::abs(z()) / std::sqrt(2.0)); }
+    /// The failure in words.
+    std::string text() const {
+        const double n = static_cast<double>(draws);
+        return "the drafted token is the likeliest of its reported q in " + number(100.0 * hits / n) +
+               "% of " + std::to_string(draws) + " draws, where q gives the likeliest token " +
+               number(100.0 * expected / n) + "% on average (z = " + number(z()) + ", p = " + number(p_value());
+    }
+};
+
+/// The likeliest token of `law` (the first, on ties) and its probability under `scale` · law.
+inline std::pair<Eigen::Index, double> likeliest(const Eigen::Ref<const Eigen::VectorXf>& law, double scale) {
+    Eigen::Index top = 0;
+    const double p = scale * static_cast<double>(law.maxCoeff(&top));
+    return {top, std::clamp(p, 0.0, 1.0)};
 }
 
 /// Cells per position of the joint test of two consecutive draft positions (4 x 4 cells).
@@ -221,9 +282,72 @@ protected:
         return false;
     }
 
-    /// test_pit_rows at the options' significance, tallied in this check's counts.
-    pit_rows_outcome test_rows(const std::vector<std::vector<std::size_t>>& counts, std::size_t cells) {
-        return test_pit_rows(counts, cells, o_.significance, tests_, worst_p_, worst_stat_);
+    /// How the tests were made, for the report: "" for one test at the budget.
+    std::string sequential_text() const {
+        return o_.sequential ? ", each at significance / " + std::to_string(sequential_plan::max_looks) +
+                                   " after each sequential look"
+                             : std::string();
+    }
+
+    /// The sequential plan of a config's draws (conformance_options::sequential).
+    sequential_plan plan() const { return {o_.draft_blocks, o_.sequential, o_.significance}; }
+
+    /// test_pit_rows at the plan's level; keeps the smallest p-value, and counts the rows tested
+    /// into `look_tests` (the tests of a config are those of its last look: rows only gain draws).
+    pit_rows_outcome test_rows(const std::vector<std::vector<std::size_t>>& counts, std::size_t cells,
+                               std::size_t& look_tests) {
+        const auto out = test_pit_rows(counts, cells, plan().level());
+        look_tests += out.tests;
+        if (out.smallest_p < worst_p_) {
+            worst_p_ = out.smallest_p;
+            worst_stat_ = out.its_statistic;
+        }
+        return out;
+    }
+
+    /// The top-token test (top_token_tally) of a config's draws at one look, when testable: fails
+    /// naming `subject` and `config`; returns its p-value (1 when not testable) and counts it.
+    double test_top_token(const top_token_tally& t, const std::string& subject, const std::string& config,
+                          std::size_t& look_tests) {
+        if (!t.testable()) return 1.0;
+        ++look_tests;
+        const double p = t.p_value();
+        if (p < worst_p_) {
+            worst_p_ = p;
+            worst_stat_ = t.z() * t.z();
+        }
+        if (p < plan().level())
+            fail(subject + ", " + config + ": " + t.text() + " < " + plan().level_text() +
+                 "): the tokens are not drawn from the reported q (" +
+                 (t.hits < t.expected ? "too few" : "too many") +
+                 " draws of the likeliest token: a temperature, top-k or top-p applied when sampling and not "
+                 "when reporting q, or the reverse, or mass moved to or from the likeliest token)");
+        return p;
+    }
+
+    /// The draws of one config: `draw(k)` for k = 0, 1, ... and `test()` (which returns the
+    /// look's smallest p-value and the number of tests it made) after each look of the plan, until
+    /// a test fails or the plan stops; the config's tests are counted once, at its last look.
+    template <class Draw, class Test>
+    void run_looks(Draw&& draw, Test&& test) {
+        const sequential_plan p = plan();
+        std::size_t k = 0, config_tests = 0;
+        for (std::size_t look = p.first(); r_.passed; ++look) {
+            for (; k < p.draws(look) && r_.passed; ++k) draw(k);
+            if (!r_.passed) break;
+            config_tests = 0;
+            const double smallest_p = test(config_tests);
+            if (!r_.passed || !p.go_on(look, smallest_p)) break;
+        }
+        tests_ += config_tests;
+    }
+
+    /// The context of draw k: context by context (a drafter with a cache then recomputes only
+    /// the draft positions), once around the contexts per budget.
+    template <class Contexts>
+    const auto& context_of(const Contexts& contexts, std::size_t k) const {
+        const std::size_t budget = std::max<std::size_t>(o_.draft_blocks, 1);
+        return contexts[(k % budget) * contexts.size() / budget];
     }
 
     /// The report, with the worst test, the false-alarm rate and what was run.
@@ -269,8 +393,10 @@ public:
             std::to_string(contexts_.size()) + " contexts, " + std::to_string(o_.samplings.size()) +
             " sampling configs (" + std::to_string(own_contexts(o_)) + " contexts from the drafter's own samples); " +
             std::to_string(tested_tokens_) + " tokens tested against their reported q (" +
-            std::to_string(tests_ - joint_tests_) + " chi-square tests, one per position and config, " +
-            std::to_string(o_.pit_bins) + " cells each; " + std::to_string(joint_tests_) +
+            std::to_string(tests_ - joint_tests_) + " tests: chi-square, one per position and config and one of all "
+            "positions together, " + std::to_string(o_.pit_bins) + " cells each, and of the likeliest token's "
+            "frequency per config" + sequential_text() + "; " +
+            std::to_string(joint_tests_) +
             " of consecutive positions' joint law, " + std::to_string(joint_bins * joint_bins) + " cells each)" +
             (point_blocks_ ? "; " + std::to_string(point_blocks_) + " point-mass blocks checked for determinism"
                            : ""));
@@ -284,28 +410,31 @@ private:
         blocks_of_.draft(std::span<const token_id>(c), gamma_, s, u, out);
     }
 
-    /// `o.draft_blocks` blocks at sampling config s, each token's PIT value binned by position
-    /// (and with the position before it, jointly); then the χ² tests of the config.
+    /// Blocks at sampling config s (`o.draft_blocks`, or as the sequential plan says), each
+    /// token's PIT value binned by position (and with the position before it, jointly); the χ²
+    /// tests of the config after each look.
     void test_config(const sampling_config& s) {
         const std::string config = sampling_text(s);
         counts_t counts(gamma_, std::vector<std::size_t>(bins(), 0));
+        top_ = {};
         // The PIT values of positions i and i + 1 of a block, binned jointly (joint_bins² cells).
         counts_t pairs(gamma_ > 1 ? gamma_ - 1 : 0, std::vector<std::size_t>(joint_bins * joint_bins, 0));
         std::map<std::vector<token_id>, std::vector<token_id>> point_drafts;  // context -> tokens
-        for (std::size_t k = 0; k < o_.draft_blocks && r_.passed; ++k) {
-            // Context by context, so that a drafter with a cache recomputes only the draft positions.
-            const auto& c = contexts_[k * contexts_.size() / o_.draft_blocks];
+        const auto draw = [&](std::size_t k) {
+            const auto& c = context_of(contexts_, k);
             uniform_source u(rng_);
             draft(c, s, u, block_);
             ++blocks_;
             const std::string where = "block " + std::to_string(k + 1) + " after " + tokens_text(c) + ", " + config;
-            if (!tokens_in_range(where)) break;
+            if (!tokens_in_range(where)) return;
             if (!block_.has_distributions())
                 check_point_block(c, point_drafts, where);
             else if (distributions_shaped(where))
                 test_tokens(counts, pairs, where);
-        }
-        if (r_.passed) test_counts(counts, pairs, config);
+        };
+        run_looks(draw, [&](std::size_t& tests) { return test_counts(counts, pairs, config, tests); });
+        joint_tests_ += last_joint_tests_;
+        last_joint_tests_ = 0;
     }
 
     /// At most γ tokens, each in the vocabulary.
@@ -366,43 +495,53 @@ private:
             const double v = uniform01(rng_);
             const double pit = randomized_pit(col, scale, x, v);
             ++counts[i][cell_of(pit)];
+            const auto [top, p_top] = likeliest(col, scale);
+            top_.add(top == x, p_top);
             if (i > 0) ++pairs[i - 1][joint_cell(previous_pit, pit)];
             previous_pit = pit;
             ++tested_tokens_;
         }
     }
 
-    /// The χ² tests of a config: each position's PIT values; then, when those pass, the joint law
-    /// of consecutive positions.
-    void test_counts(const counts_t& counts, const counts_t& pairs, const std::string& config) {
-        const auto t = test_rows(counts, bins());
-        if (const std::size_t i = t.failed_row; i < counts.size()) {
+    /// The χ² tests of a config at one look: each position's PIT values and all positions'
+    /// together; then, when those pass, the joint law of consecutive positions. Returns the
+    /// smallest p-value of the look; adds the look's tests to `tests`.
+    double test_counts(const counts_t& counts, const counts_t& pairs, const std::string& config, std::size_t& tests) {
+        last_joint_tests_ = 0;
+        const counts_t rows = with_pooled_row(counts);
+        const auto t = test_rows(rows, bins(), tests);
+        if (const std::size_t i = t.failed_row; i < rows.size()) {
             const auto& g = t.test;
-            fail("draft position " + std::to_string(i) + ", " + config + ": the tokens are not distributed as the "
-                 "reported q (chi2 = " + number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) +
-                 ", p = " + number(g.p_value) + " < " + number(o_.significance) + " over " + std::to_string(t.draws) +
-                 " tokens): " + pit_direction(counts[i]));
-            return;
+            fail((i < counts.size() ? "draft position " + std::to_string(i) : std::string("all draft positions together")) +
+                 ", " + config + ": the tokens are not distributed as the reported q (chi2 = " + number(g.statistic) +
+                 ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
+                 plan().level_text() + " over " + std::to_string(t.draws) + " tokens): " + pit_direction(rows[i]));
+            return t.smallest_p;
         }
-        const std::size_t before = tests_;
-        const auto j = test_rows(pairs, joint_bins * joint_bins);
-        joint_tests_ += tests_ - before;
+        const double top_p = test_top_token(top_, "all draft positions together", config, tests);
+        if (!r_.passed) return std::min(t.smallest_p, top_p);
+        std::size_t joint = 0;
+        const auto j = test_rows(pairs, joint_bins * joint_bins, joint);
+        tests += joint;
+        last_joint_tests_ = joint;
         if (const std::size_t i = j.failed_row; i < pairs.size())
             fail("draft positions " + std::to_string(i) + " and " + std::to_string(i + 1) + ", " + config +
                  ": each position's tokens follow its reported q, but the two positions are not drawn independently "
                  "given their contexts (chi2 = " + number(j.test.statistic) + ", df = " +
                  std::to_string(j.test.degrees_of_freedom) + ", p = " + number(j.test.p_value) + " < " +
-                 number(o_.significance) + " over " + std::to_string(j.draws) +
+                 plan().level_text() + " over " + std::to_string(j.draws) +
                  " pairs of probability-integral values): the drafter reuses randomness across the positions of a "
                  "block (the same uniform for several tokens?), or its q's do not condition on the tokens drafted "
                  "before them; the fault is the drafter's");
+        return std::min({t.smallest_p, top_p, j.smallest_p});
     }
 
     as_block_drafter<D> blocks_of_;
     std::size_t gamma_;
+    top_token_tally top_;  // the current config's
     draft_block block_;
     std::vector<std::vector<token_id>> contexts_;
-    std::size_t blocks_ = 0, point_blocks_ = 0, tested_tokens_ = 0, joint_tests_ = 0;
+    std::size_t blocks_ = 0, point_blocks_ = 0, tested_tokens_ = 0, joint_tests_ = 0, last_joint_tests_ = 0;
 };
 
 /// Draft consistency of a tree drafter (TreeDrafter 1-3): trees of `shape`, each node's token
@@ -431,8 +570,9 @@ public:
                       std::to_string(contexts_.size()) + " contexts, " + std::to_string(o_.samplings.size()) +
                       " sampling configs; " + std::to_string(tested_nodes_) +
                       " nodes tested against their reported q, given their earlier siblings (" +
-                      std::to_string(tests_) + " chi-square tests, one per depth and config, " +
-                      std::to_string(o_.pit_bins) + " cells each)" +
+                      std::to_string(tests_) + " tests: chi-square, one per depth and config and one of all "
+                      "depths together, " + std::to_string(o_.pit_bins) + " cells each, and of the likeliest "
+                      "token's frequency per config" + sequential_text() + ")" +
                       (point_trees_ ? "; " + std::to_string(point_trees_) + " point-mass trees checked for determinism"
                                     : ""));
     }
@@ -451,26 +591,27 @@ private:
         }
     }
 
-    /// `o.draft_blocks` trees at sampling config s, each node's PIT value binned by depth; then
-    /// the χ² tests of the config.
+    /// Trees at sampling config s (`o.draft_blocks`, or as the sequential plan says), each
+    /// node's PIT value binned by depth; the χ² tests of the config after each look.
     void test_config(const sampling_config& s) {
         const std::string config = sampling_text(s);
         counts_t counts(depth_, std::vector<std::size_t>(bins(), 0));
+        top_ = {};
         point_trees_t point_trees_of;
-        for (std::size_t k = 0; k < o_.draft_blocks && r_.passed; ++k) {
-            const auto& c = contexts_[k * contexts_.size() / o_.draft_blocks];
+        const auto draw = [&](std::size_t k) {
+            const auto& c = context_of(contexts_, k);
             uniform_source u(rng_);
             tree_.clear();
             drafter_.propose_tree(std::span<const token_id>(c), shape_, s, u, tree_);
             ++trees_;
             const std::string where = "tree " + std::to_string(k + 1) + " after " + tokens_text(c) + ", " + config;
-            if (!well_formed(where)) break;
+            if (!well_formed(where)) return;
             if (!tree_.has_distributions())
                 check_point_tree(c, point_trees_of, where);
             else if (distributions_shaped(where))
                 test_nodes(counts, where);
-        }
-        if (r_.passed) test_counts(counts, config);
+        };
+        run_looks(draw, [&](std::size_t& tests) { return test_counts(counts, config, tests); });
     }
 
     /// Within the shape (nodes and depth), and a well-formed tree (parents first, depths, tokens).
@@ -542,20 +683,27 @@ private:
             const double pit = randomized_pit(law_, 1.0 / mass, x, uniform01(rng_));
             const auto d = static_cast<std::size_t>(tree_.depths[i] - 1);
             ++counts[d][cell_of(pit)];
+            const auto [top, p_top] = likeliest(law_, 1.0 / mass);
+            top_.add(top == x, p_top);
             ++tested_nodes_;
         }
     }
 
-    /// The χ² test of each depth's PIT values.
-    void test_counts(const counts_t& counts, const std::string& config) {
-        const auto t = test_rows(counts, bins());
-        if (const std::size_t d = t.failed_row; d < counts.size()) {
+    /// The χ² tests of a config at one look: each depth's PIT values and all depths' together.
+    /// Returns the smallest p-value of the look; adds the look's tests to `tests`.
+    double test_counts(const counts_t& counts, const std::string& config, std::size_t& tests) {
+        const counts_t rows = with_pooled_row(counts);
+        const auto t = test_rows(rows, bins(), tests);
+        if (const std::size_t d = t.failed_row; d < rows.size()) {
             const auto& g = t.test;
-            fail("tree depth " + std::to_string(d + 1) + ", " + config +
-                 ": the nodes' tokens are not distributed as the reported q (chi2 = " + number(g.statistic) +
-                 ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
-                 number(o_.significance) + " over " + std::to_string(t.draws) + " nodes): " + pit_direction(counts[d]));
+            fail((d < counts.size() ? "tree depth " + std::to_string(d + 1) : std::string("all tree depths together")) +
+                 ", " + config + ": the nodes' tokens are not distributed as the reported q (chi2 = " +
+                 number(g.statistic) + ", df = " + std::to_string(g.degrees_of_freedom) + ", p = " +
+                 number(g.p_value) + " < " + plan().level_text() + " over " + std::to_string(t.draws) +
+                 " nodes): " + pit_direction(rows[d]));
+            return t.smallest_p;
         }
+        return std::min(t.smallest_p, test_top_token(top_, "all tree depths together", config, tests));
     }
 
     D& drafter_;
@@ -563,6 +711,7 @@ private:
     std::size_t depth_, cap_;
     draft_tree tree_;
     Eigen::VectorXf law_;
+    top_token_tally top_;  // the current config's
     std::vector<std::vector<token_id>> contexts_;
     std::size_t trees_ = 0, point_trees_ = 0, tested_nodes_ = 0;
 };
@@ -600,9 +749,19 @@ report draft_consistency(D& drafter, const conformance_options& o) {
 /// replacement; one χ² test per depth. A point-mass tree must repeat itself for the same context.
 /// Other drafters with a tree step are checked as blocks as deep as the tree.
 ///
-/// False-alarm rate: at most `o.significance` per position (or depth) and config (the report
-/// states the total), plus the error of the χ² approximation. A plain LanguageModel drafter goes
-/// through model_drafter (the library's own sampling).
+/// The PIT values of all positions (or depths) together get a test of their own, the one with
+/// the most draws: a drafter whose fault is small but at every position shows there first; and
+/// so does the frequency of the likeliest token (how often the drafted token is the argmax of its
+/// q, against the sum of q's largest probabilities: a normal test, the most sensitive to mass
+/// moved to or from the likeliest token).
+/// With `o.sequential` (the default) the tests are made after a quarter, a half and all of the
+/// blocks, stopping at the first failure, and after twice and four times as many when the last
+/// p-value is borderline (below 0.01), each at `o.significance` / 5.
+///
+/// False-alarm rate: at most `o.significance` per test (each position or depth, all of them
+/// together, each pair of consecutive positions; per config; the report states the total), plus
+/// the error of the χ² approximation. A plain LanguageModel drafter goes through model_drafter
+/// (the library's own sampling).
 template <detail::kit_drafter D>
 [[nodiscard]] report check_draft_consistency(D& drafter, const conformance_options& o = {}) {
     return detail::guarded("draft consistency", [&] { return detail::draft_consistency(drafter, o); });

@@ -227,6 +227,10 @@ private:
     /// Counts a χ² test: the smallest p-value and its statistic.
     void tally(const gof_result& g) {
         ++tests_;
+        note(g);
+    }
+    /// Keeps the smallest p-value (and its statistic) of the looks at a sample.
+    void note(const gof_result& g) {
         if (g.p_value < worst_p_) {
             worst_p_ = g.p_value;
             worst_stat_ = g.statistic;
@@ -239,22 +243,35 @@ private:
         const prefix_law law(plain_, o_.prompt, o_.length, opts.sampling, opts.budget.stop_tokens,
                              5.0 / static_cast<double>(std::max<std::size_t>(o_.samples, 1)));
         std::vector<std::size_t> counts(law.probs().size(), 0);
-        const std::size_t n = count_in_cells(config, opts, rng, law, counts);
-        if (!r_.passed) return;
-        const auto g = chi_square_test(counts, law.probs());
-        tally(g);
+        // Sequentially (conformance_options::sequential): tested after each look of the plan.
+        const sequential_plan plan{o_.samples, o_.sequential, o_.significance};
+        std::size_t n = 0;
+        gof_result g{};
+        for (std::size_t look = plan.first();; ++look) {
+            const std::size_t wanted = plan.draws(look);
+            n = count_in_cells(config, opts, rng, law, counts, n, wanted);
+            if (!r_.passed) {
+                ++tests_;
+                return;
+            }
+            g = chi_square_test(counts, law.probs());
+            note(g);
+            if (g.p_value < plan.level() || n < wanted || !plan.go_on(look, g.p_value)) break;
+        }
+        ++tests_;
         ran_ << (tests_ > 1 ? "; " : "") << config << ": " << n << " sequences against the target's exact "
              << "probabilities of " << law.probs().size() << " prefix cells (" << law.expanded()
              << " prefixes expanded; df " << g.degrees_of_freedom << ")";
-        if (g.p_value < o_.significance) exact_failure(config, g, law, counts, static_cast<double>(n));
+        if (g.p_value < plan.level()) exact_failure(config, g, law, counts, static_cast<double>(n), plan);
     }
 
-    /// Up to `o.samples` speculative runs, each counted in its cell of `law`; a sequence the
-    /// target cannot generate fails the check. Returns how many were drawn.
+    /// Speculative runs from the n-th up to the `wanted`-th, each counted in its cell of `law`
+    /// (fewer when the config's time runs out); a sequence the target cannot generate fails the
+    /// check. Returns how many were drawn in all.
     std::size_t count_in_cells(const std::string& config, const decode_options& opts, std::mt19937_64& rng,
-                               const prefix_law& law, std::vector<std::size_t>& counts) {
-        std::size_t n = 0;
-        for (std::size_t k = 0; k < o_.samples; ++k) {
+                               const prefix_law& law, std::vector<std::size_t>& counts, std::size_t n,
+                               std::size_t wanted) {
+        for (std::size_t k = n; k < wanted; ++k) {
             if (out_of_time(k)) break;
             const sequence x = run_one(opts, rng);
             ++n;
@@ -276,7 +293,7 @@ private:
 
     /// The failure of the exact test, with the cell furthest from its expected count.
     void exact_failure(const std::string& config, const gof_result& g, const prefix_law& law,
-                       const std::vector<std::size_t>& counts, double n) {
+                       const std::vector<std::size_t>& counts, double n, const sequential_plan& plan) {
         std::size_t worst = 0;
         double z = -1.0;
         for (std::size_t i = 0; i < counts.size(); ++i) {
@@ -292,7 +309,7 @@ private:
         r_.failure = config + ": the law of the first " + std::to_string(o_.length) +
                      " tokens differs from the target's (chi2 = " + number(g.statistic) + ", df = " +
                      std::to_string(g.degrees_of_freedom) + ", p = " + number(g.p_value) + " < " +
-                     number(o_.significance) + "); e.g. " + cell_text(law.names()[worst]) + " came " +
+                     plan.level_text() + "); e.g. " + cell_text(law.names()[worst]) + " came " +
                      std::to_string(counts[worst]) + " times, " + number(law.probs()[worst] * n) + " expected";
     }
 
@@ -384,6 +401,10 @@ report equivalence(D& drafter, V& target, const conformance_options& o) {
 /// sequences of speculative_decode and as many of autoregressive_decode are compared instead by
 /// a χ² test of homogeneity over prefix cells (each sequence counted in its longest prefix that
 /// 20 of the pooled sequences share; a partition that does not depend on which sampler drew what).
+/// With `o.sequential` (the default) the exact test is made after a quarter, a half and all of
+/// `o.samples`, stopping at the first failure, and after twice and four times as many when the
+/// last p-value is borderline (below 0.01), each look at `o.significance` / 5; the two-sample test
+/// draws its samples at once.
 ///
 /// False-alarm rate: `o.significance` per scheme and config (the report states the total), up
 /// to the error of the χ² approximation (cells expected fewer than 5 times are pooled, and a

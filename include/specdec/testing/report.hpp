@@ -169,9 +169,29 @@ struct conformance_options {
     /// False-alarm rate of each statistical test (each draft position; each scheme and sampling
     /// config of the equivalence check).
     double significance = 1e-4;
+    /// Sequential sampling, in the draft check and the equivalence check's exact test: each
+    /// config's sample is tested after a quarter, a half and all of its budget (`draft_blocks`,
+    /// `samples`), and drawing stops at the first failure, so a clear one costs a quarter of the
+    /// budget; when the last p-value is borderline (below 0.01 without failing), the sample grows
+    /// to twice and four times the budget, tested again each time. Each of the at most five
+    /// looks tests at `significance` / 5 (Bonferroni), so a right adapter still fails each test
+    /// with probability at most `significance`. false: one test of the budget at `significance`.
+    bool sequential = true;
     /// Seed of the checks' own generator: the same seed, the same verdict.
     std::uint64_t seed = 1;
 };
+
+/// The thorough budget: `o` with 16 times the draft blocks, 8 times the sequences and 4 times
+/// the contexts of the defaults (at least what `o` has). On the shipped llama2.c pair it detects
+/// a drafter that moves 1% of q's mass between its two likeliest tokens (docs/testing.md) and
+/// takes about 30 s of CPU time where the defaults take 4.
+[[nodiscard]] inline conformance_options thorough(conformance_options o = {}) {
+    const conformance_options defaults{};
+    o.draft_blocks = std::max(o.draft_blocks, 16 * defaults.draft_blocks);
+    o.samples = std::max(o.samples, 8 * defaults.samples);
+    o.draft_contexts = std::max(o.draft_contexts, 4 * defaults.draft_contexts);
+    return o;
+}
 
 namespace detail {
 
@@ -190,11 +210,47 @@ inline std::string tokens_text(std::span<const token_id> t) {
     return os.str();
 }
 
+/// The looks of a sequential test (conformance_options::sequential) of a sample whose budget is
+/// `budget` draws: after a quarter, a half and all of it, and, while the p-value stays
+/// borderline, after twice and four times it; each at significance / 5 (Bonferroni over the
+/// looks: a group-sequential design with a constant boundary). Not sequential: one look at the
+/// budget, at the significance.
+struct sequential_plan {
+    static constexpr std::size_t max_looks = 5;
+    static constexpr std::size_t budget_look = 2;  ///< the look after all of the budget
+    static constexpr double borderline = 1e-2;
+
+    std::size_t budget;
+    bool sequential;
+    double significance;
+
+    std::size_t first() const { return sequential ? 0 : budget_look; }
+    /// Draws made by the end of look `look`.
+    std::size_t draws(std::size_t look) const {
+        constexpr std::size_t quarters[max_looks] = {1, 2, 4, 8, 16};
+        return budget * quarters[look] / 4;
+    }
+    double level() const { return sequential ? significance / static_cast<double>(max_looks) : significance; }
+    /// Whether to draw on after look `look`, whose smallest p-value was p (and no test failed).
+    bool go_on(std::size_t look, double p) const {
+        if (!sequential) return false;
+        return look < budget_look || (look + 1 < max_looks && p < borderline);
+    }
+    /// The level in words, for failure messages.
+    std::string level_text() const;
+};
+
 inline std::string number(double x) {
     std::ostringstream os;
     os.precision(3);
     os << x;
     return os.str();
+}
+
+inline std::string sequential_plan::level_text() const {
+    return sequential ? number(level()) + " (significance " + number(significance) + " over " +
+                            std::to_string(max_looks) + " sequential looks)"
+                      : number(level());
 }
 
 /// Below this total variation, a mismatch that matches no shifted or other sequence's logits
