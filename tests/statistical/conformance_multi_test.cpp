@@ -184,3 +184,33 @@ TEST_CASE("a draft_batch whose blocks depend on the other sequences is flagged",
     CHECK(contains(r.failure, "differs from drafting this request alone"));
     CHECK(contains(r.failure, "depends on the other requests of the call"));
 }
+
+TEST_CASE("the determinism check runs the batch loop: multi-sequence bugs that one sequence alone never shows fail it",
+          "[conformance]") {
+    // score_batch writes sequence i's columns at sequence i - 1's offset: harmless with one sequence.
+    multi_cached_model draft(7, 12), offset_target(7, 11, multi_bug::packed_offset);
+    const auto r = kit::check_determinism(draft, offset_target, small_options());
+    INFO(r);
+    CHECK_FALSE(r);
+    CHECK(contains(r.failure, "batch_decoder, sequence "));
+    CHECK(contains(r.failure, "differ from its own speculative_decode with the same seed"));
+    CHECK(contains(r.failure, "depend on the other sequences of the batch"));
+    // draft_batch draws every sequence's tokens with request 0's uniforms.
+    multi_cached_model shared_draft(7, 12, multi_bug::shared_uniforms), target(7, 11);
+    const auto d = kit::check_determinism(shared_draft, target, small_options());
+    INFO(d);
+    CHECK_FALSE(d);
+    CHECK(contains(d.failure, "batch_decoder, sequence "));
+    // The correct store passes, the batch runs said; a reduced-precision tolerance skips them.
+    multi_cached_model good_draft(7, 12), good_target(7, 11);
+    const auto g = kit::check_determinism(good_draft, good_target, small_options());
+    INFO(g);
+    CHECK(g);
+    CHECK(contains(g.ran, "runs of the batch loop (3 sequences, one joining late)"));
+    auto loose = small_options();
+    loose.tolerance = 0.01;
+    const auto skipped = kit::check_determinism(good_draft, good_target, loose);
+    INFO(skipped);
+    CHECK(skipped);
+    CHECK(contains(skipped.ran, "no batch runs"));
+}
