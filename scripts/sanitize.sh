@@ -68,29 +68,32 @@ for stage in "${stages[@]}"; do
       export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
       t=build/asan/tests
       not_negative=("~*egative control*" "~*as many tokens as recursive rejection sampling*")
-      # Every instruction-set path: the unit tests (the [statistical] cases left out).
-      for isa in portable avx2 avx512; do
-        sanitized_run "$t/specdec_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
-        sanitized_run "$t/specdec_kernel_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
-        sanitized_run "$t/specdec_tree_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
-      done
+      # (The longest runs first, so that the two at a time end together.)
+      # The conformance kit on every adapter but the llama2 engine (whose files and faults the
+      # cases below cover).
+      sanitized_run "$t/specdec_conformance_tests" "~the kit passes on the llama2 engine*"
       # This machine's best path: the [statistical] cases and a reduced distribution suite
       # (SPECDEC_DISTRIBUTION_SAMPLES sequences per case, same false-alarm rate). Left to the
       # release suite: the negative controls, which need the full sample for their power; the
       # enumeration of tree verification's accepted lengths over 48 model pairs, arithmetic on
       # small tables that takes minutes under the sanitizers; and the [statistical] cases on the
       # other paths (the portable path's long rows run 40 times slower instrumented, and the
-      # unit tests above already take every path through the same kernels).
-      sanitized_run "$t/specdec_tests" "[statistical]" "${not_negative[@]}"
-      sanitized_run "$t/specdec_kernel_tests" "[statistical]" "${not_negative[@]}"
-      sanitized_run "$t/specdec_tree_tests" "[statistical]" "${not_negative[@]}"
+      # unit tests below already take every path through the same kernels).
       SPECDEC_DISTRIBUTION_SAMPLES=10000 sanitized_run "$t/specdec_distribution_tests" "${not_negative[@]}"
-      # Faults, forged files, the multi-sequence batch loop, and the conformance kit on every
-      # adapter but the llama2 engine (whose files and faults the cases above cover).
+      sanitized_run "$t/specdec_tests" "[statistical]" "${not_negative[@]}"
+      sanitized_run "$t/specdec_tree_tests" "[statistical]" "${not_negative[@]}"
+      sanitized_run "$t/specdec_kernel_tests" "[statistical]" "${not_negative[@]}"
+      # Faults thrown from every kind of adapter.
       sanitized_run "$t/specdec_fault_tests"
+      # Every instruction-set path: the unit tests (the [statistical] cases left out).
+      for isa in portable avx2 avx512; do
+        sanitized_run "$t/specdec_kernel_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
+        sanitized_run "$t/specdec_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
+        sanitized_run "$t/specdec_tree_tests" "--specdec-isa=$isa" "~[statistical]" "${not_negative[@]}"
+      done
+      # Forged files and the batch loop.
       sanitized_run "$t/llama2_files_test"
       sanitized_run "$t/specdec_batch_decode_tests"
-      sanitized_run "$t/specdec_conformance_tests" "~the kit passes on the llama2 engine*"
       sanitized_wait
       ;;
     tsan)

@@ -12,7 +12,7 @@
 # placeholder a file in a scratch folder, where every command runs (so whatever it writes lands
 # there); scripts/demo.sh runs with SPECDEC_DEMO_NO_BUILD=1 on this build. Identical commands run
 # once. One change to a command as written: its repetition count (--runs, and --power-runs for
-# specdec-conformance --power) is capped at SPECDEC_DOCS_MAX_RUNS (3 unless set): a repetition
+# specdec-conformance --power and --power-draft) is capped at SPECDEC_DOCS_MAX_RUNS (3 unless set): a repetition
 # repeats the same path, and the count only sets the precision of the figures a page quotes,
 # while each run's length (--tokens, the defaults) stays as written, so the test takes about 3
 # minutes instead of 11. A failing command is named with its source (file:line) and its last
@@ -116,7 +116,7 @@ for path in files:
         for k in range(1, len(argv)):
             if argv[k - 1] in ("--runs", "--power-runs") and argv[k].isdigit() and int(argv[k]) > cap:
                 argv[k] = str(cap)
-        if "--power" in argv and "--power-runs" not in argv:
+        if ("--power" in argv or "--power-draft" in argv) and "--power-runs" not in argv:
             argv += ["--power-runs", str(cap)]
         mapped = []
         for w in argv:
