@@ -15,6 +15,10 @@
 #     on several threads.
 #  3. Each libFuzzer harness of tests/fuzz/ over its seed corpus (scripts/fuzz.sh --smoke), when
 #     clang++-14 is installed (`bash scripts/install_deps.sh --fuzz`; CI installs it).
+# The asan and tsan builds use clang++-14 when it is installed (CI installs it), the default C++
+# compiler otherwise; SPECDEC_SANITIZE_CXX names another. Clang builds the instrumented tests in
+# about a third less time than g++, and runs them faster, and the suite is then compiled by both
+# compilers (the release build uses the default one).
 # Usage: bash scripts/sanitize.sh [asan] [tsan] [fuzz]   (default: all three)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +60,22 @@ sanitized_wait() {
   fi
   echo "sanitize: $job_count runs passed"
 }
+# configure PRESET: configures the preset's build folder with the sanitizer compiler (a folder
+# configured with another compiler is started afresh).
+sanitize_cxx="${SPECDEC_SANITIZE_CXX:-}"
+if [ -z "$sanitize_cxx" ] && command -v clang++-14 >/dev/null 2>&1; then sanitize_cxx=clang++-14; fi
+configure() {
+  local preset=$1 compiler=()
+  if [ -n "$sanitize_cxx" ]; then
+    compiler=(-DCMAKE_CXX_COMPILER="$(command -v "$sanitize_cxx")")
+    local cache="build/$preset/CMakeCache.txt"
+    if [ -f "$cache" ] && ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=${compiler[0]#-DCMAKE_CXX_COMPILER=}" "$cache"; then
+      rm -rf "build/$preset"
+    fi
+  fi
+  echo "(compiler: ${sanitize_cxx:-the default C++ compiler})"
+  cmake --preset "$preset" -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" "${compiler[@]}" >/dev/null
+}
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(asan tsan fuzz)
 
@@ -63,7 +83,7 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     asan)
       echo "== sanitize: address + undefined behaviour =="
-      cmake --preset asan -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" >/dev/null
+      configure asan
       cmake --build --preset asan --target specdec_tests specdec_kernel_tests specdec_distribution_tests specdec_fault_tests \
         llama2_files_test specdec_tree_tests specdec_batch_decode_tests specdec_conformance_tests
       export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
@@ -99,7 +119,7 @@ for stage in "${stages[@]}"; do
       ;;
     tsan)
       echo "== sanitize: threads =="
-      cmake --preset tsan -DSPECDEC_MODELS_DIR="${SPECDEC_MODELS_DIR}" >/dev/null
+      configure tsan
       cmake --build --preset tsan --target specdec_batch_tests specdec_batch_decode_tests
       export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
       # (Only these two executables are built here: the placeholders ctest keeps for the others,

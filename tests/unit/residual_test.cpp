@@ -371,7 +371,9 @@ TEST_CASE("A draw from a prepared row follows the (block, chunk, lane, element) 
     CHECK(row.exps == (vocab <= specdec::detail::kept_row_limit));
     // The cumulative p in the draw's order.
     const lane_order_sums cum =
-        sums_in_lane_order(vocab, [&](Eigen::Index k) { return specdec::detail::kernels::prob_of(row, logits, ws, k); });
+        sums_in_lane_order(vocab, [&prepared](Eigen::Index k) {
+            return specdec::detail::kernels::prob_of(prepared.row, prepared.logits, prepared.ws, k);
+        });
     REQUIRE(std::find(cum.at.begin(), cum.at.end(), -1.0) == cum.at.end());  // every token in the order
     CHECK(cum.total == Approx(1.0).epsilon(1e-5));
     const double* prefix = specdec::detail::kernels::block_prefix(row, vocab, ws);
@@ -446,8 +448,9 @@ TEST_CASE("The short-row residual draw follows the lane order of the cumulative 
     specdec::detail::kernels::short_row_lanes lanes;
     const double total = specdec::detail::kernels::short_residual_weights(row, q.data(), 1.0f, 1.0f, ws, vocab, lanes);
     REQUIRE(total > 0.01);
-    const lane_order_sums cum = sums_in_lane_order(vocab, [&](Eigen::Index k) {
-        return std::max(0.0, specdec::detail::kernels::prob_of(row, logits, ws, k) - static_cast<double>(q[k]));
+    const lane_order_sums cum = sums_in_lane_order(vocab, [&prepared, &q](Eigen::Index k) {
+        return std::max(0.0, specdec::detail::kernels::prob_of(prepared.row, prepared.logits, prepared.ws, k) -
+                                 static_cast<double>(q[k]));
     });
     CHECK(cum.total == Approx(total).epsilon(1e-4));
     std::uniform_real_distribution<double> u01(0.0, 1.0);

@@ -12,9 +12,9 @@
 # placeholder a file in a scratch folder, where every command runs (so whatever it writes lands
 # there); scripts/demo.sh runs with SPECDEC_DEMO_NO_BUILD=1 on this build. Identical commands run
 # once. One change to a command as written: its repetition count (--runs, and --power-runs for
-# specdec-conformance --power and --power-draft) is capped at SPECDEC_DOCS_MAX_RUNS (3 unless set): a repetition
+# specdec-conformance --power and --power-draft) is capped at SPECDEC_DOCS_MAX_RUNS (2 unless set, the least that gives a standard error): a repetition
 # repeats the same path, and the count only sets the precision of the figures a page quotes,
-# while each run's length (--tokens, the defaults) stays as written, so the test takes about 3
+# while each run's length (--tokens, the defaults) stays as written, so the test takes about 2
 # minutes instead of 11. A failing command is named with its source (file:line) and its last
 # output lines. The test fails when it finds no command at all (the extraction would be broken).
 # Exit status 77 (skipped) without the model files.
@@ -111,7 +111,7 @@ for path in files:
             continue
         seen.add(key)
         n = len(seen)
-        cap = int(os.environ.get("SPECDEC_DOCS_MAX_RUNS", "3"))
+        cap = int(os.environ.get("SPECDEC_DOCS_MAX_RUNS", "2"))
         before = list(argv)
         for k in range(1, len(argv)):
             if argv[k - 1] in ("--runs", "--power-runs") and argv[k].isdigit() and int(argv[k]) > cap:
