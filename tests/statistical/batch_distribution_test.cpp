@@ -1,9 +1,11 @@
 // Distribution equivalence of the batch loop: every sequence of a batch_decoder has exactly the
 // target's joint distribution of its 4 generated tokens, computed by enumeration, whatever the
 // other sequences of the batch do: chains with one target pass per step (a MultiSequenceDrafter
-// and a MultiSequenceVerifier), under the fixed and the adaptive policy, with the draft's own
-// sampling settings (draft-side sampling), and token trees (a plain drafter and a TreeVerifier,
-// one score_tree pass per sequence and step) under both tree schemes.
+// and a MultiSequenceVerifier), under the fixed and the adaptive policy (planned from known
+// costs, from an engine profile, or by a controller of the caller's kept across decoders), with
+// the draft's own sampling settings (draft-side sampling) and the draft-side stop, and token
+// trees (a plain drafter and a TreeVerifier, one score_tree pass per sequence and step) under
+// both tree schemes, with the same options.
 //
 // Method (as tests/statistical/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
@@ -12,8 +14,8 @@
 // case; Pearson's chi-square test of each sequence's 4-token outputs against its exact
 // distribution (cells with expected count < 5 pooled). A test fails when p < 1e-4; the
 // chi-square approximation makes a correct implementation fail one such test about 1-2 times
-// in 10^4 (distribution_test.cpp's simulation), so with the 36 tests below (6 cases, 2 schemes,
-// 3 sequences) about 0.5% of runs of correct code would fail one (the seeds are fixed: a run is
+// in 10^4 (distribution_test.cpp's simulation), so with the 54 tests below (9 cases, 2 schemes,
+// 3 sequences) about 0.8% of runs of correct code would fail one (the seeds are fixed: a run is
 // reproducible).
 // The negative controls run the same tests on deliberately wrong procedures, which must fail
 // (p < 1e-4): a verifier that scores every sequence against the first sequence's context (a KV
@@ -129,6 +131,11 @@ struct batch_case {
     std::optional<specdec::tree_shape> tree{};
     /// The adaptive policy plans from this engine profile instead of the cost callbacks.
     std::optional<specdec::engine_profile> profile{};
+    /// The draft-side stop (draft_settings::stop_below); 0: off.
+    float stop_below = 0.0f;
+    /// The adaptive policy with a controller of the caller's (draft_length::controller), kept
+    /// across decoders: a fresh batch_decoder every 250 batches reuses its estimates.
+    bool own_controller = false;
 };
 
 /// Decodes `samples` batches and returns, per sequence, the test of its outputs against its
@@ -146,7 +153,7 @@ std::vector<gof_result> run_case(const markov_model& target, D& drafter, V& veri
         counts[k].assign(exact[k].size(), 0);
     }
     specdec::decode_options o{.sampling = c.sampling,
-                              .draft = {.sampling = c.draft_sampling},
+                              .draft = {.sampling = c.draft_sampling, .stop_below = c.stop_below},
                               .budget = {.max_new_tokens = kLength}};
     std::size_t longest = c.gamma;
     if constexpr (std::is_same_v<Scheme, specdec::tree_verification_scheme>) {
@@ -172,10 +179,18 @@ std::vector<gof_result> run_case(const markov_model& target, D& drafter, V& veri
         const std::size_t drafted = e.tree ? static_cast<std::size_t>(e.tree->max_depth()) : e.draft.size();
         if (e.accepted < drafted) ++rejected_at[e.accepted];
     };
-    specdec::batch_decoder dec(drafter, verifier, o);
+    std::optional<specdec::gamma_controller> own;
+    if (c.own_controller) {
+        own.emplace(specdec::make_controller(o));
+        o.length.controller = &*own;
+    }
+    using decoder = decltype(specdec::batch_decoder(drafter, verifier, o));
+    std::optional<decoder> decoders;
     std::mt19937_64 master(c.seed);
     std::vector<std::size_t> ids(kPrompts.size());
     for (std::size_t s = 0; s < samples; ++s) {
+        if (!decoders || (c.own_controller && s % 250 == 0)) decoders.emplace(drafter, verifier, o);
+        decoder& dec = *decoders;
         ids[0] = dec.add(kPrompts[0], std::mt19937_64(master()));
         ids[1] = dec.add(kPrompts[1], std::mt19937_64(master()));
         dec.step();
@@ -290,6 +305,20 @@ TEST_CASE("Every sequence of a multi-sequence batch has the target's distributio
                 .draft_sampling = specdec::sampling_config{.temperature = 1.6f, .top_k = 3}});
 }
 
+TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution with the draft-side stop and a "
+          "caller's controller kept across decoders",
+          "[statistical][batch][multi][adaptive][stop]") {
+    // Blocks end after a draft token of q below 0.3 (where they end depends on draft values
+    // only); the caller's controller plans every decoder's steps from the estimates of the
+    // earlier ones.
+    check_case({.gamma = 3,
+                .sampling = {.temperature = 1.0f},
+                .policy = specdec::gamma_policy::adaptive,
+                .seed = 40,
+                .stop_below = 0.3f,
+                .own_controller = true});
+}
+
 TEST_CASE("Every sequence of a batch of token trees has the target's distribution", "[statistical][batch][tree]") {
     check_case({.sampling = {.temperature = 1.0f}, .seed = 36, .tree = specdec::tree_shape{.branching = {2, 1, 1}}});
 }
@@ -302,6 +331,17 @@ TEST_CASE("Every sequence of a batch of token trees has the target's distributio
                 .seed = 39,
                 .draft_sampling = specdec::sampling_config{.temperature = 1.5f, .top_k = 3},
                 .tree = specdec::tree_shape{.branching = {2, 2, 1}}});
+}
+
+TEST_CASE("Every sequence of a batch of token trees has the target's distribution with the draft-side stop and a "
+          "caller's tree planner kept across decoders",
+          "[statistical][batch][tree][adaptive][stop]") {
+    check_case({.sampling = {.temperature = 1.0f},
+                .policy = specdec::gamma_policy::adaptive,
+                .seed = 41,
+                .tree = specdec::tree_shape{.branching = {2, 2, 1}},
+                .stop_below = 0.3f,
+                .own_controller = true});
 }
 
 TEST_CASE("Negative control: scoring against another sequence's context is detected", "[statistical][batch][multi]") {

@@ -62,6 +62,7 @@ void specdec_fault_eigen_assert(bool ok, const char* condition);
 #include <limits>
 #include <memory>
 #include <new>
+#include <optional>
 #include <random>
 #include <span>
 #include <stdexcept>
@@ -1063,7 +1064,7 @@ TEST_CASE("batch_decoder with token trees: a fault in one sequence at any call: 
 }
 
 TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch or score_batch at any call changes "
-          "no sequence, and the decoder goes on",
+          "no sequence and no estimate of the caller's controller, and the decoder goes on",
           "[faults][batch][multi]") {
     struct faulty_multi_drafter {
         specdec_test::multi_markov_drafter* inner;
@@ -1089,11 +1090,24 @@ TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch o
     fault_plan plan;
     faulty_multi_drafter drafter{&md, &plan};
     faulty_multi_verifier verifier{&mv, &plan};
-    const specdec::decode_options options{.step = specdec::chain{.gamma = 3},
-                                          .sampling = {.temperature = 0.9f},
-                                          .draft = {.sampling = specdec::sampling_config{.temperature = 1.3f}},
-                                          .budget = {.max_new_tokens = budget}};
+    specdec::decode_options options{.step = specdec::chain{.gamma = 3},
+                                    .sampling = {.temperature = 0.9f},
+                                    .draft = {.sampling = specdec::sampling_config{.temperature = 1.3f}},
+                                    .budget = {.max_new_tokens = budget}};
+    // With a caller's controller (the adaptive policy, known costs): the failed step's
+    // observation is not recorded, so its estimates are those of the steps that completed.
+    std::optional<specdec::gamma_controller> controller;
+    auto estimates = [&] {
+        std::vector<double> e;
+        if (controller)
+            for (std::size_t i = 0; i < controller->gamma_max(); ++i) e.push_back(controller->acceptance(i));
+        return e;
+    };
     auto run = [&](std::size_t fault_at, bool after, std::size_t& faults) {
+        if (options.length.policy == specdec::gamma_policy::adaptive) {  // a fresh one: the same calls until the fault
+            controller.emplace(specdec::make_controller(options));
+            options.length.controller = &*controller;
+        }
         specdec::batch_decoder dec(drafter, verifier, options);
         std::vector<std::size_t> ids;
         for (token_id p = 0; p < 3; ++p) ids.push_back(dec.add(tokens{p, 1}, std::mt19937_64(static_cast<std::uint64_t>(p))));
@@ -1101,6 +1115,7 @@ TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch o
         while (dec.active() != 0) {
             std::vector<sequence_state> before;
             for (const auto id : ids) before.push_back(state_of(dec, id));
+            const std::vector<double> estimated = estimates();
             try {
                 dec.step();
             } catch (const injected_fault& e) {
@@ -1111,23 +1126,32 @@ TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch o
                     CHECK(now.generated == before[i].generated);
                     CHECK(same_stats(now.stats, before[i].stats));
                 }
+                CHECK(estimates() == estimated);
                 plan.disarm();
             }
         }
         for (const auto id : ids) CHECK(dec.generated(id).size() == budget);
     };
-    std::size_t faults = 0;
-    plan.disarm();
-    run(fault_plan::never, false, faults);
-    const std::size_t total = plan.calls;
-    REQUIRE(total > 4);
-    for (const bool after : {false, true})
-        for (std::size_t k = 1; k <= total; ++k) {
-            INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
-            faults = 0;
-            run(k, after, faults);
-            CHECK(faults == 1);
+    for (const bool with_controller : {false, true}) {
+        INFO((with_controller ? "adaptive, the caller's controller" : "fixed gamma"));
+        if (with_controller) {
+            options.length.policy = specdec::gamma_policy::adaptive;
+            options.length.adaptive.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); };
+            options.length.adaptive.pass_cost = [](std::size_t) { return 1.0; };
         }
+        std::size_t faults = 0;
+        plan.disarm();
+        run(fault_plan::never, false, faults);
+        const std::size_t total = plan.calls;
+        REQUIRE(total > 4);
+        for (const bool after : {false, true})
+            for (std::size_t k = 1; k <= total; ++k) {
+                INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
+                faults = 0;
+                run(k, after, faults);
+                CHECK(faults == 1);
+            }
+    }
 }
 
 // ---- The llama2 engine. ----

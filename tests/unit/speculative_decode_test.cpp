@@ -86,9 +86,12 @@ TEST_CASE("At temperature 0 speculative decoding is token-identical to greedy de
 TEST_CASE("At temperature 0 every composition of the one engine is token-identical to greedy decoding",
           "[decode][greedy][compose]") {
     // Chains of every length (0: plain target steps), trees under both schemes, the adaptive
-    // length (known costs) for chains and trees, draft-side sampling at another temperature, the
-    // draft-side stop, and several sequences in one batch_decoder: at T = 0 the target's
-    // distribution is a point mass, so each must reproduce greedy decoding token for token.
+    // length (known costs) for chains and trees, with a caller's controller kept across the
+    // calls and decoders, and planned from an engine profile, draft-side sampling at another
+    // temperature, the draft-side stop, lenience (token verification), and several sequences in
+    // one batch_decoder: at T = 0 the target's distribution is a point mass (lenience included:
+    // a token p gives no mass is never accepted, and the residual is p's point mass), so each
+    // must reproduce greedy decoding token for token.
     const int vocab = 16;
     auto target = markov_model::random(vocab, 2, 100);
     auto close = target;
@@ -110,18 +113,36 @@ TEST_CASE("At temperature 0 every composition of the one engine is token-identic
         for (auto branching : {std::vector<std::size_t>{1}, std::vector<std::size_t>{2, 1}, std::vector<std::size_t>{3, 2, 1}})
             for (auto draws : {specdec::sibling_draws::iid, specdec::sibling_draws::without_replacement})
                 shapes.push_back(specdec::tree{.shape = {.branching = branching, .draws = draws}, .scheme = scheme});
+    // A pass flat to 4 positions, then steeper (a profile that plans several lengths).
+    const specdec::engine_profile profile{.target_pass = {1, 1, 1, 1, 1.5, 2.0, 2.5}, .draft_step = {0.1}};
     std::uint64_t seed = 0;
     for (const auto& shape : shapes) {
         const bool is_tree = std::holds_alternative<specdec::tree>(shape);
-        for (int variant = 0; variant < 4; ++variant) {
+        const bool adaptive_ok = is_tree || std::get<specdec::chain>(shape).gamma > 0;
+        // A controller of the caller's, kept across every call and decoder of this shape.
+        std::optional<specdec::gamma_controller> own;
+        if (adaptive_ok) {
+            specdec::decode_options adaptive = greedy;
+            adaptive.step = shape;
+            adaptive.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known};
+            own.emplace(specdec::make_controller(adaptive));
+        }
+        for (int variant = 0; variant < 7; ++variant) {
             INFO("shape " << shape.index() << " " << (is_tree ? std::get<specdec::tree>(shape).shape.depth() : std::get<specdec::chain>(shape).gamma)
                           << ", variant " << variant);
             specdec::decode_options opts = greedy;
             opts.step = shape;
             if (variant == 1) opts.draft.sampling = specdec::sampling_config{.temperature = 1.0f};
             if (variant == 2) opts.draft = {.sampling = specdec::sampling_config{.temperature = 0.8f}, .stop_below = 0.3f};
-            const bool adaptive_ok = is_tree || std::get<specdec::chain>(shape).gamma > 0;
-            if (variant == 3 && adaptive_ok) opts.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known};
+            if (variant >= 3 && variant <= 5 && !adaptive_ok) continue;
+            if (variant == 3) opts.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known};
+            if (variant == 4) opts.length = {.policy = specdec::gamma_policy::adaptive, .controller = &*own};
+            if (variant == 5)
+                opts.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = {.profile = profile}};
+            if (variant == 6) {
+                if (is_tree || std::get<specdec::chain>(shape).scheme != specdec::verification_scheme::token) continue;
+                std::get<specdec::chain>(opts.step).lenience = 0.5f;
+            }
             std::mt19937_64 rng(++seed);
             CHECK(specdec::speculative_decode(close, target, prompt, opts, rng).tokens == baseline);
             // Three sequences in one decoder, one joining after the first step.
