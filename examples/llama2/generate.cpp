@@ -6,6 +6,7 @@
 //
 //   specdec-generate --models DIR --prompt "Once upon a time" --gamma 4 --temperature 0.8 --compare
 //   specdec-generate --models DIR --tree 2,2,1,1 --gamma auto
+//   specdec-generate --models DIR --draft-temperature 1.2 --draft-stop 0.05   (draft-side options, exact)
 //   specdec-generate --models DIR --gamma auto --measure-profile pair.profile   (then --profile pair.profile)
 //   specdec-generate --models DIR --compare --trace run.json --stats-json stats.json   (docs/traces.md)
 //   specdec-generate --target stories260K.bin --draft llama2xs_tok512_279K.bin --tokenizer tok512.bin ...
@@ -68,6 +69,7 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     std::filesystem::path models;
     if (const char* env = std::getenv("SPECDEC_MODELS_DIR"); env && *env) models = env;
     std::string gamma = "4", scheme = "block";
+    float draft_temperature = -1.0f, lenience = 1.0f;
     std::size_t max_tokens = a.decode.budget.max_new_tokens;
     bool no_color = false;
 
@@ -97,6 +99,17 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_option("--draft-stop", a.decode.draft.stop_below,
                    "end a draft after a token the draft gives probability below P (in a tree: such a node gets "
                    "no children)")
+        ->check(CLI::Range(0.0f, 1.0f));
+    app.add_option("--draft-temperature", draft_temperature,
+                   "draft-side sampling: the draft samples its proposals at temperature T (with the target's "
+                   "top-k and top-p) instead of the target's; exact either way (verification uses the q the "
+                   "draft tokens were drawn from)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--lenience", lenience,
+                   "lenient verification of chains, L in (0, 1] (token scheme): L < 1 accepts more draft tokens "
+                   "and CHANGES the output distribution (no longer the target's; Leviathan et al. App. A.5); "
+                   "1, the default, is exact")
+        ->capture_default_str()
         ->check(CLI::Range(0.0f, 1.0f));
     app.add_option("--temperature", a.decode.sampling.temperature, "sampling temperature (0: greedy)")
         ->capture_default_str()
@@ -146,6 +159,20 @@ std::variant<arguments, int> parse(int argc, char** argv) {
             .scheme = scheme == "block" ? specdec::verification_scheme::block : specdec::verification_scheme::token};
     }
     a.decode.budget.max_new_tokens = max_tokens;
+    if (draft_temperature >= 0.0f) {
+        a.decode.draft.sampling = a.decode.sampling;
+        a.decode.draft.sampling->temperature = draft_temperature;
+    }
+    if (lenience != 1.0f) {
+        auto* c = std::get_if<specdec::chain>(&a.decode.step);
+        if (c == nullptr || scheme != "token" || lenience <= 0.0f) {
+            std::fputs("specdec-generate: --lenience L needs chains with --scheme token and 0 < L <= 1\n"
+                       "Run with --help for more information.\n",
+                       stderr);
+            return 2;
+        }
+        c->lenience = lenience;
+    }
     if (!a.trace.empty()) {
         // A trace carries β per tested chain position and the sibling acceptance at each tree
         // root: estimated only on request (a standardization per tested row; the tokens are
@@ -431,7 +458,15 @@ int main(int argc, char** argv) {
                         adaptive ? "auto, at most " : "", c.gamma,
                         c.scheme == specdec::verification_scheme::block ? "block" : "token",
                         static_cast<double>(a.decode.sampling.temperature));
+            if (c.lenience < 1.0f)
+                std::printf("lenience %g: NOT the target's distribution (more draft tokens accepted)\n",
+                            static_cast<double>(c.lenience));
         }
+        if (a.decode.draft.sampling)
+            std::printf("draft-side sampling at temperature %g (exact)\n",
+                        static_cast<double>(a.decode.draft.sampling->temperature));
+        if (a.decode.draft.stop_below > 0.0f)
+            std::printf("draft-side stop below q = %g (exact)\n", static_cast<double>(a.decode.draft.stop_below));
         if (adaptive) {
             // The chosen γ's (or tree depth's) distribution over the steps, for chains the β-based
             // estimate of α, and why speculation stayed off when it mostly did.
