@@ -18,8 +18,10 @@
 //    sequence is unchanged (tokens and statistics) and still active; every other sequence has
 //    taken its step exactly as it would alone; the decoder stays usable (the failed sequence
 //    steps on, every sequence reaches its budget, the others with their undisturbed output).
-//    With chains of many sequences: a fault in draft_batch or score_batch changes no sequence,
-//    and the decoder goes on.
+//    With chains of many sequences: a fault in draft_batch or score_batch changes no sequence
+//    and no estimate of a caller's controller, and the decoder goes on.
+//  - measure_engine_profile and measure_batch_profile: the adapter's exception comes out, and
+//    the same adapters then measure a valid profile.
 //  - llama2::transformer: its own errors (context beyond seq_len, a token outside the
 //    vocabulary, an empty context) and a std::bad_alloc at any allocation of a call leave its
 //    cache (and score_into's output matrix) unchanged (strong guarantee), and faults of an
@@ -1150,6 +1152,68 @@ TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch o
                 faults = 0;
                 run(k, after, faults);
                 CHECK(faults == 1);
+            }
+    }
+}
+
+TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adapter call comes out with its own "
+          "type, and the same adapters then measure a valid profile",
+          "[faults][profile]") {
+    const auto target = markov_model::random(10, 2, 91);
+    const auto draft = markov_model::random(10, 2, 92);
+    fault_plan plan;
+    SECTION("one sequence: plain models") {
+        markov_model t = target, d = draft;
+        faulty_model<markov_model> fd{&d, &plan}, ft{&t, &plan};
+        const tokens context{1, 2, 3};
+        const specdec::profile_measurement m{.max_positions = 4, .repeats = 2};
+        plan.disarm();
+        (void)specdec::measure_engine_profile(fd, ft, context, m);
+        const std::size_t total = plan.calls;
+        REQUIRE(total > 4);
+        for (const bool after : {false, true})
+            for (std::size_t k = 1; k <= total; ++k) {
+                INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : ""));
+                plan.arm(k, after);
+                CHECK_THROWS_AS(specdec::measure_engine_profile(fd, ft, context, m), injected_fault);
+                plan.disarm();
+                CHECK_NOTHROW(specdec::validate(specdec::measure_engine_profile(fd, ft, context, m), "test"));
+            }
+    }
+    SECTION("many sequences: draft_batch and score_batch") {
+        struct faulty_multi_drafter {
+            specdec_test::multi_markov_drafter* inner;
+            fault_plan* plan;
+            std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+            void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
+                plan->call([&] { inner->draft_batch(requests, sampling); });
+            }
+        };
+        struct faulty_multi_verifier {
+            specdec_test::multi_markov_verifier* inner;
+            fault_plan* plan;
+            std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+            void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
+                plan->call([&] { inner->score_batch(requests, out); });
+            }
+        };
+        specdec_test::multi_markov_drafter md{&draft};
+        specdec_test::multi_markov_verifier mv{&target};
+        faulty_multi_drafter fd{&md, &plan};
+        faulty_multi_verifier fv{&mv, &plan};
+        const std::vector<tokens> contexts{{1, 2}, {3, 4, 5}};
+        const specdec::batch_profile_measurement m{.max_positions = 6, .max_sequences = 2, .draft_tokens = 2, .repeats = 1};
+        plan.disarm();
+        (void)specdec::measure_batch_profile(fd, fv, contexts, m);
+        const std::size_t total = plan.calls;
+        REQUIRE(total > 4);
+        for (const bool after : {false, true})
+            for (std::size_t k = 1; k <= total; ++k) {
+                INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : ""));
+                plan.arm(k, after);
+                CHECK_THROWS_AS(specdec::measure_batch_profile(fd, fv, contexts, m), injected_fault);
+                plan.disarm();
+                CHECK_NOTHROW(specdec::validate(specdec::measure_batch_profile(fd, fv, contexts, m), "test"));
             }
     }
 }
