@@ -183,6 +183,39 @@ TEST_CASE("Speculative decoding with a batched score() verifier matches the targ
     check_equivalence(draft, verifier, target, c, 3);
 }
 
+TEST_CASE("A caller's own loop of speculative_step keeps the target distribution",
+          "[statistical][distribution][step]") {
+    // The low-level entry point as a user drives it: one workspace and one statistics object for
+    // the whole run, steps until the sequence holds the prompt and kLength tokens, the last
+    // step's extra tokens cut (a prefix of an exact sample is an exact sample of the prefix);
+    // under both schemes, with the target's settings and with draft-side sampling.
+    const equivalence_case c{.target_seed = 131, .draft_seed = 132};
+    auto target = markov_model::random(c.vocab, 2, c.target_seed);
+    auto draft = markov_model::random(c.vocab, 2, c.draft_seed);
+    const std::vector<token_id> prompt{0};
+    const auto exact = exact_sequence_distribution(target, prompt, kLength, c.sampling);
+    for (const auto scheme : kSchemes)
+        for (const bool draft_side : {false, true}) {
+            INFO(name(scheme) << (draft_side ? ", draft-side sampling" : ""));
+            specdec::step_options o{.gamma = c.gamma, .sampling = c.sampling, .scheme = scheme};
+            if (draft_side) o.draft_sampling = specdec::sampling_config{.temperature = 1.5f, .top_k = 3};
+            specdec::step_workspace ws;
+            specdec::decode_stats stats;
+            const auto r = sequence_test(
+                [&](std::mt19937_64& rng) {
+                    std::vector<token_id> seq = prompt;
+                    while (seq.size() < prompt.size() + kLength)
+                        (void)specdec::speculative_step(draft, target, seq, stats, o, rng, ws);
+                    const auto first = seq.begin() + static_cast<std::ptrdiff_t>(prompt.size());
+                    return std::vector<token_id>(first, first + kLength);
+                },
+                exact, c.vocab, 1000 + c.target_seed, kSamples);
+            INFO(describe(r));
+            CHECK(r.p_value >= kFalseAlarm);
+            CHECK(stats.rejected_tokens > 0);
+        }
+}
+
 TEST_CASE("Point-mass drafts keep the target distribution", "[statistical][distribution]") {
     const equivalence_case c{.target_seed = 81};
     auto target = markov_model::random(c.vocab, 2, c.target_seed);
