@@ -1065,25 +1065,31 @@ TEST_CASE("batch_decoder with token trees: a fault in one sequence at any call: 
     }
 }
 
+namespace {
+
+/// A MultiSequenceDrafter and a MultiSequenceVerifier that forward to *inner through `plan`.
+struct faulty_multi_drafter {
+    specdec_test::multi_markov_drafter* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+    void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
+        plan->call([&] { inner->draft_batch(requests, sampling); });
+    }
+};
+struct faulty_multi_verifier {
+    specdec_test::multi_markov_verifier* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+    void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
+        plan->call([&] { inner->score_batch(requests, out); });
+    }
+};
+
+}  // namespace
+
 TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch or score_batch at any call changes "
           "no sequence and no estimate of the caller's controller, and the decoder goes on",
           "[faults][batch][multi]") {
-    struct faulty_multi_drafter {
-        specdec_test::multi_markov_drafter* inner;
-        fault_plan* plan;
-        std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
-        void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
-            plan->call([&] { inner->draft_batch(requests, sampling); });
-        }
-    };
-    struct faulty_multi_verifier {
-        specdec_test::multi_markov_verifier* inner;
-        fault_plan* plan;
-        std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
-        void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
-            plan->call([&] { inner->score_batch(requests, out); });
-        }
-    };
     constexpr std::size_t budget = 20;
     const auto target = markov_model::random(10, 2, 81);
     const auto draft = markov_model::random(10, 2, 82);
@@ -1181,22 +1187,6 @@ TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adap
             }
     }
     SECTION("many sequences: draft_batch and score_batch") {
-        struct faulty_multi_drafter {
-            specdec_test::multi_markov_drafter* inner;
-            fault_plan* plan;
-            std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
-            void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
-                plan->call([&] { inner->draft_batch(requests, sampling); });
-            }
-        };
-        struct faulty_multi_verifier {
-            specdec_test::multi_markov_verifier* inner;
-            fault_plan* plan;
-            std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
-            void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
-                plan->call([&] { inner->score_batch(requests, out); });
-            }
-        };
         specdec_test::multi_markov_drafter md{&draft};
         specdec_test::multi_markov_verifier mv{&target};
         faulty_multi_drafter fd{&md, &plan};
