@@ -13,6 +13,10 @@
 /// "no operand of the disjunction is satisfied". (The fallback overloads make such calls
 /// well-formed in unevaluated contexts such as requires-expressions; test the concepts
 /// themselves, not the callability of an entry point.)
+///
+/// verify() and verify_tree() diagnose their arguments the same way (a target_logits that is not
+/// an Eigen matrix of float, a generator that is not one, ...): see
+/// detail/argument_diagnostics.hpp.
 
 #include <Eigen/Core>
 
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "concepts.hpp"
+#include "detail/argument_diagnostics.hpp"
 #include "multi_sequence.hpp"
 #include "random.hpp"
 #include "tree.hpp"
@@ -30,18 +35,8 @@
 
 namespace specdec::detail {
 
-/// A false that depends on T, for static_assert in a discarded branch.
-template <class...>
-inline constexpr bool dependent_false = false;
-
-template <class T>
-inline constexpr bool is_std_vector = false;
-template <class T, class A>
-inline constexpr bool is_std_vector<std::vector<T, A>> = true;
-
-/// An Eigen object (a matrix, array, expression or map): derived from Eigen::EigenBase.
-template <class T>
-concept eigen_object = std::is_base_of_v<Eigen::EigenBase<std::remove_cvref_t<T>>, std::remove_cvref_t<T>>;
+// (dependent_false, is_std_vector, eigen_object and diagnose_generator are in
+// detail/argument_diagnostics.hpp, which verify() and verify_tree() use too.)
 
 template <class M>
 concept has_vocab_size = requires(M& m) { m.vocab_size(); };
@@ -257,25 +252,6 @@ constexpr bool diagnose_verifier() {
         static_assert(dependent_false<V>,
                       "specdec: the verifier (target) has neither `score(context, draft)` (a BatchVerifier) nor "
                       "`next_logits(context)` (a LanguageModel); see specdec/concepts.hpp");
-        return true;
-    }
-}
-
-/// Why G is not a random_generator.
-template <class G>
-constexpr bool diagnose_generator() {
-    using U = std::remove_cvref_t<G>;
-    if constexpr (random_generator<G>) {
-        return false;
-    } else if constexpr (std::is_arithmetic_v<U>) {
-        static_assert(dependent_false<G>,
-                      "specdec: rng must be a random generator object, not a number: pass e.g. "
-                      "`std::mt19937_64 rng(seed);` (a std::uniform_random_bit_generator)");
-        return true;
-    } else {
-        static_assert(dependent_false<G>,
-                      "specdec: rng must satisfy std::uniform_random_bit_generator (e.g. std::mt19937_64): "
-                      "result_type an unsigned integer, static min() and max(), and operator()");
         return true;
     }
 }

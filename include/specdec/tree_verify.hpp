@@ -59,6 +59,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "detail/argument_diagnostics.hpp"
 #include "detail/buffers.hpp"
 #include "detail/verify_core.hpp"
 #include "error.hpp"
@@ -248,6 +249,18 @@ tree_verify_result verify_tree(const Eigen::Ref<const Eigen::MatrixXf>& target_l
         uniform_source uniforms(rng);
         return detail::verify_tree_for(target_logits, tree, sampling, uniforms, ws, opts, "specdec::verify_tree");
     }
+}
+
+/// Chosen only when an argument of the overload above has the wrong type (target_logits not an
+/// Eigen matrix of float, rng not a generator): reports which one, and the fix, in a
+/// static_assert (see detail/argument_diagnostics.hpp). Never viable together with the overload
+/// above.
+template <class L, class G>
+    requires(!detail::verify_tree_arguments<L, G>)
+tree_verify_result verify_tree(L&&, const draft_tree&, const sampling_config&, G&&, tree_verify_workspace&,
+                               const tree_verify_options& = {}) {
+    detail::reject_verify_tree_call<L, G>();
+    return {};
 }
 
 }  // namespace specdec

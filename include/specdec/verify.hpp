@@ -26,8 +26,11 @@
 
 #include <Eigen/Core>
 
+#include <concepts>
 #include <span>
+#include <type_traits>
 
+#include "detail/argument_diagnostics.hpp"
 #include "detail/buffers.hpp"
 #include "detail/verify_checks.hpp"
 #include "detail/verify_core.hpp"
@@ -94,6 +97,17 @@ verify_result verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std
     return detail::run_verify({target_logits, draft_tokens, &draft_probs, nullptr, sampling, opts, where}, rng, ws);
 }
 
+/// Chosen only when an argument of the overload above has the wrong type (target_logits or
+/// draft_probs not an Eigen matrix of float, draft_tokens not a range of token_id, rng not a
+/// generator): reports which one, and the fix, in a static_assert (see
+/// detail/argument_diagnostics.hpp). Never viable together with the overload above.
+template <class L, class T, class Q, class G>
+    requires(!std::same_as<std::remove_cvref_t<Q>, point_mass_t> && !detail::verify_arguments<L, T, Q, G>)
+verify_result verify(L&&, T&&, Q&&, const sampling_config&, G&&, verify_workspace&, const verify_options& = {}) {
+    detail::reject_verify_call<L, T, Q, void, G>();
+    return {};
+}
+
 /// verify() with draft distributions given as weights and one factor per column:
 /// q_i = draft_scales[i] · draft_probs.col(i), as standardize_weights_and_sample() writes
 /// them, so that a drafter need not normalize its columns. The same decisions and draws as
@@ -122,6 +136,16 @@ verify_result verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std
                               rng, ws);
 }
 
+/// Chosen only when an argument of the overload above has the wrong type: reports which one,
+/// and the fix, in a static_assert (as above).
+template <class L, class T, class Q, class S, class G>
+    requires(!detail::verify_scaled_arguments<L, T, Q, S, G>)
+verify_result verify(L&&, T&&, Q&&, S&&, const sampling_config&, G&&, verify_workspace&,
+                     const verify_options& = {}) {
+    detail::reject_verify_call<L, T, Q, S, G>();
+    return {};
+}
+
 /// Verifies point-mass drafts (no draft distributions, e.g. n-gram or prompt-lookup
 /// drafters): q_i = δ(x_i), so under token verification x_i is accepted with probability
 /// p_i(x_i) and the residual after a rejection is p_i with x_i removed. Otherwise as the
@@ -133,6 +157,16 @@ verify_result verify(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, std
     constexpr const char* where = "specdec::verify";
     detail::check_verify_inputs(target_logits, draft_tokens, nullptr, nullptr, sampling, opts, where);
     return detail::run_verify({target_logits, draft_tokens, nullptr, nullptr, sampling, opts, where}, rng, ws);
+}
+
+/// Chosen only when an argument of the overload above has the wrong type: reports which one,
+/// and the fix, in a static_assert (as above).
+template <class L, class T, class G>
+    requires(!detail::verify_point_mass_arguments<L, T, G>)
+verify_result verify(L&&, T&&, point_mass_t, const sampling_config&, G&&, verify_workspace&,
+                     const verify_options& = {}) {
+    detail::reject_verify_call<L, T, void, void, G>();
+    return {};
 }
 
 }  // namespace specdec

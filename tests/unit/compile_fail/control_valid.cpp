@@ -3,6 +3,8 @@
 // (no expect line: this one must compile)
 #include <specdec/batch_decoder.hpp>
 #include <specdec/speculative_decode.hpp>
+#include <specdec/tree_verify.hpp>
+#include <specdec/verify.hpp>
 
 #include <random>
 #include <vector>
@@ -33,4 +35,17 @@ int main() {
                                                                 {.step = specdec::tree{.shape = {.branching = {2}}}});
     (void)trees.add(std::vector<specdec::token_id>{1}, std::minstd_rand(1));
     trees.run();
+    // verify and verify_tree with valid arguments reach the real overloads, not the fallbacks
+    // that diagnose wrong ones (and are not ambiguous with them).
+    const Eigen::MatrixXf logits = Eigen::MatrixXf::Zero(4, 3), probs = Eigen::MatrixXf::Constant(4, 2, 0.25f);
+    const std::vector<specdec::token_id> tokens{1, 2};
+    const std::vector<float> scales{1.0f, 1.0f};
+    specdec::verify_workspace vws;
+    (void)specdec::verify(logits, tokens, probs, {.temperature = 0.8f}, rng, vws);
+    (void)specdec::verify(logits, tokens, probs, {}, std::mt19937_64(2), vws, {});
+    (void)specdec::verify(logits.leftCols(3), std::span<const specdec::token_id>(tokens), probs, scales, {}, rng, vws);
+    (void)specdec::verify(logits, tokens, specdec::point_mass, {}, rng, vws);
+    (void)specdec::verify(logits.leftCols(1), {}, specdec::point_mass, {}, rng, vws, {});
+    specdec::tree_verify_workspace tws;
+    (void)specdec::verify_tree(logits.leftCols(1), specdec::draft_tree{}, {}, rng, tws);
 }
