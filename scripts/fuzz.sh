@@ -5,8 +5,8 @@
 #   bash scripts/fuzz.sh [SECONDS] [HARNESS...]   fuzz each harness for SECONDS (default 60)
 #   bash scripts/fuzz.sh --smoke [HARNESS...]     run each harness over its seed corpus only (CI)
 #
-# HARNESS: sampling_fuzz, verify_fuzz, decode_fuzz, tokenizer_fuzz, checkpoint_fuzz (default:
-# all). Needs clang++-14 with its libFuzzer runtime: `bash scripts/install_deps.sh --fuzz`
+# HARNESS: sampling_fuzz, verify_fuzz, decode_fuzz, batch_fuzz, tokenizer_fuzz, checkpoint_fuzz,
+# profile_fuzz (default: all). Needs clang++-14 with its libFuzzer runtime: `bash scripts/install_deps.sh --fuzz`
 # (SPECDEC_FUZZ_CXX=... picks another clang). Binaries, logs and findings go to build/fuzz/; each harness
 # fuzzes a copy of its seed corpus in build/fuzz/corpus/<harness>/ (kept between runs, so a
 # later run starts from what an earlier one found; the seeds in the tree never change). A
@@ -19,7 +19,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 root=$(pwd)
 out="$root/build/fuzz"
 
-all=(sampling_fuzz verify_fuzz decode_fuzz tokenizer_fuzz checkpoint_fuzz)
+all=(sampling_fuzz verify_fuzz decode_fuzz batch_fuzz tokenizer_fuzz checkpoint_fuzz profile_fuzz)
 smoke=0
 seconds=60
 harnesses=()
@@ -42,10 +42,10 @@ if ! command -v "$cxx" >/dev/null 2>&1; then
   exit 2
 fi
 
-# The largest input each harness takes: the checkpoint and tokenizer harnesses read whole files.
+# The largest input each harness takes: the checkpoint, tokenizer and profile harnesses read whole files.
 max_len() {
   case "$1" in
-    tokenizer_fuzz|checkpoint_fuzz) echo 8192 ;;
+    tokenizer_fuzz|checkpoint_fuzz|profile_fuzz) echo 8192 ;;
     *) echo 2048 ;;
   esac
 }

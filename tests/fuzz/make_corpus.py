@@ -17,6 +17,10 @@ def f32(x):
     return struct.pack("<f", x)
 
 
+def f64(x):
+    return struct.pack("<d", x)
+
+
 def i32(x):
     return struct.pack("<i", x)
 
@@ -197,6 +201,108 @@ def checkpoint_seeds():
     write("checkpoint_fuzz", "fit", bytes([1, 0x31, 2, 0x80]) + checkpoint_file(4, 3, 2, 2, 1, 8, 4, seed=4)[:68])
 
 
+def batch_seeds():
+    """batch_fuzz: models, kind, options, then the sequences and the script (see the harness)."""
+    rnd = random.Random(13)
+
+    def table(rows=3, pattern=5):
+        out = bytes([rows - 1])
+        for _ in range(rows):
+            out += bytes([pattern - 1]) + bytes(rnd.randrange(100, 170) for _ in range(pattern))
+        return out
+
+    def sequence(prompt_len=3, V=12, budget=None):
+        out = bytes([prompt_len]) + b"".join(bytes([0, rnd.randrange(min(V, 256))]) for _ in range(prompt_len))
+        out += struct.pack("<I", rnd.randrange(1 << 32))
+        if budget is None:
+            return out + bytes([0])                     # the options' budget
+        max_new, stop = budget
+        out += bytes([1, max_new, len(stop)]) + b"".join(bytes([0, t]) for t in stop)
+        return out
+
+    def seed(kind=0, step=0, gamma=4, lenience=0, tree=b"", samp=sampling(), sb=0, draft_samp=b"", stop=0,
+             max_new=16, stops=(2,), policy=0, adaptive=b"", threads=2, lookup=b"", sequences=3, ops=(),
+             V=12, own_draft=True, large=False):
+        # isa, vocabulary, target table and order, draft byte (own table?, order) and its table
+        out = bytes([rnd.randrange(3)]) + (bytes([250]) + u16(V - 1) if large else bytes([V - 1]))
+        out += table() + bytes([1]) + bytes([1 | (1 << 1) if own_draft else 1 << 1])
+        if own_draft:
+            out += table()
+        out += bytes([kind, step, gamma, lenience]) + tree
+        out += bytes([sb]) + samp + draft_samp + bytes([stop, max_new, len(stops)])
+        out += b"".join(bytes([0, t]) for t in stops)
+        out += bytes([policy]) + adaptive + bytes([threads]) + lookup
+        out += bytes([sequences - 1]) + b"".join(
+            sequence(2 + i % 3, V, None if i % 2 == 0 else (5 + 3 * i, [3])) for i in range(sequences))
+        return out + bytes([len(ops)]) + b"".join(ops)
+
+    def tree_step(levels, cap=False, iid=False, rrs=False):
+        """The step byte of a tree (>= 160) of `levels` levels (1 + byte % 3) with these flags."""
+        for b in range(160, 256):
+            if 1 + b % 3 == levels and bool(b & 8) == cap and bool(b & 16) == iid and bool(b & 32) == rrs:
+                return b
+        raise ValueError("no such step byte")
+
+    # kind: verifier = kind & 3 (0 plain model, 1 score/score_tree, 2 score_batch, 3 score_batch and
+    # score_tree_batch); drafter = (kind >> 2) % 5 (0 plain model, 1 draft_batch, 2 draft_batch and
+    # draft(), 3-4 prompt lookup). sb < 128: the target at temperature 0; sb odd: the draft's own
+    # sampling follows the target's. Ops: 0-2 step, 3 add (a sequence follows), 4 remove, 5 take (an id follows).
+    write("batch_fuzz", "chain-greedy-lm", seed())
+    write("batch_fuzz", "chain-sampled-multi", seed(kind=(1 << 2) | 2, sb=129, draft_samp=sampling(t=3),
+                                                    ops=[b"\x00", b"\x00", b"\x05\x00", b"\x00", b"\x00"]))
+    write("batch_fuzz", "chain-token-lenience-scoring", seed(kind=1, step=1, lenience=160, sb=128 + 2,
+                                                             samp=sampling(t=2, k=128 + 5)))
+    # step byte >= 160: a tree of 1 + step % 3 levels (a branching byte each); +8: a node cap byte
+    # follows; +16: i.i.d. siblings; +32: recursive rejection.
+    write("batch_fuzz", "tree-multi-block-drafter", seed(kind=(2 << 2) | 3, step=tree_step(3, cap=True), tree=bytes([2, 2, 1, 5]),
+                                                         sb=130, stop=165))
+    write("batch_fuzz", "tree-lm-rrs-iid", seed(kind=0, step=tree_step(3, iid=True, rrs=True), tree=bytes([3, 2, 1]), sb=129,
+                                                draft_samp=sampling(t=2), stop=162))
+    # policy >= 128: adaptive; +1 a profile (costs bytes, then its length byte), +2 cost callbacks,
+    # +4 one callback only (invalid), +8 explore_budget 1.5 (invalid), +16 ragged plans, +32 the
+    # caller's controller, +64 of another length (invalid). Then explore_every, max_explore_every, window.
+    write("batch_fuzz", "adaptive-profile-controller",
+          seed(kind=(1 << 2) | 2, policy=128 + 32 + 1, adaptive=bytes([1, 0, 4, 3, 2, 8, 4]), sb=129,
+               draft_samp=sampling(t=0), ops=[b"\x00", b"\x03" + sequence(2), b"\x00", b"\x04\x01"]))
+    write("batch_fuzz", "adaptive-callbacks-ragged",
+          seed(kind=(2 << 2) | 3, policy=128 + 16 + 2, adaptive=bytes([4, 0, 4, 2, 8, 3]), sequences=4, sb=0))
+    write("batch_fuzz", "tree-adaptive-controller",
+          seed(kind=1, step=tree_step(2), tree=bytes([2, 2]), policy=128 + 32 + 2, adaptive=bytes([1, 0, 4, 1, 4, 2]),
+               sb=131, draft_samp=sampling(t=2), stop=165))
+    write("batch_fuzz", "lookup-join-leave",
+          seed(kind=(3 << 2) | 1, lookup=bytes([1]),
+               ops=[b"\x00", b"\x03" + sequence(4), b"\x00", b"\x05\x00", b"\x04\x01", b"\x00", b"\x03" + sequence(2),
+                    b"\x00"]))
+    write("batch_fuzz", "gamma0-two-threads", seed(kind=2, gamma=0, threads=1, sb=128))
+    write("batch_fuzz", "large-vocab", seed(large=True, V=2100, max_new=6, stops=(), sequences=2, gamma=3))
+    write("batch_fuzz", "invalid-threads", seed(threads=0))
+
+
+def profile_seeds():
+    """profile_fuzz: a mode byte (mode % 3: 0 the text itself, 1 built word by word, 2 two tables
+    written with to_text; bit 2: plan with the profile), then the input."""
+    text = b"specdec-engine-profile 1\ntarget_pass 0.01 0.0102 0.0105 0.0109 0.0114\ndraft_step 0.0011\n"
+    write("profile_fuzz", "plain", bytes([0]) + text)
+    write("profile_fuzz", "plain-plan", bytes([6]) + text)
+    write("profile_fuzz", "comments-crlf-tabs",
+          bytes([0]) + b"# measured on a laptop\r\n\r\nspecdec-engine-profile\t1\r\n  draft_step\t0.002 0.003\r\n"
+          b"# target\r\ntarget_pass 1e-2 1.5e-2\r\n")
+    write("profile_fuzz", "subnormal-huge", bytes([0]) + b"specdec-engine-profile 1\ntarget_pass 1.7976931348623157e308 0\n"
+          b"draft_step 4.9406564584124654e-324 0 -0\n")
+    write("profile_fuzz", "missing-table", bytes([0]) + b"specdec-engine-profile 1\ntarget_pass 1\n")
+    write("profile_fuzz", "bad-entry", bytes([0]) + b"specdec-engine-profile 1\ntarget_pass 1 nan\ndraft_step 1\n")
+    write("profile_fuzz", "version-2", bytes([0]) + b"specdec-engine-profile 2\n")
+    # built: per word a byte (% 4: 0 number, 1 other word, 2 raw double, 3 separator; +4: then a
+    # space or, +8, a newline) and its index
+    header, tp, ds, nl, sp = bytes([1, 1]), bytes([1, 5]), bytes([1, 6]), bytes([3, 2]), bytes([3, 0])
+    words = header + nl + tp + sp + bytes([0, 2]) + sp + bytes([0, 4]) + nl + ds + sp + bytes([2]) + f64(0.5) + nl
+    write("profile_fuzz", "built", bytes([4, 12]) + words)  # 12 words
+    # tables: lengths, then per entry a byte (< 200: a table of edge values; else raw bits follow)
+    write("profile_fuzz", "tables", bytes([2, 3, 2, 0, 1, 2, 0, 14]))
+    write("profile_fuzz", "tables-raw-plan", bytes([5, 2, 1, 255]) + f64(0.25) + bytes([255]) + f64(1e-310) +
+          bytes([5]) + bytes([3, 1, 2, 1, 4, 3, 9, 100, 200]))
+
+
 # Inputs that once failed an invariant, kept as seeds (hex).
 FOUND = {
     # block verification at temperature 0 with a later draft token outside its column's support
@@ -222,4 +328,6 @@ if __name__ == "__main__":
     decode_seeds()
     tokenizer_seeds()
     checkpoint_seeds()
+    batch_seeds()
+    profile_seeds()
     found_seeds()
