@@ -22,6 +22,7 @@
 //    and no estimate of a caller's controller, and the decoder goes on.
 //  - measure_engine_profile and measure_batch_profile: the adapter's exception comes out, and
 //    the same adapters then measure a valid profile.
+//  - step_recorder (traces): after a fault the trace holds exactly the completed steps.
 //  - llama2::transformer: its own errors (context beyond seq_len, a token outside the
 //    vocabulary, an empty context) and a std::bad_alloc at any allocation of a call leave its
 //    cache (and score_into's output matrix) unchanged (strong guarantee), and faults of an
@@ -53,6 +54,7 @@ void specdec_fault_eigen_assert(bool ok, const char* condition);
 #include "llama2/checkpoint.hpp"
 #include "llama2/transformer.hpp"
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstddef>
@@ -61,6 +63,7 @@ void specdec_fault_eigen_assert(bool ok, const char* condition);
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <new>
@@ -701,6 +704,53 @@ TEST_CASE("speculative_decode with the caller's gamma_controller: after a fault 
         const auto r = specdec::speculative_decode(d, t, prompt, o, rng);
         CHECK(r.tokens.size() == 16);
         CHECK(r.stats.steps_at_gamma.size() <= 5);
+    }
+}
+
+TEST_CASE("step_recorder: after a fault at any call the trace holds exactly the steps that completed, as an "
+          "undisturbed run recorded them",
+          "[faults][trace]") {
+    auto target = markov_model::random(10, 2, 41);
+    auto draft = markov_model::random(10, 2, 42);
+    fault_plan plan;
+    faulty_model<markov_model> d{&draft, &plan}, t{&target, &plan};
+    const tokens prompt{1, 2};
+    for (const bool is_tree : {false, true}) {
+        INFO((is_tree ? "trees 2,1" : "chains of 3"));
+        specdec::decode_options o{.budget = {.max_new_tokens = 12}};
+        if (is_tree) o.step = specdec::tree{.shape = {.branching = {2, 1}}};
+        else o.step = specdec::chain{.gamma = 3};
+        auto record = [&](specdec::step_recorder& r, std::size_t fault_at) {
+            o.on_step = std::ref(r);
+            std::mt19937_64 rng(5);
+            plan.arm(fault_at, false);
+            try {
+                (void)specdec::speculative_decode(d, t, prompt, o, rng);
+            } catch (const injected_fault&) {
+            }
+            plan.disarm();
+        };
+        specdec::step_recorder whole;
+        record(whole, fault_plan::never);
+        plan.disarm();
+        std::mt19937_64 count_rng(5);
+        o.on_step = {};
+        (void)specdec::speculative_decode(d, t, prompt, o, count_rng);
+        const std::size_t total = plan.calls;
+        REQUIRE(whole.steps().size() > 2);
+        for (std::size_t k = 1; k <= total; ++k) {
+            INFO("fault at call " << k << " of " << total);
+            specdec::step_recorder r;
+            record(r, k);
+            REQUIRE(r.steps().size() < whole.steps().size());
+            for (std::size_t i = 0; i < r.steps().size(); ++i) {
+                const auto& a = r.steps()[i];
+                const auto& b = whole.steps()[i];
+                CHECK(a.accepted == b.accepted);
+                CHECK(a.next_token == b.next_token);
+                CHECK(std::ranges::equal(r.tokens(a), whole.tokens(b)));
+            }
+        }
     }
 }
 
