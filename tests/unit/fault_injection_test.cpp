@@ -1218,23 +1218,28 @@ TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adap
     const auto target = markov_model::random(10, 2, 91);
     const auto draft = markov_model::random(10, 2, 92);
     fault_plan plan;
-    SECTION("one sequence: plain models") {
-        markov_model t = target, d = draft;
-        faulty_model<markov_model> fd{&d, &plan}, ft{&t, &plan};
-        const tokens context{1, 2, 3};
-        const specdec::profile_measurement m{.max_positions = 4, .repeats = 2};
+    // measure() once undisturbed, counting the adapter calls; then a fault at each call, before
+    // and after delegating: it comes out, and the next measure() gives a valid profile.
+    auto check_every_fault = [&plan](auto measure) {
         plan.disarm();
-        (void)specdec::measure_engine_profile(fd, ft, context, m);
+        (void)measure();
         const std::size_t total = plan.calls;
         REQUIRE(total > 4);
         for (const bool after : {false, true})
             for (std::size_t k = 1; k <= total; ++k) {
                 INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : ""));
                 plan.arm(k, after);
-                CHECK_THROWS_AS(specdec::measure_engine_profile(fd, ft, context, m), injected_fault);
+                CHECK_THROWS_AS(measure(), injected_fault);
                 plan.disarm();
-                CHECK_NOTHROW(specdec::validate(specdec::measure_engine_profile(fd, ft, context, m), "test"));
+                CHECK_NOTHROW(specdec::validate(measure(), "test"));
             }
+    };
+    SECTION("one sequence: plain models") {
+        markov_model t = target, d = draft;
+        faulty_model<markov_model> fd{&d, &plan}, ft{&t, &plan};
+        const tokens context{1, 2, 3};
+        const specdec::profile_measurement m{.max_positions = 4, .repeats = 2};
+        check_every_fault([&] { return specdec::measure_engine_profile(fd, ft, context, m); });
     }
     SECTION("many sequences: draft_batch and score_batch") {
         specdec_test::multi_markov_drafter md{&draft};
@@ -1243,18 +1248,7 @@ TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adap
         faulty_multi_verifier fv{&mv, &plan};
         const std::vector<tokens> contexts{{1, 2}, {3, 4, 5}};
         const specdec::batch_profile_measurement m{.max_positions = 6, .max_sequences = 2, .draft_tokens = 2, .repeats = 1};
-        plan.disarm();
-        (void)specdec::measure_batch_profile(fd, fv, contexts, m);
-        const std::size_t total = plan.calls;
-        REQUIRE(total > 4);
-        for (const bool after : {false, true})
-            for (std::size_t k = 1; k <= total; ++k) {
-                INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : ""));
-                plan.arm(k, after);
-                CHECK_THROWS_AS(specdec::measure_batch_profile(fd, fv, contexts, m), injected_fault);
-                plan.disarm();
-                CHECK_NOTHROW(specdec::validate(specdec::measure_batch_profile(fd, fv, contexts, m), "test"));
-            }
+        check_every_fault([&] { return specdec::measure_batch_profile(fd, fv, contexts, m); });
     }
 }
 
