@@ -222,29 +222,6 @@ bool same_stats(const specdec::decode_stats& a, const specdec::decode_stats& b) 
            a.expected_accepted_at_position == b.expected_accepted_at_position && a.steps_at_gamma == b.steps_at_gamma;
 }
 
-/// Counters that must add up after any run of steps.
-void check_stats(const specdec::decode_stats& st) {
-    FUZZ_CHECK(st.accepted_tokens + st.rejected_tokens <= st.drafted_tokens);
-    FUZZ_CHECK(st.rejected_tokens <= st.steps);
-    FUZZ_CHECK(st.accepted_at_position.size() == st.reached_at_position.size());
-    std::size_t acc = 0, reached = 0;
-    for (std::size_t i = 0; i < st.reached_at_position.size(); ++i) {
-        FUZZ_CHECK(st.accepted_at_position[i] <= st.reached_at_position[i]);
-        FUZZ_CHECK(st.reached_at_position[i] <= st.steps);
-        if (i + 1 < st.reached_at_position.size()) FUZZ_CHECK(st.reached_at_position[i + 1] <= st.accepted_at_position[i]);
-        acc += st.accepted_at_position[i];
-        reached += st.reached_at_position[i];
-    }
-    FUZZ_CHECK(acc == st.accepted_tokens);
-    FUZZ_CHECK(reached == st.accepted_tokens + st.rejected_tokens);
-    FUZZ_CHECK(st.expected_accepted_at_position.empty() ||
-               st.expected_accepted_at_position.size() == st.reached_at_position.size());
-    for (std::size_t i = 0; i < st.expected_accepted_at_position.size(); ++i) {
-        const double e = st.expected_accepted_at_position[i];
-        FUZZ_CHECK(e >= 0.0 && e <= static_cast<double>(st.reached_at_position[i]) * (1.0 + 1e-6));
-    }
-}
-
 struct run_settings {
     specdec::decode_options options;
     specdec::step_options step;                 // step mode's
@@ -349,7 +326,7 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     } else {
         FUZZ_CHECK(st.target_calls == (rs.verifier_is_lm ? st.drafted_tokens + st.steps : st.steps));
     }
-    check_stats(st);
+    fuzz::check_stats(st);
     const auto* c = std::get_if<specdec::chain>(&o.step);
     const bool estimated = c && (c->estimate_acceptance || o.length.policy == specdec::gamma_policy::adaptive);
     if (!estimated) FUZZ_CHECK(st.expected_accepted_at_position.empty());
@@ -401,7 +378,7 @@ void run_steps(D& drafter, Vf& verifier, script& s, run_settings& rs) {
         FUZZ_CHECK(stats.rejected_tokens == stats_before.rejected_tokens + (r.all_accepted() ? 0 : 1));
         FUZZ_CHECK(stats.target_calls ==
                    stats_before.target_calls + (rs.verifier_is_lm ? r.draft.size() + 1 : 1));
-        check_stats(stats);
+        fuzz::check_stats(stats);
     }
 }
 

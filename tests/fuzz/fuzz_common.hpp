@@ -293,4 +293,27 @@ FUZZ_NO_COVERAGE bool bad_logit_row(const Row& row) {
     return !finite_or_masked || all_masked;
 }
 
+/// Counters of decode_stats that must add up after any run of steps (one sequence's).
+inline void check_stats(const specdec::decode_stats& st) {
+    FUZZ_CHECK(st.accepted_tokens + st.rejected_tokens <= st.drafted_tokens);
+    FUZZ_CHECK(st.rejected_tokens <= st.steps);
+    FUZZ_CHECK(st.accepted_at_position.size() == st.reached_at_position.size());
+    std::size_t acc = 0, reached = 0;
+    for (std::size_t i = 0; i < st.reached_at_position.size(); ++i) {
+        FUZZ_CHECK(st.accepted_at_position[i] <= st.reached_at_position[i]);
+        FUZZ_CHECK(st.reached_at_position[i] <= st.steps);
+        if (i + 1 < st.reached_at_position.size()) FUZZ_CHECK(st.reached_at_position[i + 1] <= st.accepted_at_position[i]);
+        acc += st.accepted_at_position[i];
+        reached += st.reached_at_position[i];
+    }
+    FUZZ_CHECK(acc == st.accepted_tokens);
+    FUZZ_CHECK(reached == st.accepted_tokens + st.rejected_tokens);
+    FUZZ_CHECK(st.expected_accepted_at_position.empty() ||
+               st.expected_accepted_at_position.size() == st.reached_at_position.size());
+    for (std::size_t i = 0; i < st.expected_accepted_at_position.size(); ++i) {
+        const double e = st.expected_accepted_at_position[i];
+        FUZZ_CHECK(e >= 0.0 && e <= static_cast<double>(st.reached_at_position[i]) * (1.0 + 1e-6));
+    }
+}
+
 }  // namespace fuzz
