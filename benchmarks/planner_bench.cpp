@@ -42,10 +42,12 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
 #include <tuple>
+#include <variant>
 #include <vector>
 
 namespace {
@@ -165,6 +167,17 @@ double run_clocked(Draft draft, markov target, const specdec::engine_profile& pr
             positions += e.draft.size() + 1;
         }
     };
+    // The virtual engine drafts a level of every sequence's tree in one call: tell the tree
+    // planner so (a fresh controller per batch, as the decoder would make).
+    std::optional<specdec::gamma_controller> planner;
+    if (o.length.policy == specdec::gamma_policy::adaptive && std::holds_alternative<specdec::tree>(o.step)) {
+        const auto& shape = std::get<specdec::tree>(o.step).shape;
+        planner.emplace(specdec::tree_plan_limits{.branching = shape.branching,
+                                                  .max_nodes = shape.max_nodes,
+                                                  .drafts_per_sequence = false},
+                        o.length.adaptive);
+        o.length.controller = &*planner;
+    }
     specdec::batch_decoder dec(draft, target, o);
     for (std::size_t s = 0; s < batch; ++s)
         (void)dec.add(std::vector<token_id>{first_token(s)}, std::mt19937_64(1000 * (round + 1) + s));

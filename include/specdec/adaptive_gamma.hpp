@@ -127,6 +127,13 @@ struct tree_plan_limits {
     std::vector<std::size_t> branching{};  ///< children per node at each depth, e.g. {3, 2, 1, 1}
     std::size_t max_nodes = 0;  ///< 0: no budget beyond the branching
     tree_draft_calls draft_calls = tree_draft_calls::per_level;  ///< how the drafter's calls grow with the tree
+    /// How the drafter's calls grow with the batch. true (the default): a call drafts one
+    /// sequence's tree, as batch_decoder drafts trees (one sequence at a time), so a step of B
+    /// sequences costs B times one sequence's draft calls, each at a single sequence's cost
+    /// (profile.draft_cost(1)). false: a call drafts a level of every sequence's tree together
+    /// (a draft engine batched across sequences), so the step costs one sequence's calls, each
+    /// at profile.draft_cost(B). Only plans for B > 1 depend on it.
+    bool drafts_per_sequence = true;
 };
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
@@ -358,6 +365,7 @@ public:
             if (d + 1 < branching.size()) calls += level;
         }
         if (tree_.draft_calls == tree_draft_calls::per_level) calls = branching.size();
+        if (tree_.drafts_per_sequence && b > 1) return tree_cost_per_sequence(calls, b * (nodes + 1), b);
         return cost_of(calls, b * (nodes + 1), b);
     }
 
@@ -568,6 +576,17 @@ private:
             return static_cast<double>(calls) * options_.profile->draft_cost(b) + options_.profile->pass_cost(positions);
         if (options_.pass_cost) return options_.draft_cost(calls) + options_.pass_cost(positions);
         return static_cast<double>(calls) * draft_.value + pass_time(positions) + overhead_.value;
+    }
+
+    /// A tree step of `b` sequences drafted one sequence at a time (`calls` draft calls each,
+    /// each at one sequence's cost) and a pass over `positions` positions in total.
+    [[nodiscard]] double tree_cost_per_sequence(std::size_t calls, std::size_t positions, std::size_t b) const {
+        const double sequences = static_cast<double>(b);
+        if (options_.profile)
+            return sequences * static_cast<double>(calls) * options_.profile->draft_cost(1) +
+                   options_.profile->pass_cost(positions);
+        if (options_.pass_cost) return sequences * options_.draft_cost(calls) + options_.pass_cost(positions);
+        return sequences * static_cast<double>(calls) * draft_.value + pass_time(positions) + overhead_.value;
     }
 
     // Plans: for a chain controller, plan g is γ = g; for a tree planner, plan i is shapes_[i]

@@ -363,6 +363,7 @@ struct brute_force {
     std::vector<double> a;
     specdec::engine_profile prof;
     std::size_t b = 1;
+    bool per_sequence = true;  // tree_plan_limits::drafts_per_sequence
     double tokens(const std::vector<std::size_t>& v) const {
         double total = 1, run = 1;
         for (const auto x : v) {
@@ -380,7 +381,9 @@ struct brute_force {
             nodes += level;
             if (d + 1 < v.size()) calls += level;
         }
-        return static_cast<double>(calls) * prof.draft_cost(b) + prof.pass_cost(b * (nodes + 1));
+        const double drafting = per_sequence ? static_cast<double>(b * calls) * prof.draft_cost(1)
+                                             : static_cast<double>(calls) * prof.draft_cost(b);
+        return drafting + prof.pass_cost(b * (nodes + 1));
     }
     std::vector<std::size_t> best(const std::vector<std::size_t>& full) const {
         std::vector<std::size_t> v, winner;
@@ -423,16 +426,19 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
         {"linear pass, batch of 32", {0.55f, 0.45f, 0.35f},
          specdec::engine_profile{.target_pass = {1.0, 2.0}, .draft_step = {0.02}}, 32, "speculation off"},
     };
-    for (const auto& sc : scenarios) {
-        INFO(sc.name);
+    for (const auto& sc : scenarios)
+    for (const bool per_sequence : {true, false}) {
+        INFO(sc.name << (per_sequence ? ", drafts per sequence" : ", drafts batched across sequences"));
         specdec::adaptive_gamma_options o;
         o.prior_weight = 0.0;
         o.profile = sc.prof;
-        specdec::gamma_controller c(
-            specdec::tree_plan_limits{.branching = full, .draft_calls = specdec::tree_draft_calls::per_parent}, o);
+        specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full,
+                                                              .draft_calls = specdec::tree_draft_calls::per_parent,
+                                                              .drafts_per_sequence = per_sequence},
+                                    o);
         REQUIRE(c.plans_trees());
         feed_siblings(c, sc.a, 4);
-        const brute_force bf{{sc.a.begin(), sc.a.end()}, sc.prof, sc.batch};
+        const brute_force bf{{sc.a.begin(), sc.a.end()}, sc.prof, sc.batch, per_sequence};
         const auto expect = bf.best(full);
         const std::size_t depth = c.choose(100, sc.batch);
         const auto planned = c.planned_shape();
@@ -458,6 +464,17 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
         CHECK(level.expected_cost(std::span<const std::size_t>(wide)) ==
               Approx(level.expected_cost(std::span<const std::size_t>(chain))));
         CHECK(level.expected_cost(std::span<const std::size_t>(wide)) == Approx(4 * 0.02 + 1.0));
+        // A batch of 8: drafted one sequence at a time (as batch_decoder drafts trees), 8 x 4
+        // calls at one sequence's cost; batched across sequences, 4 calls at 8 sequences' cost.
+        o.profile->draft_step = {0.02, 0.025, 0.03, 0.035, 0.04, 0.045, 0.05, 0.055};
+        specdec::gamma_controller per_sequence(specdec::tree_plan_limits{.branching = full}, o);
+        specdec::gamma_controller batched(
+            specdec::tree_plan_limits{.branching = full, .drafts_per_sequence = false}, o);
+        const double pass = o.profile->pass_cost(8 * (3 + 6 + 12 + 12 + 1));
+        CHECK(per_sequence.expected_cost(std::span<const std::size_t>(wide), 8) == Approx(8 * 4 * 0.02 + pass));
+        CHECK(batched.expected_cost(std::span<const std::size_t>(wide), 8) == Approx(4 * 0.055 + pass));
+        CHECK(per_sequence.expected_cost(std::span<const std::size_t>(wide), 1) ==
+              Approx(batched.expected_cost(std::span<const std::size_t>(wide), 1)));
     }
     // A node budget: no plan beyond it.
     specdec::adaptive_gamma_options o;
