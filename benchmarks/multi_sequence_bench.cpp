@@ -15,7 +15,12 @@
 // greedy token with probability α (a coin that is a fixed function of the sequence and the
 // position, so every case sees the same positions drafted right and wrong), another token
 // otherwise, as point masses. Acceptance is then α per position, i.i.d. (Leviathan et al.'s
-// model); α = 0.8 unless ALPHA says otherwise. Each sequence has a 4-token prompt, prefilled
+// model); α = 0.8 unless ALPHA says otherwise. Trees (the tree cases): each sequence's tree is
+// drafted on its own (propose_tree; the draft model's pass for one position per level, what a
+// chain of the tree's depth costs — see controlled_drafter.hpp), and below the greedy path's node
+// the r-th child is right with probability α_r given that the earlier ones were not: α for the
+// first, then SIBLINGS (default 0.45,0.3,0.2); all sequences' trees are scored in one
+// multi-sequence tree pass. Each sequence has a 4-token prompt, prefilled
 // before the timed region; each iteration generates new_tokens tokens for each of the B
 // sequences (48, or TOKENS), all cases the same tokens.
 //
@@ -24,6 +29,10 @@
 //   multi/B:<b>/gamma:-2      the adaptive policy planning from an engine profile measured once
 //                             (measured_profile() below; deterministic: nothing is timed during
 //                             decoding, so the same seed gives the same tokens), fresh per iteration
+//   tree/B:<b>/shape:<i>      a fixed tree shape, tree_shapes[i] (2-1-1, 2-2-1, 2-2-1-1, 3-2-1-1)
+//   tree/B:<b>/shape:-1       the tree planner from the same profile, within 4-4-2-2-1-1-1-1 (every
+//                             listed shape, every chain up to 8 and the plain step), fresh per
+//                             iteration
 //   pass/B:<b>/gamma:<g>      one target score_batch over B sequences with γ draft tokens each
 //   matmul/streamed_once:<0|1>/k:<k>  one 2048 x 768 weight matrix against k packed columns: the
 //                             9-column-group kernel (0, baseline) and the panelled product (1)
@@ -52,6 +61,7 @@
 #include <optional>
 #include <random>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace {
@@ -82,14 +92,35 @@ double alpha() {
     return env != nullptr && *env != '\0' ? std::atof(env) : 0.8;
 }
 
+/// The controlled drafter's acceptance by sibling rank: α, then the SIBLINGS list (comma
+/// separated; default 0.45,0.3,0.2): the acceptance of the second, third, fourth child given
+/// that the earlier ones were rejected.
+std::vector<double> alphas() {
+    std::vector<double> a{alpha()};
+    const char* env = std::getenv("SIBLINGS");
+    std::string list = env != nullptr && *env != '\0' ? env : "0.45,0.3,0.2";
+    for (std::size_t at = 0; at < list.size();) {
+        const std::size_t comma = std::min(list.find(',', at), list.size());
+        a.push_back(std::atof(list.substr(at, comma - at).c_str()));
+        at = comma + 1;
+    }
+    return a;
+}
+
 constexpr std::size_t max_batch = 16;
 
 /// The target's greedy continuation of each prompt (new_tokens tokens), computed once through
 /// the multi-sequence engine (batched autoregressive decoding at temperature 0).
+/// Every prompt a case may use (a batch of b uses the first b).
+const std::vector<std::vector<token_id>>& all_prompts() {
+    static const auto p = prompts(max_batch);
+    return p;
+}
+
 const std::vector<std::vector<token_id>>& greedy() {
     static const auto g = [] {
         llama2::batch_transformer target(target_weights());
-        const auto ps = prompts(max_batch);
+        const auto& ps = all_prompts();
         specdec::batch_decoder dec(target, target,
                                    {.step = specdec::chain{.gamma = 0},
                                     .sampling = {.temperature = 0.0f},
@@ -142,7 +173,7 @@ void bm_multi(benchmark::State& state) {
         prefill(draft_model, ps);
         // The 15M-shape model's multi-sequence draft for its cost, then the target's greedy token
         // with probability α at each output position, as point masses (see the file comment).
-        llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, greedy(), prompt_length, alpha());
+        llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, all_prompts(), greedy(), alphas());
         const specdec::decode_options o{
             .step = specdec::chain{.gamma = gamma},
             .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
@@ -171,6 +202,60 @@ void bm_multi(benchmark::State& state) {
     state.counters["tokens_per_step"] = steps == 0 ? 0.0 : static_cast<double>(generated) / static_cast<double>(steps);
     state.counters["mean_gamma"] = steps == 0 ? 0.0 : static_cast<double>(gamma_sum) / static_cast<double>(steps);
     state.counters["accepted_share"] = drafted == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(drafted);
+}
+
+/// The tree shapes of the tree cases (index: the case's shape argument).
+const std::vector<std::vector<std::size_t>> tree_shapes{{2, 1, 1}, {2, 2, 1}, {2, 2, 1, 1}, {3, 2, 1, 1}};
+
+/// Trees in the same loop: a fixed shape (shape = index into tree_shapes), or the tree planner
+/// (shape = -1) planning from the profile measured once, within {4, 4, 2, 2, 1, 1, 1, 1}, which
+/// holds every listed shape and every chain up to 8 (and the plain step), fresh per iteration.
+/// The controlled drafter proposes each sequence's tree (propose_tree: one sequence at a time,
+/// as batch_decoder drafts trees), and the target scores every sequence's tree in one
+/// multi-sequence tree pass (score_tree_batch).
+void bm_tree(benchmark::State& state) {
+    const auto batch = static_cast<std::size_t>(state.range(0));
+    const bool planned = state.range(1) < 0;
+    if (planned) (void)measured_profile();  // once, outside every timed region
+    const std::vector<std::size_t> shape =
+        planned ? std::vector<std::size_t>{4, 4, 2, 2, 1, 1, 1, 1} : tree_shapes[static_cast<std::size_t>(state.range(1))];
+    const auto ps = prompts(batch);
+    std::size_t generated = 0, steps = 0, depth_sum = 0, nodes = 0;
+    std::uint64_t seed = 1;
+    for (auto _ : state) {
+        state.PauseTiming();
+        (void)greedy();
+        llama2::batch_transformer target(target_weights()), draft_model(draft_weights());
+        prefill(target, ps);
+        prefill(draft_model, ps);
+        llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, all_prompts(), greedy(), alphas());
+        specdec::decode_options o{
+            .step = specdec::tree{.shape = {.branching = shape}},
+            .length = {.policy = planned ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
+                       .adaptive = {.profile = planned ? std::optional(measured_profile()) : std::nullopt}},
+            .sampling = {.temperature = 0.0f},
+            .budget = {.max_new_tokens = new_tokens}};
+        o.on_step = [&](const specdec::step_event& e) { nodes += e.tree != nullptr ? e.tree->size() : 0; };
+        specdec::batch_decoder<llama2::controlled_drafter<llama2::batch_transformer>, llama2::batch_transformer,
+                               std::mt19937_64>
+            dec(draft, target, o);
+        std::vector<std::size_t> ids;
+        for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
+        state.ResumeTiming();
+        dec.run();
+        state.PauseTiming();
+        for (const auto id : ids) {
+            const auto& s = dec.stats(id);
+            generated += dec.generated(id).size();
+            steps += s.steps;
+            for (std::size_t g = 0; g < s.steps_at_gamma.size(); ++g) depth_sum += g * s.steps_at_gamma[g];
+        }
+        state.ResumeTiming();
+    }
+    state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
+    state.counters["tokens_per_step"] = steps == 0 ? 0.0 : static_cast<double>(generated) / static_cast<double>(steps);
+    state.counters["mean_depth"] = steps == 0 ? 0.0 : static_cast<double>(depth_sum) / static_cast<double>(steps);
+    state.counters["nodes_per_step"] = steps == 0 ? 0.0 : static_cast<double>(nodes) / static_cast<double>(steps);
 }
 
 void bm_pass(benchmark::State& state) {
@@ -223,6 +308,13 @@ BENCHMARK(bm_multi)
     ->Name("multi")
     ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2, 3, 4, 5, 6, -1, -2}})
     ->ArgNames({"B", "gamma"})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
+
+BENCHMARK(bm_tree)
+    ->Name("tree")
+    ->ArgsProduct({{1, 2, 4, 8, 16}, {0, 1, 2, 3, -1}})
+    ->ArgNames({"B", "shape"})
     ->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

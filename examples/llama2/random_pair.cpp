@@ -2,15 +2,18 @@
 // with random weights and the acceptance rate set by hand, on this machine.
 //
 //   specdec-random-pair [--tokens 200] [--batch 1] [--alpha 0.8] [--gamma 4|auto] [--max-gamma 6]
-//                       [--measure-profile FILE | --profile FILE]
+//                       [--tree 2,2,1,1 [--siblings 0.45,0.3,0.2]] [--measure-profile FILE | --profile FILE]
 //
 // The models are made in memory by the example engine's own generator (llama2::random_weights):
 // a target at the shape of llama2.c's stories110M and a draft at the shape of stories15M, fixed
 // seeds. Random weights agree with nothing, so the drafter is llama2::controlled_drafter
 // (controlled_drafter.hpp): it runs the 15M-shape model's real draft pass for its cost, then
 // proposes the target's greedy token with probability α per position (a fixed coin per sequence
-// and position), another token otherwise. This measures what speculative decoding gains at a
-// given α and this machine's real costs; it is not a measurement of any real draft model.
+// and position), another token otherwise. With --tree it drafts trees of that shape (with
+// --gamma auto: the planner chooses each step's shape within it), and the r-th child of the
+// greedy path's node is right with probability α_r given that the earlier ones were not: α, then
+// --siblings. This measures what speculative decoding gains at given acceptance rates and this
+// machine's real costs; it is not a measurement of any real draft model.
 //
 // Each of --batch sequences has a 4-token prompt, prefilled into both models before the timed
 // region. At temperature 0 the program decodes --tokens new tokens per sequence, first plainly
@@ -65,6 +68,8 @@ struct arguments {
     bool adaptive = false;   // --gamma auto
     std::size_t gamma = 4;   // fixed γ, or the adaptive policy's largest
     std::size_t max_gamma = 6;
+    std::vector<std::size_t> tree;      // --tree: branching per depth (empty: chains)
+    std::vector<double> siblings{0.45, 0.3, 0.2};  // --siblings: α of the 2nd, 3rd, ... child
     std::filesystem::path trace;       // --trace: the speculative run's steps (Chrome trace-event JSON)
     std::filesystem::path stats_json;  // --stats-json: the run's summary as JSON
     std::filesystem::path profile;          // --profile: plan --gamma auto from this engine profile
@@ -114,6 +119,17 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
     app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")
         ->capture_default_str()
         ->check(whole_number(1, 32));
+    app.add_option("--tree", a.tree,
+                   "draft trees instead of chains: branching per depth, e.g. 2,2,1,1 (traversal verification; "
+                   "with --gamma auto each step's shape is planned within it: a tree, a chain or a plain step)")
+        ->delimiter(',')
+        ->check(whole_number(1, 8));
+    app.add_option("--siblings", a.siblings,
+                   "with --tree: probability that the 2nd, 3rd, ... child of a node on the target's path is the "
+                   "target's token, given that the earlier children were not (the last value repeats)")
+        ->delimiter(',')
+        ->capture_default_str()
+        ->check(CLI::Range(0.0, 1.0));
     app.add_option("--trace", a.trace,
                    "write the speculative run's steps to FILE in the Chrome trace-event format "
                    "(scripts/trace_report.py makes a page of charts from it)");
@@ -128,13 +144,24 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
         ->excludes("--profile");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
     a.adaptive = gamma == "auto";
+    if (app.count("--siblings") != 0 && a.tree.empty()) {
+        std::fputs("specdec-random-pair: --siblings sets the acceptance of a tree's later children; add --tree\n"
+                   "Run with --help for more information.\n",
+                   stderr);
+        return 2;
+    }
+    if (a.tree.size() > 8) {
+        std::fputs("specdec-random-pair: --tree has more than 8 levels\nRun with --help for more information.\n",
+                   stderr);
+        return 2;
+    }
     if ((!a.profile.empty() || !a.measure_profile.empty()) && !a.adaptive) {
         std::fputs("specdec-random-pair: --profile and --measure-profile plan the steps of --gamma auto; add --gamma "
                    "auto\nRun with --help for more information.\n",
                    stderr);
         return 2;
     }
-    a.gamma = a.adaptive ? a.max_gamma : std::stoull(gamma);
+    a.gamma = !a.tree.empty() ? a.tree.size() : a.adaptive ? a.max_gamma : std::stoull(gamma);
     return a;
 }
 
@@ -215,13 +242,22 @@ specdec::decode_options speculative_options(const arguments& a, specdec::step_re
         .length = {.policy = a.adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed},
         .sampling = {.temperature = 0.0f},
         .budget = {.max_new_tokens = a.tokens}};
+    if (!a.tree.empty())
+        o.step = specdec::tree{.shape = {.branching = a.tree}, .estimate_sibling_acceptance = trace != nullptr};
     o.length.adaptive.profile = profile;
     if (trace) o.on_step = std::ref(*trace);
     return o;
 }
 
+/// The most draft tokens a step may hold per sequence: the longest chain, or the tree's nodes.
+std::size_t largest_draft(const arguments& a) {
+    if (a.tree.empty()) return a.max_gamma;
+    return specdec::tree_shape{.branching = a.tree}.nodes();
+}
+
 /// With --measure-profile: the engine profile of the pair measured on the prefilled models
-/// (passes over up to batch · (max_gamma + 1) positions, drafts for up to batch sequences), saved
+/// (passes over up to batch · (nodes + 1) positions — nodes: the longest chain's, or the tree's
+/// — and drafts for up to batch sequences), saved
 /// to the file; with --profile: loaded from it; otherwise none (the policy times the run).
 std::optional<specdec::engine_profile> engine_profile_of(const arguments& a, llama2::batch_transformer& draft_model,
                                                          llama2::batch_transformer& target,
@@ -229,7 +265,7 @@ std::optional<specdec::engine_profile> engine_profile_of(const arguments& a, lla
     if (!a.measure_profile.empty()) {
         const auto p = specdec::measure_batch_profile(
             draft_model, target, prompts,
-            {.max_positions = a.batch * (a.max_gamma + 1), .max_sequences = a.batch, .draft_tokens = 4, .repeats = 3,
+            {.max_positions = a.batch * (largest_draft(a) + 1), .max_sequences = a.batch, .draft_tokens = 4, .repeats = 3,
              .sampling = {.temperature = 0.0f}});
         llama2::write_text_file(a.measure_profile, specdec::to_text(p));
         return p;
@@ -269,7 +305,9 @@ speculative_run decode_speculative(const std::shared_ptr<const llama2::checkpoin
     prefill(draft_model, prompts);
     const auto profile = engine_profile_of(a, draft_model, target, prompts);  // before the timed run
     timed_draft_model timed(draft_model);
-    llama2::controlled_drafter<timed_draft_model> drafter(timed, greedy, prompt_length, a.alpha);
+    std::vector<double> alpha{a.alpha};
+    alpha.insert(alpha.end(), a.siblings.begin(), a.siblings.end());
+    llama2::controlled_drafter<timed_draft_model> drafter(timed, prompts, greedy, std::move(alpha));
     specdec::batch_decoder<llama2::controlled_drafter<timed_draft_model>, llama2::batch_transformer> dec(
         drafter, target, speculative_options(a, trace, profile));
     std::vector<std::size_t> ids;
@@ -349,9 +387,17 @@ void print_report(const report& r) {
     std::printf("random weights at the stories110M/15M shapes, acceptance controlled at alpha = %.2f (not a real draft "
                 "model)\n",
                 a.alpha);
-    std::printf("batch %zu, prompt %zu tokens (prefilled), %zu new tokens per sequence, temperature 0, gamma %s%zu; "
+    std::string step = a.adaptive ? "gamma auto, at most " + std::to_string(a.gamma) : "gamma " + std::to_string(a.gamma);
+    if (!a.tree.empty()) {
+        step = a.adaptive ? "planned within the tree " : "tree ";
+        for (std::size_t d = 0; d < a.tree.size(); ++d) step += (d ? "," : "") + std::to_string(a.tree[d]);
+        step += " (later children right with probability";
+        for (const double x : a.siblings) step += " " + std::to_string(x).substr(0, 4);
+        step += ")";
+    }
+    std::printf("batch %zu, prompt %zu tokens (prefilled), %zu new tokens per sequence, temperature 0, %s; "
                 "weights made in %.1f s\n",
-                a.batch, prompt_length, a.tokens, a.adaptive ? "auto, at most " : "", a.gamma, r.weights_seconds);
+                a.batch, prompt_length, a.tokens, step.c_str(), r.weights_seconds);
     std::printf("plain:       %zu tokens in %.2f s, %.2f tokens/s (%zu target passes, %.1f ms each)\n", plain_tokens,
                 r.plain.seconds, plain_rate, r.plain.passes, 1e3 * target_step);
     std::printf("speculative: %zu tokens in %.2f s, %.2f tokens/s (%zu target passes)\n", spec_tokens, r.spec.seconds,
@@ -362,7 +408,7 @@ void print_report(const report& r) {
                 static_cast<double>(spec_tokens) / static_cast<double>(std::max<std::size_t>(1, st.steps)), spec_tokens,
                 st.steps);
     if (a.adaptive) {
-        std::printf("steps by gamma:");
+        std::printf(a.tree.empty() ? "steps by gamma:" : "steps by depth:");
         for (std::size_t g = 0; g < st.steps_at_gamma.size(); ++g)
             if (st.steps_at_gamma[g] != 0) std::printf(" %zu:%zu", g, st.steps_at_gamma[g]);
         std::printf(" (of %zu steps)\n", st.steps);
@@ -377,6 +423,11 @@ void print_report(const report& r) {
                 alpha, st.accepted_tokens, tested, accepted_share, st.accepted_tokens, st.drafted_tokens);
     std::printf("measured c %.3f (one draft-model step %.1f ms / one plain target step %.1f ms)\n", c, 1e3 * draft_step,
                 1e3 * target_step);
+    if (!a.tree.empty()) {
+        std::printf("Leviathan et al. Thm. 3.8 is for chains: no prediction for trees (the tree planner's is in "
+                    "docs/adaptive-gamma.md)\n");
+        return;
+    }
     if (tested == 0 || !(c >= 0.0)) {
         std::printf("Leviathan et al. Thm. 3.8: no prediction (no draft token was tested)\n");
         return;
