@@ -117,7 +117,8 @@ for h in "${harnesses[@]}"; do
     result="no finding"
   else
     failed=1
-    artifact=$(grep -o 'Test unit written to .*' "$log" | tail -1 | sed 's/Test unit written to //')
+    # (A seed that fails in the smoke run is named in the log, not written as a test unit.)
+    artifact=$(grep -o 'Test unit written to .*' "$log" | tail -1 | sed 's/Test unit written to //' || true)
     result="FINDING (exit $status): ${artifact:-see $log}"
     grep -m1 -E 'INVARIANT VIOLATED|ERROR: (AddressSanitizer|libFuzzer)|runtime error|deadly signal' "$log" >&2 || true
   fi

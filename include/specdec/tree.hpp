@@ -416,9 +416,7 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
                 // reallocate once per step.
                 if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
                     path.reserve(std::max(need, 2 * path.capacity()));
-                if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
-                path.reserve(std::max(need, 2 * path.capacity()));  // geometric: the context grows every step
-            path.insert(path.begin(), context.begin(), context.end());
+                path.insert(path.begin(), context.begin(), context.end());
                 detail::checked_next_logits(m, std::span<const token_id>(path), vocab, logits, where);
                 ++out.model_calls;
                 standardize(logits, sampling, q, sws, where);

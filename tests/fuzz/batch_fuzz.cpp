@@ -22,7 +22,8 @@
 // not in the batch; with these well-formed models nothing else ever throws. No model sees a
 // token out of range, nor a draft longer than the step's γ (tree: its depth). After every step
 // each sequence has generated at most its budget, tokens in range, and exactly what its on_step
-// events emitted; an event's draft is at most its γ, which under the fixed policy is the chain's
+// events emitted (a step_recorder fed the same events keeps those that fitted its small
+// capacity, each as reported, and counts the rest as dropped); an event's draft is at most its γ, which under the fixed policy is the chain's
 // γ (or the tree's depth) capped by the tokens the sequence still needs minus one; a tree event's
 // accepted path is the path of its accepted node, the tree no larger than the shape, and no node
 // has a parent whose draft probability is below the draft-side stop; a chain's block (from the
@@ -230,8 +231,10 @@ void run(D& drafter, Vf& verifier, settings& st, fuzz::input& in) {
     std::vector<std::optional<tracked>> seqs;  // by id
     std::size_t events = 0;
     specdec::batch_decoder<D, Vf>* self = nullptr;
+    fuzz::trace_check trace(static_cast<std::size_t>(V) * 7u + st.w.longest * 3u + st.options.budget.max_new_tokens);
     st.options.on_step = [&](const specdec::step_event& e) {
         ++events;
+        trace.record(e);
         FUZZ_CHECK(self != nullptr && self->contains(e.sequence));
         FUZZ_CHECK(e.sequence < seqs.size() && seqs[e.sequence]);
         tracked& t = *seqs[e.sequence];
@@ -456,6 +459,7 @@ void run(D& drafter, Vf& verifier, settings& st, fuzz::input& in) {
         const specdec::decode_result r = dec->take(id);
         check_result(*seqs[id], r, true);
     }
+    trace.check();
 }
 
 template <class D>

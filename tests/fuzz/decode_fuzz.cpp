@@ -38,7 +38,10 @@
 // acceptance estimates in [0, reached], none for trees), and callback events whose emitted
 // tokens are the output, whose target passes add up to the target calls, and, for trees, whose
 // accepted path is the path of the accepted node of a tree no deeper than the depth asked, in
-// which no node has a parent whose draft probability is below the draft-side stop.
+// which no node has a parent whose draft probability is below the draft-side stop. A
+// step_recorder fed the same events (a small capacity, from the prompt and the budget) keeps
+// exactly the events that fitted, each as reported, and counts the others as dropped, also when
+// the run ended in a fault.
 
 #include "fuzz_common.hpp"
 
@@ -240,9 +243,14 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     std::vector<specdec::step_event> events;
     std::vector<token_id> emitted;
     std::size_t callback_calls = 0, passes = 0;
+    // A step_recorder beside the checks below, its capacity from the prompt and the budget.
+    std::size_t trace_seed = rs.options.budget.max_new_tokens * 31u + rs.longest;
+    for (const token_id t : rs.prompt) trace_seed = trace_seed * 131u + static_cast<std::size_t>(t);
+    fuzz::trace_check trace(trace_seed);
     if (rs.callback_throw_at != 0 || (s.in.byte() & 1u)) {
         rs.options.on_step = [&](const specdec::step_event& e) {
             ++callback_calls;
+            trace.record(e);
             FUZZ_CHECK(e.sequence == 0);
             FUZZ_CHECK(e.accepted <= e.draft.size());
             FUZZ_CHECK(e.draft.size() <= e.gamma && e.gamma <= rs.longest);
@@ -293,12 +301,15 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
     } catch (const std::invalid_argument&) {
         FUZZ_CHECK(rs.upfront_invalid || s.faults > 0);
         if (rs.upfront_invalid) FUZZ_CHECK(s.calls == 0 && callback_calls == 0);
+        trace.check();
         return;
     } catch (const fuzz_adapter_error&) {
         FUZZ_CHECK(s.throws > 0 && !rs.upfront_invalid);
+        trace.check();
         return;
     }
     FUZZ_CHECK(!rs.upfront_invalid);
+    trace.check();
     const auto& o = rs.options;
     const auto& st = res.stats;
     const auto& budget = o.budget;

@@ -9,6 +9,7 @@
 
 #include <specdec/specdec.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -315,5 +316,87 @@ inline void check_stats(const specdec::decode_stats& st) {
         FUZZ_CHECK(e >= 0.0 && e <= static_cast<double>(st.reached_at_position[i]) * (1.0 + 1e-6));
     }
 }
+
+/// A step_recorder of a small capacity (so that steps are dropped as well as kept), fed every
+/// step_event beside a copy of what each event held; check() then compares the recorder with
+/// the copies: the steps kept are those that fitted when they came (each field, token and
+/// acceptance value as reported), the others are counted as dropped. The capacity is a function
+/// of `seed`, a value the harness has read already (so the layout of its inputs is unchanged).
+class trace_check {
+public:
+    explicit trace_check(std::size_t seed)
+        : recorder_(specdec::step_recorder::capacity{.steps = seed % 9u,
+                                                     .tokens = (seed / 9u) % 48u,
+                                                     .values = (seed / 432u) % 24u}) {}
+
+    /// Call from on_step with every event.
+    void record(const specdec::step_event& e) {
+        const auto& cap = recorder_.limits();
+        const std::size_t values = e.acceptance.size() + e.sibling_acceptance.size();
+        copy c;
+        c.fits = kept_ < cap.steps && tokens_ + e.emitted.size() <= cap.tokens && values_ + values <= cap.values;
+        if (c.fits) {
+            ++kept_;
+            tokens_ += e.emitted.size();
+            values_ += values;
+        }
+        c.sequence = e.sequence;
+        c.gamma = e.gamma;
+        c.accepted = e.accepted;
+        c.passes = e.target_passes;
+        c.next_token = e.next_token;
+        c.tree = e.tree != nullptr;
+        c.drafted = e.tree != nullptr ? e.tree->size() : e.draft.size();
+        c.emitted.assign(e.emitted.begin(), e.emitted.end());
+        c.beta.assign(e.acceptance.begin(), e.acceptance.end());
+        c.siblings.assign(e.sibling_acceptance.begin(), e.sibling_acceptance.end());
+        copies_.push_back(std::move(c));
+        recorder_.record(e);
+    }
+
+    /// After the run (or a fault that ended it): every event recorded as described above.
+    void check() const {
+        const auto steps = recorder_.steps();
+        FUZZ_CHECK(steps.size() + recorder_.dropped() == copies_.size());
+        std::size_t k = 0;
+        for (const copy& c : copies_) {
+            if (!c.fits) continue;
+            FUZZ_CHECK(k < steps.size());
+            const specdec::recorded_step& s = steps[k++];
+            FUZZ_CHECK(s.sequence == c.sequence && s.gamma == c.gamma && s.accepted == c.accepted);
+            FUZZ_CHECK(s.target_passes == c.passes && s.next_token == c.next_token);
+            const auto tokens = recorder_.tokens(s);
+            FUZZ_CHECK(std::equal(tokens.begin(), tokens.end(), c.emitted.begin(), c.emitted.end()));
+            const auto beta = recorder_.acceptance(s), siblings = recorder_.sibling_acceptance(s);
+            FUZZ_CHECK(std::equal(beta.begin(), beta.end(), c.beta.begin(), c.beta.end(), same_value));
+            FUZZ_CHECK(std::equal(siblings.begin(), siblings.end(), c.siblings.begin(), c.siblings.end(), same_value));
+            if (c.gamma == 0 && c.drafted == 0) {
+                FUZZ_CHECK(s.kind == specdec::step_kind::plain && s.origin == specdec::next_token_origin::target);
+            } else {
+                FUZZ_CHECK(s.kind == (c.tree ? specdec::step_kind::tree : specdec::step_kind::chain));
+                FUZZ_CHECK(s.drafted == c.drafted);
+                FUZZ_CHECK((s.origin == specdec::next_token_origin::target) == (c.drafted == 0));
+                if (!c.tree && c.drafted > 0)
+                    FUZZ_CHECK((s.origin == specdec::next_token_origin::bonus) == (c.accepted == c.drafted));
+            }
+            FUZZ_CHECK(s.start_seconds >= 0.0 && s.draft_seconds >= 0.0 && s.target_seconds >= 0.0);
+        }
+        FUZZ_CHECK(k == steps.size());
+    }
+
+private:
+    struct copy {
+        bool fits = false, tree = false;
+        std::size_t sequence = 0, gamma = 0, accepted = 0, passes = 0, drafted = 0;
+        specdec::token_id next_token = 0;
+        std::vector<specdec::token_id> emitted;
+        std::vector<float> beta, siblings;
+    };
+    static bool same_value(float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+    specdec::step_recorder recorder_;
+    std::vector<copy> copies_;
+    std::size_t kept_ = 0, tokens_ = 0, values_ = 0;
+};
 
 }  // namespace fuzz
