@@ -104,8 +104,11 @@ public:
     /// node k of requests[i].tree, from one pass over every request's un-cached context positions
     /// and every node (a node at depth d takes RoPE position context.size() - 1 + d and attends
     /// to the context and its own ancestors, as transformer::score_tree). Every node counts
-    /// against seq_len. Afterwards slot i's cache holds the context (the nodes are dropped; the
-    /// accepted path is recomputed with the next request).
+    /// against seq_len. Afterwards slot i's cache holds the context, and the nodes' keys and
+    /// values stay behind it: when the slot's next request's context goes on along a path of
+    /// the tree (the accepted path, then the next token), that path's rows move into place
+    /// instead of being recomputed (the same values: a node attends to exactly the positions a
+    /// linear pass over the path would).
     void score_tree_batch(std::span<const specdec::tree_score_request> requests, specdec::packed_logits& out) {
         if (out.size() != requests.size() || out.vocab() != vocab_size())
             throw std::invalid_argument("llama2::batch_transformer::score_tree_batch: out is shaped for " +
@@ -191,6 +194,11 @@ private:
     struct plan {
         transformer* m;
         std::ptrdiff_t p, n, nc, base;  // first new position, positions, context length, first packed column
+        std::ptrdiff_t moves_begin, moves_end;  // the slot's tree-path rows to move (moves_)
+    };
+    /// A key/value row of a tree node (cache slot `from`) that becomes position `to`.
+    struct row_move {
+        std::ptrdiff_t from, to;
     };
 
     /// Runs the un-cached positions of every job in one pass and writes the logits of each
@@ -199,6 +207,7 @@ private:
         const config& c = prototype_.model_config();
         // Checks, before anything changes.
         plans_.clear();
+        moves_.clear();
         std::ptrdiff_t T = 0, n_out = 0;
         for (const job& jb : jobs_) (void)sequence(jb.slot);  // every slot made first: plans point into slots_
         for (std::size_t i = 0; i < jobs_.size(); ++i) {
@@ -219,8 +228,29 @@ private:
             std::ptrdiff_t p = 0;
             const auto cached = std::ptrdiff_t(m.cached_.size());
             while (p < cached && p < n && m.cached_[std::size_t(p)] == token(p)) ++p;
+            // After a tree pass on this slot, the context may go on along a path of that tree,
+            // whose keys and values the pass left at the nodes' slots (cached + node index,
+            // already at the path's RoPE positions): they move to the positions that follow the
+            // cache instead of being recomputed (as transformer::settle_tree). Planned here,
+            // moved after sizing; only when the cache need not grow (growth keeps only rows
+            // below p).
+            const auto moves_begin = std::ptrdiff_t(moves_.size());
+            if (p == cached && m.tree_base_ == cached && m.tree_capacity_ == m.capacity_ && n <= m.capacity_) {
+                const auto nodes = std::ptrdiff_t(m.tree_tokens_.size());
+                std::int32_t parent = -1;
+                while (p < nc - 1) {
+                    std::ptrdiff_t child = -1;
+                    for (std::ptrdiff_t k = 0; k < nodes && child < 0; ++k)
+                        if (m.tree_parents_[std::size_t(k)] == parent && m.tree_tokens_[std::size_t(k)] == token(p))
+                            child = k;
+                    if (child < 0) break;
+                    moves_.push_back({cached + child, p});
+                    parent = std::int32_t(child);
+                    ++p;
+                }
+            }
             p = std::min(p, nc - 1);
-            plans_.push_back({&m, p, n, nc, T});
+            plans_.push_back({&m, p, n, nc, T, moves_begin, std::ptrdiff_t(moves_.size())});
             T += n - p;
             n_out += n - nc + 1;
         }
@@ -233,14 +263,45 @@ private:
         detail::reshape(h3_, H, T);
         detail::reshape(k_, KV, T);
         detail::reshape(v_, KV, T);
+        for (std::size_t i = 0; i < plans_.size(); ++i) {
+            transformer& m = *plans_[i].m;
+            m.cached_.reserve(std::size_t(plans_[i].n));
+            if (const specdec::draft_tree* tree = jobs_[i].tree) {
+                m.tree_tokens_.reserve(tree->size());
+                m.tree_parents_.reserve(tree->size());
+            }
+        }
         for (const plan& pl : plans_)
             if (pl.n > pl.m->capacity_)
                 pl.m->grow_cache(pl.n, pl.p,
                                  std::max(pl.n, std::min<std::ptrdiff_t>(2 * pl.m->capacity_, pl.m->max_context())));
-        for (const plan& pl : plans_) pl.m->cached_.resize(std::size_t(pl.p));
 
         const weights& w = prototype_.model()->w;
         const int layers = prototype_.n_layers();
+        // The cache: rolled back to p, or extended to p along the last tree's path (its rows
+        // moved up in increasing order: a path's node indices grow with depth, so no row is
+        // overwritten before it is read); the tree is forgotten either way.
+        for (std::size_t i = 0; i < plans_.size(); ++i) {
+            const plan& pl = plans_[i];
+            transformer& m = *pl.m;
+            const std::ptrdiff_t S = m.capacity_;
+            for (std::ptrdiff_t k = pl.moves_begin; k < pl.moves_end; ++k) {
+                const row_move mv = moves_[std::size_t(k)];
+                if (mv.to >= pl.p) break;
+                for (std::ptrdiff_t l = 0; l < layers; ++l) {
+                    std::copy_n(m.key_cache_.data() + (l * S + mv.from) * KV, KV, m.key_cache_.data() + (l * S + mv.to) * KV);
+                    std::copy_n(m.value_cache_.data() + (l * S + mv.from) * KV, KV,
+                                m.value_cache_.data() + (l * S + mv.to) * KV);
+                }
+            }
+            if (std::ptrdiff_t(m.cached_.size()) >= pl.p) {
+                m.cached_.resize(std::size_t(pl.p));
+            } else {
+                for (auto pos = std::ptrdiff_t(m.cached_.size()); pos < pl.p; ++pos)
+                    m.cached_.push_back(jobs_[i].context[std::size_t(pos)]);  // (reserved: no allocation)
+            }
+            m.tree_base_ = -1;
+        }
         for (std::size_t i = 0; i < plans_.size(); ++i) {
             const plan& pl = plans_[i];
             for (std::ptrdiff_t pos = pl.p; pos < pl.n; ++pos) {
@@ -342,11 +403,18 @@ private:
         matmul_streamed_once(w.classifier(), V, D, xb_.data(), D, n_out, out, V);
         for (std::size_t i = 0; i < plans_.size(); ++i) {
             const plan& pl = plans_[i];
-            // (A tree's nodes are not a sequence: only the context stays cached.)
+            // (A tree's nodes are not a sequence: only the context stays cached, and the tree is
+            // kept so that the next pass can take the accepted path's rows from it.)
             const std::ptrdiff_t kept = jobs_[i].tree ? pl.nc : pl.n;
             for (std::ptrdiff_t pos = pl.p; pos < kept; ++pos)
                 pl.m->cached_.push_back(pos < pl.nc ? jobs_[i].context[std::size_t(pos)]
                                                     : jobs_[i].draft[std::size_t(pos - pl.nc)]);
+            if (const specdec::draft_tree* tree = jobs_[i].tree) {
+                pl.m->tree_base_ = pl.nc;
+                pl.m->tree_capacity_ = pl.m->capacity_;
+                pl.m->tree_tokens_.assign(tree->tokens.begin(), tree->tokens.end());
+                pl.m->tree_parents_.assign(tree->parents.begin(), tree->parents.end());
+            }
             ++pl.m->passes_;
             pl.m->positions_computed_ += std::uint64_t(pl.n - pl.p);
         }
@@ -357,6 +425,7 @@ private:
     std::vector<transformer> slots_;    // one per sequence slot: its KV cache
     std::vector<job> jobs_;
     std::vector<plan> plans_;
+    std::vector<row_move> moves_;
     std::vector<std::vector<std::int32_t>> drafted_;  // draft_batch: context + tokens drafted so far
     std::vector<bool> open_;
     std::vector<std::ptrdiff_t> attend_;              // the cache slots one position attends to

@@ -76,6 +76,97 @@ TEST_CASE("llama2 score_tree_batch: each sequence's columns are its own score_tr
     }
 }
 
+TEST_CASE("llama2 score_tree_batch: the accepted path's keys and values are reused by the slot's next pass, "
+          "bit for bit",
+          "[tree][llama2][batch]") {
+    const auto model = tiny_model(9);
+    llama2::batch_transformer batch(model);
+    llama2::transformer drafter(model, 1);
+    std::mt19937_64 rng(5);
+    specdec::uniform_source uniforms(rng);
+    std::vector<tokens> contexts{{1, 17, 250, 3}, {1, 42}};
+    std::vector<specdec::draft_tree> trees(2);
+    tokens path;
+    Eigen::VectorXf logits, q, scratch;
+    specdec::sampling_workspace sws;
+    specdec::packed_logits out;
+    Eigen::MatrixXf own;
+    std::vector<std::size_t> accepted(2, 0);  // the path length each sequence accepted last round
+    std::size_t reused = 0;                   // passes that took a path's rows from the last tree
+    for (int round = 0; round < 12; ++round) {
+        // Every third round a chain (score_batch) on the same slots, the others trees.
+        const bool chain = round % 3 == 2;
+        std::vector<std::uint64_t> before;
+        std::vector<std::ptrdiff_t> capacity;
+        for (std::size_t i = 0; i < contexts.size(); ++i) {
+            before.push_back(batch.sequence(i).positions_computed());
+            capacity.push_back(batch.sequence(i).cache_capacity());
+        }
+        std::vector<specdec::tree_score_request> tree_requests;
+        std::vector<specdec::score_request> chain_requests;
+        const tokens chain_draft{7, 8};
+        for (std::size_t i = 0; i < contexts.size(); ++i) {
+            trees[i].clear();
+            specdec::draft_tree_from_model(drafter, contexts[i], {.branching = {2, 2, 1}}, {.temperature = 1.5f},
+                                           uniforms, trees[i], path, logits, q, scratch, sws);
+            tree_requests.push_back({i, contexts[i], &trees[i]});  // slot i every round
+            chain_requests.push_back({i, contexts[i], chain_draft});
+        }
+        if (chain) {
+            out.shape(300, std::span<const specdec::score_request>(chain_requests));
+            batch.score_batch(chain_requests, out);
+        } else {
+            out.shape(300, std::span<const specdec::tree_score_request>(tree_requests));
+            batch.score_tree_batch(tree_requests, out);
+        }
+        for (std::size_t i = 0; i < contexts.size(); ++i) {
+            INFO("round " << round << ", sequence " << i << ", accepted " << accepted[i] << " last round");
+            llama2::transformer alone(model);
+            if (chain) alone.score_into(contexts[i], chain_draft, own);
+            else alone.score_tree(contexts[i], trees[i], own);
+            const auto mine = out.sequence(i);
+            REQUIRE(mine.cols() == own.cols());
+            CHECK((mine.array() == own.array()).all());
+            // After a tree round, the path accepted then was not recomputed: only the one token
+            // after it and this round's draft were (unless the cache had to grow: it then keeps
+            // the context only, and the path is recomputed).
+            const std::size_t drafted = chain ? chain_draft.size() : trees[i].size();
+            const std::uint64_t computed = batch.sequence(i).positions_computed() - before[i];
+            if (round > 0 && (round - 1) % 3 != 2) {
+                if (batch.sequence(i).cache_capacity() == capacity[i]) {
+                    CHECK(computed == 1 + drafted);
+                    ++reused;
+                } else {
+                    CHECK(computed == 1 + accepted[i] + drafted);
+                }
+            }
+        }
+        // Accept a path of first children (round-dependent length, up to the tree's depth) and
+        // one more token; after a chain round, the chain's first token.
+        for (std::size_t i = 0; i < contexts.size(); ++i) {
+            accepted[i] = 0;
+            if (chain) {
+                contexts[i].push_back(chain_draft[0]);
+                accepted[i] = 1;
+            } else {
+                std::int32_t parent = -1;
+                const std::size_t want = (static_cast<std::size_t>(round) + i) % 4;
+                for (std::size_t d = 0; d < want; ++d) {
+                    std::int32_t child = -1;
+                    for (std::size_t k = 0; k < trees[i].size() && child < 0; ++k)
+                        if (trees[i].parents[k] == parent) child = static_cast<std::int32_t>(k);
+                    if (child < 0) break;
+                    contexts[i].push_back(trees[i].tokens[static_cast<std::size_t>(child)]);
+                    parent = child;
+                    ++accepted[i];
+                }
+            }
+            contexts[i].push_back(static_cast<specdec::token_id>((round * 37 + static_cast<int>(i) * 11) % 300));
+        }
+    }
+    CHECK(reused >= 10);
+}
+
 TEST_CASE("llama2 score_tree_batch: a tree beyond seq_len and a malformed tree are refused before any change",
           "[tree][llama2][batch][errors]") {
     const auto model = tiny_model(8);
