@@ -134,6 +134,12 @@ struct tree_plan_limits {
     /// (a draft engine batched across sequences), so the step costs one sequence's calls, each
     /// at profile.draft_cost(B). Only plans for B > 1 depend on it.
     bool drafts_per_sequence = true;
+    /// A plan that is a chain (every branching 1) is drafted for every sequence of the batch in
+    /// one call per position, as a chain step's draft: batch_decoder does so, under the planner,
+    /// for a drafter that also has draft_batch (a MultiSequenceDrafter), and its own planner
+    /// sets this then. Such plans then cost one sequence's calls at profile.draft_cost(B),
+    /// whatever drafts_per_sequence says.
+    bool chains_batched = false;
 };
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
@@ -365,7 +371,9 @@ public:
             if (d + 1 < branching.size()) calls += level;
         }
         if (tree_.draft_calls == tree_draft_calls::per_level) calls = branching.size();
-        if (tree_.drafts_per_sequence && b > 1) return tree_cost_per_sequence(calls, b * (nodes + 1), b);
+        const bool chain = std::all_of(branching.begin(), branching.end(), [](std::size_t x) { return x == 1; });
+        if (tree_.drafts_per_sequence && b > 1 && !(chain && tree_.chains_batched))
+            return tree_cost_per_sequence(calls, b * (nodes + 1), b);
         return cost_of(calls, b * (nodes + 1), b);
     }
 

@@ -376,14 +376,48 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
         }
     };
     if constexpr (MultiSequenceDrafter<D>) {
+        // A planned tree step whose plan is a chain is drafted as a chain step is, for every
+        // sequence in one draft_batch call, then made a chain tree (tree_plan_limits::
+        // chains_batched: the planner costs it so). Only under the planner: with a fixed shape
+        // each sequence's tree stays what drafting it alone gives.
+        const auto chain_plan = [&s](const multi_item<G>& it) {
+            if (!it.tree || it.gamma == 0 || s.planned == nullptr || s.planned->size() < it.gamma) return false;
+            return std::all_of(s.planned->begin(), s.planned->begin() + static_cast<std::ptrdiff_t>(it.gamma),
+                               [](std::size_t b) { return b == 1; });
+        };
+        const auto chain_length = [&s](const multi_item<G>& it) {
+            return s.shape->max_nodes == 0 ? it.gamma : std::min(it.gamma, s.shape->max_nodes);
+        };
         buf.drafts.clear();
-        for (auto& it : items)
-            if (!it.tree && it.gamma > 0)
+        for (auto& it : items) {
+            if (!it.tree && it.gamma > 0) {
                 buf.drafts.push_back({it.slot, std::span<const token_id>(*it.tokens), it.gamma, uniform_source(*it.rng),
                                       &it.ws->draft});
+            } else if (chain_plan(it)) {
+                it.tws->tree.clear();
+                it.tws->block.clear();
+                it.tws->block.stop_below = s.stop_below;
+                buf.drafts.push_back({it.slot, std::span<const token_id>(*it.tokens), chain_length(it),
+                                      uniform_source(*it.rng), &it.tws->block});
+            }
+        }
         if (!buf.drafts.empty()) drafter.draft_batch(std::span<draft_request>(buf.drafts), draft_sampling);
-        for (auto& it : items)
-            if (it.tree) draft_one(it);
+        for (auto& it : items) {
+            if (!it.tree) continue;
+            if (!chain_plan(it)) {
+                draft_one(it);
+                continue;
+            }
+            try {
+                tree_workspace& ws = *it.tws;
+                ws.block.tokens.resize(check_draft(ws.block, chain_length(it), vocab, where));
+                tree_from_block(ws.block, ws.tree);
+                check_tree_structure(ws.tree, vocab, where);
+                prune_tree_below(ws.tree, s.stop_below, ws.kept);
+            } catch (...) {
+                it.error = std::current_exception();
+            }
+        }
     } else {
         for (auto& it : items) draft_one(it);
     }
@@ -632,8 +666,9 @@ public:
                 // A plain next_logits drafter grows a tree one call per parent (draft_tree_step);
                 // the others a level per call.
                 constexpr bool per_parent = !TreeDrafter<D> && !BlockDrafter<D> && !TreeVerifier<D>;
-                controller_ = &own_controller_.emplace(make_controller(
-                    options_, per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level));
+                controller_ = &own_controller_.emplace(
+                    make_controller(options_, per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level,
+                                    MultiSequenceDrafter<D>));
             }
         }
     }

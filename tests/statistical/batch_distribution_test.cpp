@@ -5,7 +5,8 @@
 // costs, from an engine profile, or by a controller of the caller's kept across decoders), with
 // the draft's own sampling settings (draft-side sampling) and the draft-side stop, and token
 // trees (a plain drafter and a TreeVerifier, one score_tree pass per sequence and step) under
-// both tree schemes, with the same options.
+// both tree schemes, with the same options, and planned trees whose chain plans are drafted for
+// the whole batch in one draft_batch call.
 //
 // Method (as tests/statistical/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
@@ -14,15 +15,16 @@
 // case; Pearson's chi-square test of each sequence's 4-token outputs against its exact
 // distribution (cells with expected count < 5 pooled). A test fails when p < 1e-4; the
 // chi-square approximation makes a correct implementation fail one such test about 1-2 times
-// in 10^4 (distribution_test.cpp's simulation), so with the 54 tests below (9 cases, 2 schemes,
-// 3 sequences) about 0.8% of runs of correct code would fail one (the seeds are fixed: a run is
+// in 10^4 (distribution_test.cpp's simulation), so with the 60 tests below (10 cases, 2 schemes,
+// 3 sequences) about 0.9% of runs of correct code would fail one (the seeds are fixed: a run is
 // reproducible).
 // The negative controls run the same tests on deliberately wrong procedures, which must fail
 // (p < 1e-4): a verifier that scores every sequence against the first sequence's context (a KV
 // cache of the wrong slot; the sequences whose prompt differs must be caught); a drafter that
 // samples with the draft's own settings but reports q at the target's settings (draft-side
 // sampling verified against the wrong q); a tree drafter whose nodes report a uniform q instead
-// of the distribution they were drawn from (every sequence must be caught).
+// of the distribution they were drawn from (every sequence must be caught); the same wrong q
+// in the chain plans of a tree planner, drafted for the batch with draft_batch.
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
@@ -101,6 +103,25 @@ struct wrong_q_drafter {
                 seq.push_back(r.out->tokens[i]);
             }
         }
+    }
+};
+
+/// A drafter of both kinds: a MultiSequenceDrafter (draft_batch) and a plain model
+/// (next_logits, which drafts trees one parent at a time). Under the tree planner, batch_decoder
+/// drafts the steps planned as chains with draft_batch, for every sequence at once, and the
+/// others as trees. `Chains` is multi_markov_drafter, or the wrong_q_drafter of the control.
+template <class Chains>
+struct chain_and_tree_drafter {
+    Chains chains;
+    markov_model* model = nullptr;
+    std::size_t tree_calls = 0;  // next_logits calls: tree plans
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        ++tree_calls;
+        return model->next_logits(context);
+    }
+    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
+        chains.draft_batch(batch, sampling);
     }
 };
 
@@ -342,6 +363,60 @@ TEST_CASE("Every sequence of a batch of token trees has the target's distributio
                 .tree = specdec::tree_shape{.branching = {2, 2, 1}},
                 .stop_below = 0.3f,
                 .own_controller = true});
+}
+
+TEST_CASE("Every sequence of a batch of planned token trees has the target's distribution when the steps planned as "
+          "chains are drafted for the whole batch in one call",
+          "[statistical][batch][tree][adaptive][profile]") {
+    // The tree planner within 2,1,1, from a profile whose pass is flat up to 6 positions: chains
+    // for the batch (draft_batch), trees now and then (next_logits per parent), with draft-side
+    // sampling; the case fails unless both kinds of plan were drafted.
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = markov_model::random(4, 2, 22);
+    const batch_case c{.sampling = {.temperature = 1.0f},
+                       .policy = specdec::gamma_policy::adaptive,
+                       .seed = 42,
+                       .draft_sampling = specdec::sampling_config{.temperature = 1.4f},
+                       .tree = specdec::tree_shape{.branching = {2, 1, 1}},
+                       .profile = specdec::engine_profile{.target_pass = {1, 1, 1, 1, 1, 1, 1.6, 2.2, 2.8},
+                                                          .draft_step = {0.05}}};
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        chain_and_tree_drafter<multi_markov_drafter> drafter{multi_markov_drafter{&draft}, &draft};
+        tree_markov verifier{&target};
+        std::vector<std::size_t> rejected_at;
+        const auto results = run_case(target, drafter, verifier, c, scheme, samples_per_case(), rejected_at);
+        CHECK(drafter.chains.calls > 0);
+        CHECK(drafter.tree_calls > 0);
+        for (std::size_t k = 0; k < results.size(); ++k) {
+            INFO("sequence " << k << ": " << describe(results[k]));
+            CHECK(results[k].p_value >= kFalseAlarm);
+        }
+    }
+}
+
+TEST_CASE("Negative control: a wrong q in the steps a tree planner drafts as chains for the batch is detected",
+          "[statistical][batch][tree][adaptive][negative]") {
+    if (samples_per_case() < 60000) return;
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = markov_model::random(4, 2, 22);
+    // Within 1,1,1 every plan is a chain or a plain step: every draft goes through draft_batch.
+    const batch_case c{.sampling = {.temperature = 0.9f},
+                       .policy = specdec::gamma_policy::adaptive,
+                       .seed = 43,
+                       .draft_sampling = specdec::sampling_config{.temperature = 1.6f, .top_k = 3},
+                       .tree = specdec::tree_shape{.branching = {1, 1, 1}},
+                       .profile = specdec::engine_profile{.target_pass = {1, 1, 1, 1, 1, 1, 1.6, 2.2, 2.8},
+                                                          .draft_step = {0.05}}};
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        chain_and_tree_drafter<wrong_q_drafter> drafter{wrong_q_drafter{multi_markov_drafter{&draft}, c.sampling},
+                                                        &draft};
+        tree_markov verifier{&target};
+        std::vector<std::size_t> rejected_at;
+        check_caught(run_case(target, drafter, verifier, c, scheme, 60000, rejected_at), 0);
+        CHECK(drafter.tree_calls == 0);
+    }
 }
 
 TEST_CASE("Negative control: scoring against another sequence's context is detected", "[statistical][batch][multi]") {

@@ -475,6 +475,14 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
         CHECK(batched.expected_cost(std::span<const std::size_t>(wide), 8) == Approx(4 * 0.055 + pass));
         CHECK(per_sequence.expected_cost(std::span<const std::size_t>(wide), 1) ==
               Approx(batched.expected_cost(std::span<const std::size_t>(wide), 1)));
+        // Chains batched (a drafter with draft_batch under batch_decoder's planner): a chain plan
+        // costs 4 calls at 8 sequences' cost, a tree plan still 8 x 4 single calls.
+        specdec::gamma_controller chains(specdec::tree_plan_limits{.branching = full, .chains_batched = true}, o);
+        CHECK(chains.expected_cost(std::span<const std::size_t>(chain), 8) ==
+              Approx(4 * 0.055 + o.profile->pass_cost(8 * 5)));
+        CHECK(per_sequence.expected_cost(std::span<const std::size_t>(chain), 8) ==
+              Approx(8 * 4 * 0.02 + o.profile->pass_cost(8 * 5)));
+        CHECK(chains.expected_cost(std::span<const std::size_t>(wide), 8) == Approx(8 * 4 * 0.02 + pass));
     }
     // A node budget: no plan beyond it.
     specdec::adaptive_gamma_options o;
