@@ -39,9 +39,10 @@
 //
 // Counters: tokens_per_s (all sequences, per second of CPU time: the engine is single-threaded,
 // and CPU time is the steadier measure on a shared machine), tokens_per_step (per sequence),
-// mean_gamma (the γ asked for per step, mean over steps), accepted_share (accepted / drafted
-// tokens: below α for long drafts, whose tokens after a rejection are never tested), positions
-// (B·(γ+1), pass cases), columns_per_s (matmul cases).
+// mean_gamma (the γ, or the tree's depth, asked for per step, mean over steps), drafted_per_step
+// (draft tokens, or tree nodes, per step), accepted_share (accepted / drafted tokens: below α for
+// long drafts, whose tokens after a rejection are never tested), positions (B·(γ+1), pass
+// cases), columns_per_s (matmul cases).
 //
 // Run: build/bench/benchmarks/multi_sequence_bench   (cmake --preset bench; single-threaded engine)
 
@@ -155,15 +156,12 @@ const specdec::engine_profile& measured_profile() {
     return profile;
 }
 
-void bm_multi(benchmark::State& state) {
-    const auto batch = static_cast<std::size_t>(state.range(0));
-    const bool adaptive = state.range(1) < 0;
-    const bool from_profile = state.range(1) == -2;
-    if (from_profile) (void)measured_profile();  // once, outside every timed region
-    const std::size_t gamma = adaptive ? 6 : static_cast<std::size_t>(state.range(1));
+/// One case: each iteration decodes new_tokens tokens for each of `batch` sequences with
+/// `options` (fresh models, prefilled prompts, a fresh controlled drafter and decoder), timing
+/// only the decoding; sets the counters of the file comment.
+void decode_case(benchmark::State& state, std::size_t batch, const specdec::decode_options& options) {
     const auto ps = prompts(batch);
-    std::size_t generated = 0, steps = 0, gamma_sum = 0;
-    std::size_t accepted = 0, drafted = 0;
+    std::size_t generated = 0, steps = 0, gamma_sum = 0, accepted = 0, drafted = 0;
     std::uint64_t seed = 1;
     for (auto _ : state) {
         state.PauseTiming();
@@ -171,18 +169,12 @@ void bm_multi(benchmark::State& state) {
         llama2::batch_transformer target(target_weights()), draft_model(draft_weights());
         prefill(target, ps);
         prefill(draft_model, ps);
-        // The 15M-shape model's multi-sequence draft for its cost, then the target's greedy token
-        // with probability α at each output position, as point masses (see the file comment).
+        // The 15M-shape model's draft pass for its cost, then the target's greedy token with the
+        // set probabilities, as point masses (see the file comment).
         llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, all_prompts(), greedy(), alphas());
-        const specdec::decode_options o{
-            .step = specdec::chain{.gamma = gamma},
-            .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
-                       .adaptive = {.profile = from_profile ? std::optional(measured_profile()) : std::nullopt}},
-            .sampling = {.temperature = 0.0f},
-            .budget = {.max_new_tokens = new_tokens}};
         specdec::batch_decoder<llama2::controlled_drafter<llama2::batch_transformer>, llama2::batch_transformer,
                                std::mt19937_64>
-            dec(draft, target, o);
+            dec(draft, target, options);
         std::vector<std::size_t> ids;
         for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
         state.ResumeTiming();
@@ -198,10 +190,25 @@ void bm_multi(benchmark::State& state) {
         }
         state.ResumeTiming();
     }
+    const auto per_step = [&](std::size_t n) { return steps == 0 ? 0.0 : static_cast<double>(n) / static_cast<double>(steps); };
     state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
-    state.counters["tokens_per_step"] = steps == 0 ? 0.0 : static_cast<double>(generated) / static_cast<double>(steps);
-    state.counters["mean_gamma"] = steps == 0 ? 0.0 : static_cast<double>(gamma_sum) / static_cast<double>(steps);
+    state.counters["tokens_per_step"] = per_step(generated);
+    state.counters["mean_gamma"] = per_step(gamma_sum);
+    state.counters["drafted_per_step"] = per_step(drafted);
     state.counters["accepted_share"] = drafted == 0 ? 0.0 : static_cast<double>(accepted) / static_cast<double>(drafted);
+}
+
+void bm_multi(benchmark::State& state) {
+    const bool adaptive = state.range(1) < 0;
+    const bool from_profile = state.range(1) == -2;
+    if (from_profile) (void)measured_profile();  // once, outside every timed region
+    const std::size_t gamma = adaptive ? 6 : static_cast<std::size_t>(state.range(1));
+    decode_case(state, static_cast<std::size_t>(state.range(0)),
+                {.step = specdec::chain{.gamma = gamma},
+                 .length = {.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
+                            .adaptive = {.profile = from_profile ? std::optional(measured_profile()) : std::nullopt}},
+                 .sampling = {.temperature = 0.0f},
+                 .budget = {.max_new_tokens = new_tokens}});
 }
 
 /// The tree shapes of the tree cases (index: the case's shape argument).
@@ -211,51 +218,20 @@ const std::vector<std::vector<std::size_t>> tree_shapes{{2, 1, 1}, {2, 2, 1}, {2
 /// (shape = -1) planning from the profile measured once, within {4, 4, 2, 2, 1, 1, 1, 1}, which
 /// holds every listed shape and every chain up to 8 (and the plain step), fresh per iteration.
 /// The controlled drafter proposes each sequence's tree (propose_tree: one sequence at a time,
-/// as batch_decoder drafts trees), and the target scores every sequence's tree in one
-/// multi-sequence tree pass (score_tree_batch).
+/// as batch_decoder drafts trees; the planner's chain plans through draft_batch, for all
+/// sequences at once), and the target scores every sequence's tree in one multi-sequence tree
+/// pass (score_tree_batch).
 void bm_tree(benchmark::State& state) {
-    const auto batch = static_cast<std::size_t>(state.range(0));
     const bool planned = state.range(1) < 0;
     if (planned) (void)measured_profile();  // once, outside every timed region
     const std::vector<std::size_t> shape =
         planned ? std::vector<std::size_t>{4, 4, 2, 2, 1, 1, 1, 1} : tree_shapes[static_cast<std::size_t>(state.range(1))];
-    const auto ps = prompts(batch);
-    std::size_t generated = 0, steps = 0, depth_sum = 0, nodes = 0;
-    std::uint64_t seed = 1;
-    for (auto _ : state) {
-        state.PauseTiming();
-        (void)greedy();
-        llama2::batch_transformer target(target_weights()), draft_model(draft_weights());
-        prefill(target, ps);
-        prefill(draft_model, ps);
-        llama2::controlled_drafter<llama2::batch_transformer> draft(draft_model, all_prompts(), greedy(), alphas());
-        specdec::decode_options o{
-            .step = specdec::tree{.shape = {.branching = shape}},
-            .length = {.policy = planned ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
-                       .adaptive = {.profile = planned ? std::optional(measured_profile()) : std::nullopt}},
-            .sampling = {.temperature = 0.0f},
-            .budget = {.max_new_tokens = new_tokens}};
-        o.on_step = [&](const specdec::step_event& e) { nodes += e.tree != nullptr ? e.tree->size() : 0; };
-        specdec::batch_decoder<llama2::controlled_drafter<llama2::batch_transformer>, llama2::batch_transformer,
-                               std::mt19937_64>
-            dec(draft, target, o);
-        std::vector<std::size_t> ids;
-        for (const auto& p : ps) ids.push_back(dec.add(p, std::mt19937_64(seed++)));
-        state.ResumeTiming();
-        dec.run();
-        state.PauseTiming();
-        for (const auto id : ids) {
-            const auto& s = dec.stats(id);
-            generated += dec.generated(id).size();
-            steps += s.steps;
-            for (std::size_t g = 0; g < s.steps_at_gamma.size(); ++g) depth_sum += g * s.steps_at_gamma[g];
-        }
-        state.ResumeTiming();
-    }
-    state.counters["tokens_per_s"] = benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsRate);
-    state.counters["tokens_per_step"] = steps == 0 ? 0.0 : static_cast<double>(generated) / static_cast<double>(steps);
-    state.counters["mean_depth"] = steps == 0 ? 0.0 : static_cast<double>(depth_sum) / static_cast<double>(steps);
-    state.counters["nodes_per_step"] = steps == 0 ? 0.0 : static_cast<double>(nodes) / static_cast<double>(steps);
+    decode_case(state, static_cast<std::size_t>(state.range(0)),
+                {.step = specdec::tree{.shape = {.branching = shape}},
+                 .length = {.policy = planned ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed,
+                            .adaptive = {.profile = planned ? std::optional(measured_profile()) : std::nullopt}},
+                 .sampling = {.temperature = 0.0f},
+                 .budget = {.max_new_tokens = new_tokens}});
 }
 
 void bm_pass(benchmark::State& state) {
