@@ -236,13 +236,9 @@ private:
             // below p).
             const auto moves_begin = std::ptrdiff_t(moves_.size());
             if (p == cached && m.tree_base_ == cached && m.tree_capacity_ == m.capacity_ && n <= m.capacity_) {
-                const auto nodes = std::ptrdiff_t(m.tree_tokens_.size());
                 std::int32_t parent = -1;
                 while (p < nc - 1) {
-                    std::ptrdiff_t child = -1;
-                    for (std::ptrdiff_t k = 0; k < nodes && child < 0; ++k)
-                        if (m.tree_parents_[std::size_t(k)] == parent && m.tree_tokens_[std::size_t(k)] == token(p))
-                            child = k;
+                    const std::ptrdiff_t child = m.tree_child(parent, token(p));
                     if (child < 0) break;
                     moves_.push_back({cached + child, p});
                     parent = std::int32_t(child);
@@ -284,15 +280,10 @@ private:
         for (std::size_t i = 0; i < plans_.size(); ++i) {
             const plan& pl = plans_[i];
             transformer& m = *pl.m;
-            const std::ptrdiff_t S = m.capacity_;
             for (std::ptrdiff_t k = pl.moves_begin; k < pl.moves_end; ++k) {
                 const row_move mv = moves_[std::size_t(k)];
                 if (mv.to >= pl.p) break;
-                for (std::ptrdiff_t l = 0; l < layers; ++l) {
-                    std::copy_n(m.key_cache_.data() + (l * S + mv.from) * KV, KV, m.key_cache_.data() + (l * S + mv.to) * KV);
-                    std::copy_n(m.value_cache_.data() + (l * S + mv.from) * KV, KV,
-                                m.value_cache_.data() + (l * S + mv.to) * KV);
-                }
+                m.move_cache_row(mv.from, mv.to);
             }
             if (std::ptrdiff_t(m.cached_.size()) >= pl.p) {
                 m.cached_.resize(std::size_t(pl.p));

@@ -609,6 +609,24 @@ private:
         detail::matmul(w.classifier(), V, D, xb_.data(), D, n_out, out, V);
     }
 
+    /// The child of node `parent` (−1: the root) of the last scored tree whose token is `token`;
+    /// −1 when there is none.
+    [[nodiscard]] std::ptrdiff_t tree_child(std::int32_t parent, std::int32_t token) const noexcept {
+        for (std::size_t c = 0; c < tree_tokens_.size(); ++c)
+            if (tree_parents_[c] == parent && tree_tokens_[c] == token) return std::ptrdiff_t(c);
+        return -1;
+    }
+
+    /// Copies the keys and values of cache slot `from` to slot `to`, in every layer.
+    void move_cache_row(std::ptrdiff_t from, std::ptrdiff_t to) noexcept {
+        if (from == to) return;
+        const std::ptrdiff_t KV = model_->cfg.kv_dim(), S = capacity_;
+        for (std::ptrdiff_t l = 0; l < layers_; ++l) {
+            std::copy_n(key_cache_.data() + (l * S + from) * KV, KV, key_cache_.data() + (l * S + to) * KV);
+            std::copy_n(value_cache_.data() + (l * S + from) * KV, KV, value_cache_.data() + (l * S + to) * KV);
+        }
+    }
+
     /// After score_tree: when `context` extends the scored context along a path of the tree,
     /// moves that path's keys and values from the nodes' slots to the positions that follow the
     /// context (their RoPE positions already are those) and appends its tokens to the cache;
@@ -621,18 +639,11 @@ private:
         if (std::ptrdiff_t(cached_.size()) != base || capacity_ != tree_capacity_) return;
         const auto nc = std::ptrdiff_t(context.size());
         if (nc <= base || !std::equal(cached_.begin(), cached_.end(), context.begin())) return;
-        const std::ptrdiff_t KV = model_->cfg.kv_dim(), S = capacity_, nodes = std::ptrdiff_t(tree_tokens_.size());
         std::int32_t parent = -1;
         for (std::ptrdiff_t k = base; k < nc; ++k) {
-            std::ptrdiff_t child = -1;
-            for (std::ptrdiff_t c = 0; c < nodes && child < 0; ++c)
-                if (tree_parents_[std::size_t(c)] == parent && tree_tokens_[std::size_t(c)] == context[std::size_t(k)]) child = c;
+            const std::ptrdiff_t child = tree_child(parent, context[std::size_t(k)]);
             if (child < 0) break;
-            if (base + child != k)
-                for (std::ptrdiff_t l = 0; l < layers_; ++l) {
-                    std::copy_n(key_cache_.data() + (l * S + base + child) * KV, KV, key_cache_.data() + (l * S + k) * KV);
-                    std::copy_n(value_cache_.data() + (l * S + base + child) * KV, KV, value_cache_.data() + (l * S + k) * KV);
-                }
+            move_cache_row(base + child, k);
             cached_.push_back(context[std::size_t(k)]);
             parent = std::int32_t(child);
         }
