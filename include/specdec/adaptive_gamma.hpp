@@ -135,10 +135,10 @@ struct tree_plan_limits {
     /// at profile.draft_cost(B). Only plans for B > 1 depend on it.
     bool drafts_per_sequence = true;
     /// A plan that is a chain (every branching 1) is drafted for every sequence of the batch in
-    /// one call per position, as a chain step's draft: batch_decoder does so, under the planner,
-    /// for a drafter that also has draft_batch (a MultiSequenceDrafter), and its own planner
-    /// sets this then. Such plans then cost one sequence's calls at profile.draft_cost(B),
-    /// whatever drafts_per_sequence says.
+    /// one call per position: batch_decoder runs such a plan as a chain step when both models
+    /// have chain calls, and its own planner sets this when the drafter's chain call is
+    /// draft_batch (a MultiSequenceDrafter). Such plans then cost one sequence's calls at
+    /// profile.draft_cost(B), whatever drafts_per_sequence says.
     bool chains_batched = false;
 };
 

@@ -376,48 +376,16 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
         }
     };
     if constexpr (MultiSequenceDrafter<D>) {
-        // A planned tree step whose plan is a chain is drafted as a chain step is, for every
-        // sequence in one draft_batch call, then made a chain tree (tree_plan_limits::
-        // chains_batched: the planner costs it so). Only under the planner: with a fixed shape
-        // each sequence's tree stays what drafting it alone gives.
-        const auto chain_plan = [&s](const multi_item<G>& it) {
-            if (!it.tree || it.gamma == 0 || s.planned == nullptr || s.planned->size() < it.gamma) return false;
-            return std::all_of(s.planned->begin(), s.planned->begin() + static_cast<std::ptrdiff_t>(it.gamma),
-                               [](std::size_t b) { return b == 1; });
-        };
-        const auto chain_length = [&s](const multi_item<G>& it) {
-            return s.shape->max_nodes == 0 ? it.gamma : std::min(it.gamma, s.shape->max_nodes);
-        };
+        // Chain drafts of every sequence in one draft_batch call per position; trees one
+        // sequence at a time.
         buf.drafts.clear();
-        for (auto& it : items) {
-            if (!it.tree && it.gamma > 0) {
+        for (auto& it : items)
+            if (!it.tree && it.gamma > 0)
                 buf.drafts.push_back({it.slot, std::span<const token_id>(*it.tokens), it.gamma, uniform_source(*it.rng),
                                       &it.ws->draft});
-            } else if (chain_plan(it)) {
-                it.tws->tree.clear();
-                it.tws->block.clear();
-                it.tws->block.stop_below = s.stop_below;
-                buf.drafts.push_back({it.slot, std::span<const token_id>(*it.tokens), chain_length(it),
-                                      uniform_source(*it.rng), &it.tws->block});
-            }
-        }
         if (!buf.drafts.empty()) drafter.draft_batch(std::span<draft_request>(buf.drafts), draft_sampling);
-        for (auto& it : items) {
-            if (!it.tree) continue;
-            if (!chain_plan(it)) {
-                draft_one(it);
-                continue;
-            }
-            try {
-                tree_workspace& ws = *it.tws;
-                ws.block.tokens.resize(check_draft(ws.block, chain_length(it), vocab, where));
-                tree_from_block(ws.block, ws.tree);
-                check_tree_structure(ws.tree, vocab, where);
-                prune_tree_below(ws.tree, s.stop_below, ws.kept);
-            } catch (...) {
-                it.error = std::current_exception();
-            }
-        }
+        for (auto& it : items)
+            if (it.tree) draft_one(it);
     } else {
         for (auto& it : items) draft_one(it);
     }
@@ -532,6 +500,15 @@ void rethrow_first(std::span<multi_item<G>> items) {
     for (const auto& it : items)
         if (it.error) std::rethrow_exception(it.error);
 }
+
+/// Whether batch_decoder runs a tree planner's chain plans as chain steps: the drafter has a
+/// chain call, and the verifier scores a chain in one call (score, score_batch), or has no tree
+/// call that would (a plain model scores a chain tree one node at a time, as a chain).
+template <class D, class V>
+inline constexpr bool chains_as_chains =
+    (Drafter<D> || MultiSequenceDrafter<D>) &&
+    (BatchVerifier<V> || MultiSequenceVerifier<V> ||
+     (LanguageModel<V> && !TreeVerifier<V> && !MultiSequenceTreeVerifier<V>));
 
 /// The names a decoder's errors give the user's call: its construction, add() and step().
 /// speculative_decode's decoder names speculative_decode in all three.
@@ -668,7 +645,7 @@ public:
                 constexpr bool per_parent = !TreeDrafter<D> && !BlockDrafter<D> && !TreeVerifier<D>;
                 controller_ = &own_controller_.emplace(
                     make_controller(options_, per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level,
-                                    MultiSequenceDrafter<D>));
+                                    MultiSequenceDrafter<D> && detail::chains_as_chains<D, V>));
             }
         }
     }
@@ -780,14 +757,28 @@ public:
         std::size_t planned = longest_;
         if (controller_) {
             planned = controller_->choose(limit, items_.size());
+            bool as_chain = false;
             if (tree_) {
                 const auto shape = controller_->planned_shape();
                 planned_branching_.assign(shape.begin(), shape.end());
                 settings_.planned = &planned_branching_;
+                // A plan that is a chain (or a plain step) runs as a chain step when both models
+                // can, at no more target calls than the tree's: the chain's draft, pass and block
+                // verification, without the tree machinery (tree attention, the tree
+                // verification core), so the planner's chains cost what a chain
+                // configuration's steps cost. Verification is exact either way; only which
+                // uniforms are drawn differs.
+                if constexpr (detail::chains_as_chains<D, V>)
+                    as_chain = std::all_of(shape.begin(), shape.end(), [](std::size_t b) { return b == 1; });
             }
+            const std::size_t cap = as_chain ? std::get<tree>(options_.step).shape.max_nodes : 0;
             for (auto& it : items_) {
                 const entry& e = *entries_[it.slot];
                 it.gamma = std::min(planned, e.budget.max_new_tokens - e.generated - 1);
+                if (as_chain) {
+                    it.tree = false;
+                    if (cap != 0) it.gamma = std::min(it.gamma, cap);
+                }
             }
             if (!tree_ && planned > 0 && items_.size() > 1 && controller_->options().per_sequence) {
                 // Ragged plans: each sequence's own draft length from its own acceptance so far.
@@ -804,7 +795,7 @@ public:
             }
         }
         for (auto& it : items_)
-            *it.extras = detail::step_extras{.estimate_acceptance = estimate_,
+            *it.extras = detail::step_extras{.estimate_acceptance = estimate_ || (tree_ && !it.tree),
                                              .draft_stop_below = options_.draft.stop_below,
                                              .draft_sampling = settings_.draft_sampling};
         // Timed for a controller that measures costs, and for on_step's step_timing.
@@ -963,6 +954,16 @@ private:
                 drafted = std::max(drafted, it.result.draft.size());
                 emitted += it.result.emitted();
                 seen = it.result.acceptance;
+                if (tree_ && !seen.empty()) {
+                    // A tree planner's chain step: β at position 1 is a_1, the first child's
+                    // acceptance at the root (tree_verify_result::sibling_acceptance[0]).
+                    if (sibling_sum_.empty()) {
+                        sibling_sum_.resize(1, 0.0);
+                        sibling_count_.resize(1, 0);
+                    }
+                    sibling_sum_[0] += seen[0];
+                    ++sibling_count_[0];
+                }
             }
             for (std::size_t i = 0; i < seen.size() && i < planned; ++i) {
                 beta_sum_[i] += seen[i];

@@ -210,7 +210,8 @@ struct decode_options {
 /// `draft_calls`: how the tree drafter's calls grow with the tree (a decoder makes its own
 /// controller with the value that fits its drafter: per_parent for a plain next_logits model,
 /// per_level otherwise); `chains_batched`: tree_plan_limits::chains_batched (batch_decoder's
-/// own planner sets it for a drafter with draft_batch). Both unused for chains.
+/// own planner sets it for a drafter with draft_batch and a verifier with chain calls). Both
+/// unused for chains.
 [[nodiscard]] inline gamma_controller make_controller(const decode_options& o,
                                                       tree_draft_calls draft_calls = tree_draft_calls::per_level,
                                                       bool chains_batched = false) {

@@ -65,7 +65,8 @@ struct profile_measurement {
 /// Measures what the pair costs on this machine, at `context` (a prompt of realistic length:
 /// attention's cost grows with it):
 /// - draft_step[0]: a draft of max_positions − 1 tokens, timed as one call, divided by its
-///   tokens (so a drafter's per-call overhead is spread over them, as in a long step);
+///   tokens (so a drafter's per-call overhead is spread over them, as in a long step); each
+///   timed call follows a target pass, as a draft does in decoding (not timed warm);
 /// - target_pass[m − 1] for m = 1 .. max_positions: the verifier scoring `context` plus the
 ///   first m − 1 of those draft tokens, as a step does (a KV-cached engine rolls back to
 ///   `context` between calls, so each call runs m new positions).
@@ -92,9 +93,11 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     const std::size_t gamma = m.max_positions - 1;
     std::vector<double> times;
 
-    // The draft: one untimed call (the draft model reads the prompt), then `repeats` timed ones.
+    // The draft: one untimed call (the draft model reads the prompt), then `repeats` timed ones,
+    // each after a target pass (as in decoding: see measure_batch_profile).
     std::vector<token_id> tokens;
     for (std::size_t r = 0; r <= m.repeats; ++r) {
+        detail::run_verifier(verifier, context, std::span<const token_id>{}, ws, vocab);
         uniform_source uniforms(rng);
         detail::begin_draft(ws.draft, nullptr);
         const auto t0 = clock::now();
@@ -181,7 +184,8 @@ inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
 /// uses contexts[i % contexts.size()] and slot i; prompts of realistic length: attention's cost
 /// grows with them):
 /// - draft_step[n − 1] for n = 1 .. max_sequences: one draft_batch call for n sequences of
-///   draft_tokens tokens each, divided by the most tokens a sequence drafted;
+///   draft_tokens tokens each, divided by the most tokens a sequence drafted; each timed call
+///   follows a score_batch pass over the same sequences, as a draft does in decoding;
 /// - target_pass[m − 1] for m = 1 .. max_positions: one score_batch call over m positions in
 ///   total (see batch_profile_measurement), the drafts being the tokens the drafter proposed for
 ///   each sequence (repeated when a pass needs more of them); timed at the grid points, linear
@@ -216,11 +220,24 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
     std::vector<double> times;
     engine_profile p;
 
-    // Drafts: for n sequences, one untimed call, then `repeats` timed ones.
+    // Drafts: for n sequences, one untimed call, then `repeats` timed ones, each after a target
+    // pass over the same sequences (one position each), as in decoding, where every draft call
+    // follows a pass: a large target evicts the draft's weights from the caches, and a draft
+    // timed back to back with itself would be timed warm.
     std::vector<std::vector<token_id>> proposed(most);
+    std::vector<score_request> requests;
+    packed_logits out;
+    const auto pass_before = [&](std::size_t n) {
+        requests.clear();
+        for (std::size_t i = 0; i < n; ++i) requests.push_back({i, context_of(i), {}});
+        const std::span<const score_request> batch(requests);
+        out.shape(static_cast<Eigen::Index>(vocab), batch);
+        verifier.score_batch(batch, out);
+    };
     for (std::size_t n = 1; n <= most; ++n) {
         times.clear();
         for (std::size_t r = 0; r <= m.repeats; ++r) {
+            pass_before(n);
             drafts.clear();
             for (std::size_t i = 0; i < n; ++i) {
                 blocks[i].clear();
@@ -251,8 +268,6 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
     const std::vector<std::size_t> grid = detail::profile_grid(m.max_positions);
     std::vector<double> at_grid;
     std::vector<std::vector<token_id>> scored(most);
-    std::vector<score_request> requests;
-    packed_logits out;
     for (const std::size_t total : grid) {
         const std::size_t k = std::min(total, most);
         requests.clear();

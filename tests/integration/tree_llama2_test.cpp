@@ -106,7 +106,7 @@ TEST_CASE("Tree decoding with the llama2 engine at temperature 0 is greedy decod
         for (int variant = 0; variant < 3; ++variant) {
             INFO("scheme " << static_cast<int>(scheme) << ", variant " << variant);
             std::mt19937_64 g(2);
-            std::size_t events = 0, one_pass = 0;
+            std::size_t events = 0, one_pass = 0, chain_steps = 0;
             const auto got = specdec::speculative_decode(
                 draft, target, prompt,
                 {.step = specdec::tree{.shape = {.branching = {3, 2, 1, 1}}, .scheme = scheme},
@@ -117,12 +117,15 @@ TEST_CASE("Tree decoding with the llama2 engine at temperature 0 is greedy decod
                  .on_step =
                      [&](const specdec::step_event& e) {
                          ++events;
-                         one_pass += e.tree != nullptr && e.target_passes == 1;
+                         // A tree planner's chain plans run as chain steps (one score() pass).
+                         one_pass += e.target_passes == 1;
+                         chain_steps += e.tree == nullptr;
                      }},
                 g);
             CHECK(got.tokens == want);
             CHECK(got.stats.target_calls == got.stats.steps);
             CHECK(one_pass == events);
+            if (variant != 2) CHECK(chain_steps == 0);  // a fixed shape: every step a tree
             if (variant == 2) {
                 std::size_t depths = 0;
                 for (const std::size_t n : got.stats.steps_at_gamma) depths += n != 0;

@@ -5,8 +5,8 @@
 // costs, from an engine profile, or by a controller of the caller's kept across decoders), with
 // the draft's own sampling settings (draft-side sampling) and the draft-side stop, and token
 // trees (a plain drafter and a TreeVerifier, one score_tree pass per sequence and step) under
-// both tree schemes, with the same options, and planned trees whose chain plans are drafted for
-// the whole batch in one draft_batch call.
+// both tree schemes, with the same options, and planned trees whose chain plans run as chain
+// steps (drafted for the whole batch in one draft_batch call, verified by block verification).
 //
 // Method (as tests/statistical/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
@@ -108,8 +108,8 @@ struct wrong_q_drafter {
 
 /// A drafter of both kinds: a MultiSequenceDrafter (draft_batch) and a plain model
 /// (next_logits, which drafts trees one parent at a time). Under the tree planner, batch_decoder
-/// drafts the steps planned as chains with draft_batch, for every sequence at once, and the
-/// others as trees. `Chains` is multi_markov_drafter, or the wrong_q_drafter of the control.
+/// runs the steps planned as chains as chain steps (draft_batch, for every sequence at once) and
+/// the others as trees. `Chains` is multi_markov_drafter, or the wrong_q_drafter of the control.
 template <class Chains>
 struct chain_and_tree_drafter {
     Chains chains;
@@ -122,6 +122,21 @@ struct chain_and_tree_drafter {
     }
     void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
         chains.draft_batch(batch, sampling);
+    }
+};
+
+/// A verifier of both kinds: a MultiSequenceVerifier (score_batch: the chain steps of every
+/// sequence in one pass) and a TreeVerifier (score_tree), so that a tree planner's chain plans
+/// run as chain steps.
+struct chain_and_tree_verifier {
+    multi_markov_verifier chains;
+    tree_markov trees;
+    std::ptrdiff_t vocab_size() const { return trees.vocab_size(); }
+    void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+        chains.score_batch(batch, out);
+    }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        trees.score_tree(context, tree, out);
     }
 };
 
@@ -366,7 +381,7 @@ TEST_CASE("Every sequence of a batch of token trees has the target's distributio
 }
 
 TEST_CASE("Every sequence of a batch of planned token trees has the target's distribution when the steps planned as "
-          "chains are drafted for the whole batch in one call",
+          "chains run as chain steps drafted for the whole batch in one call",
           "[statistical][batch][tree][adaptive][profile]") {
     // The tree planner within 2,1,1, from a profile whose pass is flat up to 6 positions: chains
     // for the batch (draft_batch), trees now and then (next_logits per parent), with draft-side
@@ -383,7 +398,7 @@ TEST_CASE("Every sequence of a batch of planned token trees has the target's dis
     for (const auto scheme : kTreeSchemes) {
         INFO(name(scheme));
         chain_and_tree_drafter<multi_markov_drafter> drafter{multi_markov_drafter{&draft}, &draft};
-        tree_markov verifier{&target};
+        chain_and_tree_verifier verifier{multi_markov_verifier{&target}, tree_markov{&target}};
         std::vector<std::size_t> rejected_at;
         const auto results = run_case(target, drafter, verifier, c, scheme, samples_per_case(), rejected_at);
         CHECK(drafter.chains.calls > 0);
@@ -395,7 +410,7 @@ TEST_CASE("Every sequence of a batch of planned token trees has the target's dis
     }
 }
 
-TEST_CASE("Negative control: a wrong q in the steps a tree planner drafts as chains for the batch is detected",
+TEST_CASE("Negative control: a wrong q in the steps a tree planner runs as chains for the batch is detected",
           "[statistical][batch][tree][adaptive][negative]") {
     if (samples_per_case() < 60000) return;
     auto target = markov_model::random(4, 2, 21);
@@ -412,7 +427,7 @@ TEST_CASE("Negative control: a wrong q in the steps a tree planner drafts as cha
         INFO(name(scheme));
         chain_and_tree_drafter<wrong_q_drafter> drafter{wrong_q_drafter{multi_markov_drafter{&draft}, c.sampling},
                                                         &draft};
-        tree_markov verifier{&target};
+        chain_and_tree_verifier verifier{multi_markov_verifier{&target}, tree_markov{&target}};
         std::vector<std::size_t> rejected_at;
         check_caught(run_case(target, drafter, verifier, c, scheme, 60000, rejected_at), 0);
         CHECK(drafter.tree_calls == 0);

@@ -314,14 +314,20 @@ TEST_CASE("measure_batch_profile times a multi-sequence pair's real calls: draft
     REQUIRE(p.target_pass.size() == 20);
     REQUIRE(p.draft_step.size() == 3);
     CHECK_NOTHROW(specdec::validate(p));
-    // The passes timed: the grid 1, 2, 3, 4, 6, 8, 12, 16, 20, each once untimed and twice timed,
-    // over min(m, 3) sequences.
+    // First the passes before the draft calls (a draft is timed after a pass, as in decoding):
+    // n = 1, 2, 3 sequences of one position each, before each of the 3 calls. Then the passes
+    // timed: the grid 1, 2, 3, 4, 6, 8, 12, 16, 20, each once untimed and twice timed, over
+    // min(m, 3) sequences.
     const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8, 12, 16, 20};
-    REQUIRE(v.totals.size() == 3 * grid.size());
+    REQUIRE(v.totals.size() == 9 + 3 * grid.size());
+    for (std::size_t k = 0; k < 9; ++k) {
+        CHECK(v.totals[k] == k / 3 + 1);
+        CHECK(v.sizes[k] == k / 3 + 1);
+    }
     for (std::size_t g = 0; g < grid.size(); ++g)
         for (std::size_t r = 0; r < 3; ++r) {
-            CHECK(v.totals[3 * g + r] == grid[g]);
-            CHECK(v.sizes[3 * g + r] == std::min<std::size_t>(grid[g], 3));
+            CHECK(v.totals[9 + 3 * g + r] == grid[g]);
+            CHECK(v.sizes[9 + 3 * g + r] == std::min<std::size_t>(grid[g], 3));
         }
     CHECK(d.calls == 3 * 3);  // n = 1, 2, 3: one untimed and two timed calls each
     // Timed entries at least the sleep, and between grid points on the line joining them.
@@ -538,6 +544,88 @@ TEST_CASE("The tree planner in a decoder: several shapes and chains in use, the 
     CHECK(why == why2);
     INFO(why);
     CHECK_THAT(why, Catch::Contains("for 1 sequence"));
+}
+
+namespace {
+
+/// A TreeVerifier that also scores a chain in one call (score()), counting both kinds of pass.
+struct counting_tree_verifier {
+    markov_model* model;
+    std::size_t tree_passes = 0, chain_passes = 0;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        ++chain_passes;
+        Eigen::MatrixXf out(model->vocab, static_cast<Eigen::Index>(draft.size() + 1));
+        std::vector<token_id> seq(context.begin(), context.end());
+        for (std::size_t j = 0; j <= draft.size(); ++j) {
+            out.col(static_cast<Eigen::Index>(j)) = model->next_logits(seq);
+            if (j < draft.size()) seq.push_back(draft[j]);
+        }
+        return out;
+    }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        ++tree_passes;
+        out.resize(model->vocab, static_cast<Eigen::Index>(tree.size() + 1));
+        std::vector<token_id> path;
+        for (std::size_t c = 0; c <= tree.size(); ++c) {
+            specdec::path_tokens(tree, static_cast<std::int32_t>(c) - 1, path);
+            std::vector<token_id> seq(context.begin(), context.end());
+            seq.insert(seq.end(), path.begin(), path.end());
+            out.col(static_cast<Eigen::Index>(c)) = model->next_logits(seq);
+        }
+    }
+};
+
+}  // namespace
+
+TEST_CASE("The tree planner runs the steps it plans as chains as chain steps, and learns a_1 from them",
+          "[profile][adaptive][tree][batch]") {
+    // (With a verifier that scores a chain in one call; a plain next_logits model with
+    // score_tree keeps its one tree pass: tree_test.cpp's planner cases.)
+    auto target = markov_model::random(10, 2, 33);
+    auto draft = markov_model::random(10, 2, 34);
+    for (const bool wide : {false, true}) {
+        INFO((wide ? "within 3,2,1,1" : "within 1,1,1,1: every plan a chain or a plain step"));
+        specdec::decode_options o{
+            .step = specdec::tree{.shape = {.branching = wide ? std::vector<std::size_t>{3, 2, 1, 1}
+                                                              : std::vector<std::size_t>{1, 1, 1, 1}}},
+            .length = {.policy = specdec::gamma_policy::adaptive},
+            .budget = {.max_new_tokens = 96}};
+        o.length.adaptive.profile = gpu_like(64, 1.0 / 64, 0.05);
+        o.length.adaptive.explore_every = 2;
+        specdec::gamma_controller planner = specdec::make_controller(o, specdec::tree_draft_calls::per_parent);
+        o.length.controller = &planner;
+        counting_tree_verifier verifier{&target};
+        std::size_t tree_steps = 0, chain_steps = 0, plain_steps = 0;
+        bool shapes_match = true;
+        o.on_step = [&](const specdec::step_event& e) {
+            const auto shape = planner.planned_shape();
+            const bool chain_plan = std::all_of(shape.begin(), shape.end(), [](std::size_t b) { return b == 1; });
+            if (e.tree != nullptr) {
+                ++tree_steps;
+                shapes_match = shapes_match && !chain_plan;
+            } else {
+                (e.draft.empty() ? plain_steps : chain_steps) += 1;
+                shapes_match = shapes_match && chain_plan;
+                if (!e.draft.empty()) CHECK(!e.acceptance.empty());  // β estimated: the planner's a_1
+            }
+        };
+        std::mt19937_64 rng(7);
+        const auto r = specdec::speculative_decode(draft, verifier, std::vector<token_id>{1, 2}, o, rng);
+        CHECK(r.tokens.size() == 96);
+        CHECK(shapes_match);
+        CHECK(planner.sibling_acceptance(1) > 0.0);
+        CHECK(verifier.chain_passes == chain_steps + plain_steps);
+        if (wide) {
+            CHECK(tree_steps > 0);
+            CHECK(verifier.tree_passes == tree_steps);
+        } else {
+            // No tree machinery at all: every pass is a chain pass.
+            CHECK(chain_steps > 0);
+            CHECK(tree_steps == 0);
+            CHECK(verifier.tree_passes == 0);
+        }
+    }
 }
 
 TEST_CASE("Ragged plans: sequences the draft predicts poorly draft less where positions cost", "[profile][ragged]") {

@@ -1212,6 +1212,129 @@ TEST_CASE("batch_decoder with chains of many sequences: a fault in draft_batch o
     }
 }
 
+namespace {
+
+/// The models of a tree planner's batch: chains of many sequences (draft_batch, score_batch) and
+/// plain models for the tree steps (next_logits), every call through `plan`.
+struct faulty_planned_drafter {
+    specdec_test::multi_markov_drafter* inner;
+    markov_model* model;
+    fault_plan* plan;
+    bool* batch_call;  // whether the last call served every sequence
+    std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+    void draft_batch(std::span<specdec::draft_request> requests, const specdec::sampling_config& sampling) {
+        *batch_call = true;
+        plan->call([&] { inner->draft_batch(requests, sampling); });
+    }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        *batch_call = false;
+        Eigen::VectorXf out;
+        plan->call([&] { out = model->next_logits(context); });
+        return out;
+    }
+};
+struct faulty_planned_verifier {
+    specdec_test::multi_markov_verifier* inner;
+    markov_model* model;
+    fault_plan* plan;
+    bool* batch_call;
+    std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+    void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
+        *batch_call = true;
+        plan->call([&] { inner->score_batch(requests, out); });
+    }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        *batch_call = false;
+        Eigen::VectorXf out;
+        plan->call([&] { out = model->next_logits(context); });
+        return out;
+    }
+};
+
+}  // namespace
+
+TEST_CASE("batch_decoder under the tree planner: a fault at any call, in a chain step (draft_batch, score_batch) or a "
+          "tree step, changes no sequence and no estimate of the caller's planner, and the decoder goes on",
+          "[faults][batch][multi][tree][adaptive]") {
+    constexpr std::size_t budget = 20;
+    auto target = markov_model::random(10, 2, 83);
+    auto draft = markov_model::random(10, 2, 84);
+    specdec_test::multi_markov_drafter md{&draft};
+    specdec_test::multi_markov_verifier mv{&target};
+    fault_plan plan;
+    bool batch_call = false;
+    faulty_planned_drafter drafter{&md, &draft, &plan, &batch_call};
+    faulty_planned_verifier verifier{&mv, &target, &plan, &batch_call};
+    specdec::decode_options options{.step = specdec::tree{.shape = {.branching = {2, 1, 1}}},
+                                    .length = {.policy = specdec::gamma_policy::adaptive},
+                                    .sampling = {.temperature = 0.9f},
+                                    .draft = {.sampling = specdec::sampling_config{.temperature = 1.3f}},
+                                    .budget = {.max_new_tokens = budget}};
+    // A pass flat up to 6 positions: chains for the batch, trees now and then (explored).
+    options.length.adaptive.profile =
+        specdec::engine_profile{.target_pass = {1, 1, 1, 1, 1, 1, 1.6, 2.2, 2.8}, .draft_step = {0.05}};
+    options.length.adaptive.explore_every = 2;
+    std::optional<specdec::gamma_controller> planner;
+    auto estimates = [&] {
+        std::vector<double> e;
+        for (std::size_t k = 1; k <= 2; ++k) e.push_back(planner->sibling_acceptance(k));
+        return e;
+    };
+    std::size_t chain_steps = 0, tree_steps = 0, batch_faults = 0, sequence_faults = 0;
+    options.on_step = [&](const specdec::step_event& e) { (e.tree ? tree_steps : chain_steps) += 1; };
+    auto run = [&](std::size_t fault_at, bool after, std::size_t& faults) {
+        planner.emplace(specdec::make_controller(options, specdec::tree_draft_calls::per_parent, true));
+        auto opts = options;
+        opts.length.controller = &*planner;
+        specdec::batch_decoder dec(drafter, verifier, opts);
+        std::vector<std::size_t> ids;
+        for (token_id p = 0; p < 3; ++p) ids.push_back(dec.add(tokens{p, 1}, std::mt19937_64(static_cast<std::uint64_t>(p))));
+        plan.arm(fault_at, after);
+        while (dec.active() != 0) {
+            std::vector<sequence_state> before;
+            for (const auto id : ids) before.push_back(state_of(dec, id));
+            const std::vector<double> estimated = estimates();
+            try {
+                dec.step();
+            } catch (const injected_fault& e) {
+                ++faults;
+                CHECK(e.call == fault_at);
+                // A call that serves every sequence (draft_batch, score_batch) changes none, and
+                // the planner observes nothing; a per-sequence call of a tree step leaves its
+                // own sequence unchanged (the others step, and the planner observes them).
+                std::size_t unchanged = 0;
+                for (std::size_t i = 0; i < ids.size(); ++i) {
+                    const sequence_state now = state_of(dec, ids[i]);
+                    const bool same = now.generated == before[i].generated && same_stats(now.stats, before[i].stats);
+                    unchanged += same;
+                    if (batch_call) CHECK(same);
+                }
+                CHECK(unchanged >= 1);
+                if (batch_call) CHECK(estimates() == estimated);
+                ++(batch_call ? batch_faults : sequence_faults);
+                plan.disarm();
+            }
+        }
+        for (const auto id : ids) CHECK(dec.generated(id).size() == budget);
+    };
+    std::size_t faults = 0;
+    plan.disarm();
+    run(fault_plan::never, false, faults);
+    const std::size_t total = plan.calls;
+    REQUIRE(total > 4);
+    REQUIRE(chain_steps > 0);  // both kinds of step are exercised
+    REQUIRE(tree_steps > 0);
+    for (const bool after : {false, true})
+        for (std::size_t k = 1; k <= total; ++k) {
+            INFO("fault at call " << k << " of " << total << (after ? " (after delegating)" : " (before delegating)"));
+            faults = 0;
+            run(k, after, faults);
+            CHECK(faults == 1);
+        }
+    CHECK(batch_faults > 0);  // both kinds of call failed somewhere
+    CHECK(sequence_faults > 0);
+}
+
 TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adapter call comes out with its own "
           "type, and the same adapters then measure a valid profile",
           "[faults][profile]") {
