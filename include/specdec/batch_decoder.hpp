@@ -796,6 +796,7 @@ public:
         }
         for (auto& it : items_)
             *it.extras = detail::step_extras{.estimate_acceptance = estimate_ || (tree_ && !it.tree),
+                                             .acceptance_as_sibling = tree_,
                                              .draft_stop_below = options_.draft.stop_below,
                                              .draft_sampling = settings_.draft_sampling};
         // Timed for a controller that measures costs, and for on_step's step_timing.

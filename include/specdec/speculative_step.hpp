@@ -98,6 +98,11 @@ namespace detail {
 /// What a decoding loop asks of a step beyond step_options.
 struct step_extras {
     bool estimate_acceptance = false;  ///< fill step_result::acceptance
+    /// With estimate_acceptance: β at the first position goes to the sibling statistics
+    /// (decode_stats::reached_at_sibling[0], expected_accepted_at_sibling[0]: a_1 at the root)
+    /// instead of the per-position ones, as a tree planner's chain step records it, so that a
+    /// run of trees and chains keeps each kind of statistic from one kind of step.
+    bool acceptance_as_sibling = false;
     float draft_stop_below = 0.0f;     ///< end the draft after a token with q_i(x_i) below this
     bool time = false;                 ///< measure the two fields below (steady clock)
     double draft_seconds = 0.0;        ///< the drafter's call
@@ -292,10 +297,15 @@ step_result finish_step(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, 
     const std::size_t need = sequence.size() + r.accepted + 1;
     if (need > sequence.capacity()) sequence.reserve(std::max(need, 2 * sequence.capacity()));
     const std::size_t positions = std::max(stats.accepted_at_position.size(), n);
-    const bool estimated = extras && extras->estimate_acceptance;
+    const bool as_sibling = extras && extras->estimate_acceptance && extras->acceptance_as_sibling;
+    const bool estimated = extras && extras->estimate_acceptance && !as_sibling;
     stats.accepted_at_position.reserve(positions);
     stats.reached_at_position.reserve(positions);
     if (estimated) stats.expected_accepted_at_position.reserve(positions);
+    if (as_sibling && tested > 0) {
+        stats.reached_at_sibling.reserve(1);
+        stats.expected_accepted_at_sibling.reserve(1);
+    }
     stats.accepted_at_position.resize(positions, 0);
     stats.reached_at_position.resize(positions, 0);
     if (estimated) stats.expected_accepted_at_position.resize(positions, 0.0);
@@ -312,6 +322,12 @@ step_result finish_step(const Eigen::Ref<const Eigen::MatrixXf>& target_logits, 
     for (std::size_t i = 0; i < tested; ++i) ++stats.reached_at_position[i];
     if (estimated)
         for (std::size_t i = 0; i < tested; ++i) stats.expected_accepted_at_position[i] += ws.acceptance[i];
+    if (as_sibling && tested > 0) {  // reserved above: no allocation after the commit
+        if (stats.reached_at_sibling.empty()) stats.reached_at_sibling.resize(1, 0);
+        if (stats.expected_accepted_at_sibling.empty()) stats.expected_accepted_at_sibling.resize(1, 0.0);
+        ++stats.reached_at_sibling[0];
+        stats.expected_accepted_at_sibling[0] += ws.acceptance[0];
+    }
     return {draft_tokens, r.accepted, r.next_token, std::span<const float>(ws.acceptance)};
 }
 

@@ -51,6 +51,8 @@ struct decode_stats {
     /// its child k + 1 (children 1..k were not accepted), and expected_accepted_at_sibling[k],
     /// the sum of a_{k+1} over them (tree_verify_result::sibling_acceptance). Their ratio
     /// estimates P(child k + 1 accepted | children 1..k not), the acceptance by sibling rank.
+    /// The tree planner's steps that run as chains count at rank 0 (β at the first position
+    /// is a_1); under a tree step the per-position β above stays empty.
     std::vector<std::size_t> reached_at_sibling;
     std::vector<double> expected_accepted_at_sibling;  ///< see reached_at_sibling
     /// steps_at_gamma[g]: how many steps asked the drafter for g tokens (the γ in use, which

@@ -252,8 +252,12 @@ void run(D& drafter, Vf& verifier, settings& st, fuzz::input& in) {
         for (std::size_t i = 0; i < e.emitted.size(); ++i)
             FUZZ_CHECK(e.emitted[i] == (i < e.accepted ? e.draft[i] : e.next_token));
         const std::span<const token_id> context(t.sequence);
-        if (st.tree) {
-            FUZZ_CHECK(e.tree != nullptr);
+        // Under the tree planner a step planned as a chain (or a plain step) may run as a chain
+        // step (detail::chains_as_chains); with a fixed shape every step is a tree.
+        if (st.tree && e.tree == nullptr)
+            FUZZ_CHECK(!st.fixed && e.draft.size() <= std::max<std::size_t>(st.tree->shape.depth(), 1));
+        if (e.tree != nullptr) {
+            FUZZ_CHECK(st.tree != nullptr);
             const specdec::draft_tree& tr = *e.tree;
             FUZZ_CHECK(e.draft.size() == e.accepted);
             FUZZ_CHECK(tr.size() <= st.tree->shape.nodes());

@@ -260,9 +260,15 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
             s.check_tokens(e.draft);
             s.check_tokens(e.emitted);
             FUZZ_CHECK(e.next_token >= 0 && e.next_token < s.V);
-            if (rs.tree) {
+            // Under the tree planner a step planned as a chain (or a plain step) may run as a
+            // chain step (batch_decoder's detail::chains_as_chains); with a fixed shape every
+            // step is a tree.
+            if (rs.tree && e.tree == nullptr)
+                FUZZ_CHECK(rs.options.length.policy == specdec::gamma_policy::adaptive &&
+                           e.draft.size() <= std::max<std::size_t>(rs.tree->shape.depth(), 1));
+            if (e.tree != nullptr) {
                 // The accepted path: the path of the accepted node, in a tree no deeper than asked.
-                FUZZ_CHECK(e.tree != nullptr);
+                FUZZ_CHECK(rs.tree != nullptr);
                 const specdec::draft_tree& t = *e.tree;
                 FUZZ_CHECK(e.draft.size() == e.accepted);
                 FUZZ_CHECK(e.acceptance.empty());

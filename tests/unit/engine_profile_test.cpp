@@ -7,6 +7,7 @@
 #include "support/catch.hpp"
 #include "support/markov.hpp"
 #include "support/multi_markov.hpp"
+#include "support/tree_reference.hpp"
 
 #include <specdec/batch_decoder.hpp>
 #include <specdec/engine_profile.hpp>
@@ -550,29 +551,17 @@ namespace {
 
 /// A TreeVerifier that also scores a chain in one call (score()), counting both kinds of pass.
 struct counting_tree_verifier {
-    markov_model* model;
+    specdec::model_verifier<markov_model> chains;
+    tree_markov trees;
     std::size_t tree_passes = 0, chain_passes = 0;
-    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    std::ptrdiff_t vocab_size() const { return trees.vocab_size(); }
     Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
         ++chain_passes;
-        Eigen::MatrixXf out(model->vocab, static_cast<Eigen::Index>(draft.size() + 1));
-        std::vector<token_id> seq(context.begin(), context.end());
-        for (std::size_t j = 0; j <= draft.size(); ++j) {
-            out.col(static_cast<Eigen::Index>(j)) = model->next_logits(seq);
-            if (j < draft.size()) seq.push_back(draft[j]);
-        }
-        return out;
+        return chains.score(context, draft);
     }
     void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
         ++tree_passes;
-        out.resize(model->vocab, static_cast<Eigen::Index>(tree.size() + 1));
-        std::vector<token_id> path;
-        for (std::size_t c = 0; c <= tree.size(); ++c) {
-            specdec::path_tokens(tree, static_cast<std::int32_t>(c) - 1, path);
-            std::vector<token_id> seq(context.begin(), context.end());
-            seq.insert(seq.end(), path.begin(), path.end());
-            out.col(static_cast<Eigen::Index>(c)) = model->next_logits(seq);
-        }
+        trees.score_tree(context, tree, out);
     }
 };
 
@@ -595,7 +584,7 @@ TEST_CASE("The tree planner runs the steps it plans as chains as chain steps, an
         o.length.adaptive.explore_every = 2;
         specdec::gamma_controller planner = specdec::make_controller(o, specdec::tree_draft_calls::per_parent);
         o.length.controller = &planner;
-        counting_tree_verifier verifier{&target};
+        counting_tree_verifier verifier{specdec::model_verifier<markov_model>(target), tree_markov{&target}};
         std::size_t tree_steps = 0, chain_steps = 0, plain_steps = 0;
         bool shapes_match = true;
         o.on_step = [&](const specdec::step_event& e) {
@@ -616,6 +605,12 @@ TEST_CASE("The tree planner runs the steps it plans as chains as chain steps, an
         CHECK(shapes_match);
         CHECK(planner.sibling_acceptance(1) > 0.0);
         CHECK(verifier.chain_passes == chain_steps + plain_steps);
+        // Their β at the first position counts as a_1 in the sibling statistics, beside the
+        // tree steps' (never in the per-position β, which trees do not fill).
+        CHECK(r.stats.expected_accepted_at_position.empty());
+        REQUIRE(!r.stats.reached_at_sibling.empty());
+        if (!wide) CHECK(r.stats.reached_at_sibling[0] == chain_steps);
+        CHECK(r.stats.estimated_sibling_acceptance(0) > 0.0);
         if (wide) {
             CHECK(tree_steps > 0);
             CHECK(verifier.tree_passes == tree_steps);
