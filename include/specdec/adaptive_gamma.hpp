@@ -75,8 +75,13 @@ struct adaptive_gamma_options {
     /// B sequences: m = B(γ + 1)), same unit as draft_cost. Empty: measured with a steady
     /// clock around the verifier's calls.
     std::function<double(std::size_t positions)> pass_cost{};
+    /// Cost of one tree pass (the verifier's tree call) over m positions in total, same unit;
+    /// the tree planner costs its tree steps with it. Optional, only beside pass_cost: empty,
+    /// a tree pass costs pass_cost's.
+    std::function<double(std::size_t positions)> tree_pass_cost{};
     /// The engine's costs, measured once (engine_profile.hpp): a step of γ drafted tokens for
-    /// B sequences costs γ·profile.draft_cost(B) + profile.pass_cost(B(γ + 1)). Set, nothing
+    /// B sequences costs γ·profile.draft_cost(B) + profile.pass_cost(B(γ + 1)) (a tree step's
+    /// pass, profile.tree_pass_cost). Set, nothing
     /// is timed and the plan depends only on counts, so the same seed gives the same tokens
     /// (like the cost callbacks, which must then be empty). Unset: the callbacks, or timing.
     std::optional<engine_profile> profile{};
@@ -140,6 +145,11 @@ struct tree_plan_limits {
     /// draft_batch (a MultiSequenceDrafter). Such plans then cost one sequence's calls at
     /// profile.draft_cost(B), whatever drafts_per_sequence says.
     bool chains_batched = false;
+    /// A plan that is a chain (or the plain step) runs as a chain step, its pass a chain pass
+    /// (costed with pass_cost), as batch_decoder runs it when the drafter has a chain call and
+    /// the verifier scores a chain in one call; its own planner sets it then. false: such plans
+    /// run as tree steps and are costed with the tree pass's cost, as every other plan is.
+    bool chains_as_chain_steps = false;
 };
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
@@ -173,6 +183,9 @@ public:
             detail::fail_invalid(where, ": explore_budget = ", options_.explore_budget, " must lie in [0, 1]");
         if (static_cast<bool>(options_.draft_cost) != static_cast<bool>(options_.pass_cost))
             detail::fail_invalid(where, ": set both draft_cost and pass_cost (known costs), or neither (measured)");
+        if (options_.tree_pass_cost && !options_.pass_cost)
+            detail::fail_invalid(where, ": tree_pass_cost is set without pass_cost and draft_cost; it refines known "
+                                        "costs (for a profile, use engine_profile::tree_pass)");
         if (options_.profile) {
             if (options_.pass_cost)
                 detail::fail_invalid(where, ": set a profile or the cost callbacks draft_cost and pass_cost, not both");
@@ -245,10 +258,11 @@ public:
         if (top == 0) {
             g = 0;
         } else if (!known_acceptance ||
-                   (measures_time() && (draft_.count == 0 || !pass_measured(plan_positions(warm, sequences_))) &&
+                   (measures_time() &&
+                    (draft_.count == 0 || !pass_measured(plan_positions(warm, sequences_), plan_tree_pass(warm))) &&
                     drafted_steps_ < 4)) {
             g = warm;  // nothing known about acceptance yet, or no clean timing of a draft token
-        } else if (measures_time() && !pass_measured(sequences_)) {
+        } else if (measures_time() && !pass_measured(sequences_, plan_tree_pass(0))) {
             g = 0;
         } else {
             std::size_t best = best_plan(top, sequences_);
@@ -297,6 +311,9 @@ public:
         double step_seconds = -1.0;           ///< the whole step
         /// The positions the target pass held, over all sequences; 0: drafted + 1 (one sequence).
         std::size_t positions = 0;
+        /// The pass went through the verifier's tree call (a tree step): its time is kept apart
+        /// from chain passes', for the tree planner's tree plans.
+        bool tree_pass = false;
         /// The first step of a decoding call: its times include reading the prompt (the models'
         /// prefill), so they are not used as estimates.
         bool first = false;
@@ -328,8 +345,9 @@ public:
         const std::size_t positions = o.positions != 0 ? o.positions : o.drafted + 1;
         if (!o.first && positions <= detail::max_profile_entries && o.pass_seconds >= 0 &&
             std::isfinite(o.pass_seconds)) {
-            if (positions > pass_.size()) pass_.resize(positions);
-            pass_[positions - 1].add_time(o.pass_seconds, options_.window);
+            auto& table = o.tree_pass ? tree_pass_ : pass_;
+            if (positions > table.size()) table.resize(positions);
+            table[positions - 1].add_time(o.pass_seconds, options_.window);
         }
         if (!o.first && o.step_seconds >= 0 && o.draft_seconds >= 0 && o.pass_seconds >= 0) {
             const double rest = o.step_seconds - o.draft_seconds - o.pass_seconds;
@@ -372,9 +390,10 @@ public:
         }
         if (tree_.draft_calls == tree_draft_calls::per_level) calls = branching.size();
         const bool chain = std::all_of(branching.begin(), branching.end(), [](std::size_t x) { return x == 1; });
+        const bool tree_pass = !(chain && tree_.chains_as_chain_steps);
         if (tree_.drafts_per_sequence && b > 1 && !(chain && tree_.chains_batched))
-            return tree_cost_per_sequence(calls, b * (nodes + 1), b);
-        return cost_of(calls, b * (nodes + 1), b);
+            return tree_cost_per_sequence(calls, b * (nodes + 1), b, tree_pass);
+        return cost_of(calls, b * (nodes + 1), b, tree_pass);
     }
 
     /// The estimate of α_i (i = 1..gamma_max, the acceptance at draft position i);
@@ -578,23 +597,32 @@ private:
     }
 
     /// A step of `calls` draft calls (draft steps) and a pass over `positions` positions in
-    /// total, for `b` sequences, in the cost unit.
-    [[nodiscard]] double cost_of(std::size_t calls, std::size_t positions, std::size_t b) const {
+    /// total (a tree pass when `tree_pass`), for `b` sequences, in the cost unit.
+    [[nodiscard]] double cost_of(std::size_t calls, std::size_t positions, std::size_t b, bool tree_pass = false) const {
         if (options_.profile)
-            return static_cast<double>(calls) * options_.profile->draft_cost(b) + options_.profile->pass_cost(positions);
-        if (options_.pass_cost) return options_.draft_cost(calls) + options_.pass_cost(positions);
-        return static_cast<double>(calls) * draft_.value + pass_time(positions) + overhead_.value;
+            return static_cast<double>(calls) * options_.profile->draft_cost(b) + any_pass_of(positions, tree_pass);
+        if (options_.pass_cost) return options_.draft_cost(calls) + any_pass_of(positions, tree_pass);
+        return static_cast<double>(calls) * draft_.value + any_pass_of(positions, tree_pass) + overhead_.value;
     }
 
     /// A tree step of `b` sequences drafted one sequence at a time (`calls` draft calls each,
     /// each at one sequence's cost) and a pass over `positions` positions in total.
-    [[nodiscard]] double tree_cost_per_sequence(std::size_t calls, std::size_t positions, std::size_t b) const {
+    [[nodiscard]] double tree_cost_per_sequence(std::size_t calls, std::size_t positions, std::size_t b,
+                                                bool tree_pass) const {
         const double sequences = static_cast<double>(b);
         if (options_.profile)
             return sequences * static_cast<double>(calls) * options_.profile->draft_cost(1) +
-                   options_.profile->pass_cost(positions);
-        if (options_.pass_cost) return sequences * options_.draft_cost(calls) + options_.pass_cost(positions);
-        return sequences * static_cast<double>(calls) * draft_.value + pass_time(positions) + overhead_.value;
+                   any_pass_of(positions, tree_pass);
+        if (options_.pass_cost) return sequences * options_.draft_cost(calls) + any_pass_of(positions, tree_pass);
+        return sequences * static_cast<double>(calls) * draft_.value + any_pass_of(positions, tree_pass) +
+               overhead_.value;
+    }
+
+    /// Whether the plan's pass goes through the tree call (see tree_plan_limits::chains_as_chain_steps).
+    [[nodiscard]] bool plan_tree_pass(std::size_t p) const {
+        if (!plans_trees()) return false;
+        const auto& v = shapes_[p];
+        return !(tree_.chains_as_chain_steps && std::all_of(v.begin(), v.end(), [](std::size_t x) { return x == 1; }));
     }
 
     // Plans: for a chain controller, plan g is γ = g; for a tree planner, plan i is shapes_[i]
@@ -776,27 +804,38 @@ private:
         return prior;
     }
 
-    /// Whether a pass over m positions has been timed.
-    [[nodiscard]] bool pass_measured(std::size_t m) const { return m - 1 < pass_.size() && pass_[m - 1].count != 0; }
-
-    /// The pass's cost at m positions in the cost unit (what expected_cost adds for the pass).
-    [[nodiscard]] double pass_of(std::size_t m) const {
-        if (options_.profile) return options_.profile->pass_cost(m);
-        if (options_.pass_cost) return options_.pass_cost(m);
-        return pass_time(m);
+    /// Whether a pass over m positions (a tree pass when `tree`) has been timed.
+    [[nodiscard]] bool pass_measured(std::size_t m, bool tree = false) const {
+        const auto& table = tree ? tree_pass_ : pass_;
+        return m - 1 < table.size() && table[m - 1].count != 0;
     }
 
-    /// t_pass(m) from the measured lengths (see the class comment).
-    [[nodiscard]] double pass_time(std::size_t m) const {
+    /// The pass's cost at m positions in the cost unit (what expected_cost adds for the pass).
+    [[nodiscard]] double pass_of(std::size_t m) const { return any_pass_of(m, false); }
+
+    /// The cost of a chain pass or (`tree`) a tree pass over m positions: from the profile, the
+    /// callbacks (tree_pass_cost, else pass_cost), or the measurements (a tree pass from the
+    /// timed tree passes; until one is timed, as a chain pass).
+    [[nodiscard]] double any_pass_of(std::size_t m, bool tree) const {
+        if (options_.profile) return tree ? options_.profile->tree_pass_cost(m) : options_.profile->pass_cost(m);
+        if (options_.pass_cost) return tree && options_.tree_pass_cost ? options_.tree_pass_cost(m) : options_.pass_cost(m);
+        if (tree && std::any_of(tree_pass_.begin(), tree_pass_.end(), [](const estimate& e) { return e.count != 0; }))
+            return pass_time(m, tree_pass_);
+        return pass_time(m, pass_);
+    }
+
+    /// t_pass(m) from the measured lengths of `pass_` (see the class comment), or of another table.
+    [[nodiscard]] double pass_time(std::size_t m) const { return pass_time(m, pass_); }
+    [[nodiscard]] static double pass_time(std::size_t m, const std::vector<estimate>& table) {
         const std::size_t k = m - 1;
-        if (k < pass_.size() && pass_[k].count != 0) return pass_[k].value;
+        if (k < table.size() && table[k].count != 0) return table[k].value;
         std::size_t lo = k, hi = k;
         bool has_lo = false, has_hi = false;
-        for (std::size_t j = std::min(k, pass_.size()); j-- > 0;)
-            if (pass_[j].count != 0) { lo = j; has_lo = true; break; }
-        for (std::size_t j = k + 1; j < pass_.size(); ++j)
-            if (pass_[j].count != 0) { hi = j; has_hi = true; break; }
-        const auto at = [&](std::size_t j) { return pass_[j].value; };
+        for (std::size_t j = std::min(k, table.size()); j-- > 0;)
+            if (table[j].count != 0) { lo = j; has_lo = true; break; }
+        for (std::size_t j = k + 1; j < table.size(); ++j)
+            if (table[j].count != 0) { hi = j; has_hi = true; break; }
+        const auto at = [&](std::size_t j) { return table[j].value; };
         const auto line = [&](std::size_t a, std::size_t b) {  // through the lengths a < b, at k
             const double slope = (at(b) - at(a)) / static_cast<double>(b - a);
             return std::max(0.0, at(a) + slope * (static_cast<double>(k) - static_cast<double>(a)));
@@ -809,10 +848,10 @@ private:
         bool has_second = false;
         if (has_lo) {
             for (std::size_t j = near; j-- > 0;)
-                if (pass_[j].count != 0) { second = j; has_second = true; break; }
+                if (table[j].count != 0) { second = j; has_second = true; break; }
         } else {
-            for (std::size_t j = near + 1; j < pass_.size(); ++j)
-                if (pass_[j].count != 0) { second = j; has_second = true; break; }
+            for (std::size_t j = near + 1; j < table.size(); ++j)
+                if (table[j].count != 0) { second = j; has_second = true; break; }
         }
         if (has_second) return line(std::min(near, second), std::max(near, second));
         return at(near) * static_cast<double>(k + 1) / static_cast<double>(near + 1);
@@ -822,6 +861,7 @@ private:
     std::size_t gamma_max_;
     std::vector<estimate> alpha_;  // by draft position (0-based)
     std::vector<estimate> pass_;   // by positions − 1 (over all sequences of the pass)
+    std::vector<estimate> tree_pass_;  // the same for tree passes (a tree planner's tree steps)
     estimate draft_, overhead_, catch_up_;
     std::vector<std::size_t> chosen_;
     std::size_t last_best_ = std::numeric_limits<std::size_t>::max();

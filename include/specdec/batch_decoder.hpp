@@ -645,7 +645,8 @@ public:
                 constexpr bool per_parent = !TreeDrafter<D> && !BlockDrafter<D> && !TreeVerifier<D>;
                 controller_ = &own_controller_.emplace(
                     make_controller(options_, per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level,
-                                    MultiSequenceDrafter<D> && detail::chains_as_chains<D, V>));
+                                    MultiSequenceDrafter<D> && detail::chains_as_chains<D, V>,
+                                    detail::chains_as_chains<D, V>));
             }
         }
     }
@@ -929,6 +930,7 @@ private:
         beta_sum_.assign(planned, 0.0);
         beta_count_.assign(planned, 0);
         std::size_t drafted = 0, emitted = 0, stepped = 0, positions = 0;
+        bool tree_pass = false;
         sibling_sum_.clear();
         sibling_count_.clear();
         for (const auto& it : items) {
@@ -938,6 +940,7 @@ private:
             if (it.tree) {
                 // A tree's draft calls (its model calls, else one per level) and its positions.
                 const draft_tree& t = it.tws->tree;
+                tree_pass = true;
                 drafted = std::max(drafted, t.model_calls != 0 ? t.model_calls : static_cast<std::size_t>(t.max_depth()));
                 positions += t.size() + 1;
                 emitted += it.tree_result.accepted + 1;
@@ -981,6 +984,7 @@ private:
         gamma_controller::step_observation o{.gamma = planned, .drafted = drafted,
                                              .emitted = (emitted + stepped / 2) / stepped, .acceptance = mean_beta_};
         o.positions = positions;  // the pass's, over the batch
+        o.tree_pass = tree_pass;
         o.sibling_acceptance = mean_sibling_;
         o.first = first;
         if (timing.time) {

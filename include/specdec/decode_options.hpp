@@ -209,12 +209,13 @@ struct decode_options {
 /// \throws std::invalid_argument as gamma_controller's constructors.
 /// `draft_calls`: how the tree drafter's calls grow with the tree (a decoder makes its own
 /// controller with the value that fits its drafter: per_parent for a plain next_logits model,
-/// per_level otherwise); `chains_batched`: tree_plan_limits::chains_batched (batch_decoder's
-/// own planner sets it for a drafter with draft_batch and a verifier with chain calls). Both
-/// unused for chains.
+/// per_level otherwise); `chains_batched` and `chains_as_chain_steps`: the fields of
+/// tree_plan_limits (batch_decoder's own planner sets the latter when the drafter has a chain
+/// call and the verifier scores a chain in one call, and the former when that chain call is
+/// draft_batch). All three unused for chains.
 [[nodiscard]] inline gamma_controller make_controller(const decode_options& o,
                                                       tree_draft_calls draft_calls = tree_draft_calls::per_level,
-                                                      bool chains_batched = false) {
+                                                      bool chains_batched = false, bool chains_as_chain_steps = false) {
     if (const auto* t = std::get_if<tree>(&o.step)) {
         const std::size_t depth = t->shape.depth();
         return gamma_controller(
@@ -223,7 +224,8 @@ struct decode_options {
                                                                        static_cast<std::ptrdiff_t>(depth)),
                              .max_nodes = t->shape.max_nodes,
                              .draft_calls = draft_calls,
-                             .chains_batched = chains_batched},
+                             .chains_batched = chains_batched,
+                             .chains_as_chain_steps = chains_as_chain_steps},
             o.length.adaptive);
     }
     return gamma_controller(std::get<chain>(o.step).gamma, o.length.adaptive);

@@ -1,8 +1,9 @@
 #pragma once
 /// \file
 /// What an engine's calls cost, measured once and reused: the cost of a target pass as a
-/// function of the positions it holds (over every sequence of a batch together) and of one
-/// draft step as a function of the sequences it drafts for. With a profile the adaptive
+/// function of the positions it holds (over every sequence of a batch together), of a tree pass
+/// (the verifier's score_tree or score_tree_batch) by the same measure, and of one draft step as
+/// a function of the sequences it drafts for. With a profile the adaptive
 /// policy (gamma_controller) plans from the first step without timing anything, so its
 /// choices, and the tokens, depend only on the seed (see adaptive_gamma_options::profile).
 ///
@@ -45,6 +46,12 @@ struct engine_profile {
     /// draft_step[n − 1]: one draft step, a token for each of n sequences (a draft model's
     /// batched call). At least one entry; each finite and >= 0.
     std::vector<double> draft_step{};
+    /// tree_pass[m − 1]: one target pass through the tree call (score_tree, score_tree_batch)
+    /// over m positions in total (each sequence's nodes + 1, summed). An engine's tree pass can
+    /// cost more than its chain pass over as many positions (a tree attention mask, a cache
+    /// laid out for a tree), and the tree planner weighs tree steps with this table. Optional:
+    /// empty, a tree pass costs what target_pass says. Otherwise as target_pass (the first > 0).
+    std::vector<double> tree_pass{};
 
     /// The cost of a target pass over `positions` (>= 1) positions: the table's entry;
     /// beyond the table, extended along the slope of its last two entries (never
@@ -52,6 +59,11 @@ struct engine_profile {
     [[nodiscard]] double pass_cost(std::size_t positions) const { return at(target_pass, positions); }
     /// The cost of one draft step for `sequences` (>= 1) sequences, extended like pass_cost.
     [[nodiscard]] double draft_cost(std::size_t sequences) const { return at(draft_step, sequences); }
+    /// The cost of a tree pass over `positions` (>= 1) positions: tree_pass's entry, extended
+    /// like pass_cost; pass_cost(positions) when tree_pass is empty.
+    [[nodiscard]] double tree_pass_cost(std::size_t positions) const {
+        return tree_pass.empty() ? pass_cost(positions) : at(tree_pass, positions);
+    }
 
 private:
     [[nodiscard]] static double at(const std::vector<double>& table, std::size_t n) {
@@ -85,18 +97,22 @@ inline void check_profile_table(const std::vector<double>& table, const char* wh
 
 }  // namespace detail
 
-/// Checks a profile: both tables non-empty (at most 2^20 entries), every entry finite and
-/// >= 0, target_pass[0] > 0. \throws std::invalid_argument naming `where` and the entry.
+/// Checks a profile: target_pass and draft_step non-empty, tree_pass empty or not, at most 2^20
+/// entries each, every entry finite and >= 0, target_pass[0] > 0 and (when given)
+/// tree_pass[0] > 0. \throws std::invalid_argument naming `where` and the entry.
 inline void validate(const engine_profile& p, const char* where = "specdec::validate(engine_profile)") {
     detail::check_profile_table(p.target_pass, where, "target_pass", true);
     detail::check_profile_table(p.draft_step, where, "draft_step", false);
+    if (!p.tree_pass.empty()) detail::check_profile_table(p.tree_pass, where, "tree_pass", true);
 }
 
-/// The profile as text: a header line, then one line per table, e.g.
+/// The profile as text: a header line, then one line per table (tree_pass only when it has
+/// entries), e.g.
 /// ```
 /// specdec-engine-profile 1
 /// target_pass 0.01 0.0102 0.0105
 /// draft_step 0.0011
+/// tree_pass 0.0101 0.0104 0.0108
 /// ```
 /// Numbers are written with 17 significant digits, so parse_engine_profile() gives back the
 /// same doubles. \throws std::invalid_argument for a profile validate() rejects.
@@ -114,16 +130,18 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
     };
     line("target_pass", p.target_pass);
     line("draft_step", p.draft_step);
+    if (!p.tree_pass.empty()) line("tree_pass", p.tree_pass);
     return out;
 }
 
 /// Reads a profile written by to_text(). Blank lines and lines starting with '#' are
-/// skipped; each table appears exactly once; the result passes validate().
+/// skipped; target_pass and draft_step appear exactly once, tree_pass at most once; the result
+/// passes validate().
 /// \throws std::invalid_argument naming the line (1-based) and what is wrong with it.
 [[nodiscard]] inline engine_profile parse_engine_profile(std::string_view text) {
     constexpr const char* where = "specdec::parse_engine_profile";
     engine_profile p;
-    bool header = false, has_pass = false, has_draft = false;
+    bool header = false, has_pass = false, has_draft = false, has_tree = false;
     std::size_t line_no = 0;
     while (!text.empty()) {
         const std::size_t end = text.find('\n');
@@ -160,9 +178,14 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
             if (has_draft) detail::fail_invalid(where, ": line ", line_no, ": draft_step appears twice");
             has_draft = true;
             table = &p.draft_step;
+        } else if (words[0] == "tree_pass") {
+            if (has_tree) detail::fail_invalid(where, ": line ", line_no, ": tree_pass appears twice");
+            if (words.size() == 1) detail::fail_invalid(where, ": line ", line_no, ": tree_pass has no entries");
+            has_tree = true;
+            table = &p.tree_pass;
         } else {
             detail::fail_invalid(where, ": line ", line_no, ": unknown table '", words[0].substr(0, 40),
-                         "' (expected target_pass or draft_step)");
+                         "' (expected target_pass, draft_step or tree_pass)");
         }
         if (words.size() - 1 > detail::max_profile_entries)
             detail::fail_invalid(where, ": line ", line_no, ": ", words.size() - 1, " entries; at most ",

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "diagnostics.hpp"
@@ -26,6 +27,7 @@
 #include "multi_sequence.hpp"
 #include "sampling.hpp"
 #include "speculative_step.hpp"
+#include "tree.hpp"
 
 namespace specdec {
 
@@ -45,6 +47,37 @@ inline void floor_first_pass(engine_profile& p) {
     for (const double t : p.target_pass)
         if (t > 0.0 && (smallest == 0.0 || t < smallest)) smallest = t;
     p.target_pass[0] = smallest > 0.0 ? smallest : 1e-9;
+    if (!p.tree_pass.empty() && !(p.tree_pass[0] > 0.0)) p.tree_pass[0] = p.target_pass[0];
+}
+
+/// The tree a tree pass over `nodes` + 1 positions is timed on: two branches below the root,
+/// grown in turn (node i on branch i mod 2 at depth i / 2 + 1), with the drafted `tokens` on the
+/// first branch and the next token ids on the second: the kind of tree the planner chooses
+/// (a few children at the root, then chains), at the node count that sets a pass's cost.
+inline void profile_tree(draft_tree& tree, std::span<const token_id> tokens, std::size_t nodes, std::ptrdiff_t vocab) {
+    tree.clear();
+    for (std::size_t i = 0; i < nodes; ++i) {
+        const std::size_t branch = i % 2, depth = i / 2;
+        const token_id t = tokens[depth % tokens.size()];
+        const auto token = static_cast<token_id>(branch == 0 ? t : (static_cast<std::ptrdiff_t>(t) + 1) % vocab);
+        tree.add(depth == 0 ? -1 : static_cast<std::int32_t>(i - 2), token);
+    }
+}
+
+/// Fills table[m − 1] for m = 1 .. grid.back() from the times at the grid's points, linearly
+/// between them.
+inline void fill_from_grid(std::vector<double>& table, const std::vector<std::size_t>& grid,
+                           const std::vector<double>& at_grid) {
+    table.clear();
+    for (std::size_t total = 1, hi = 0; total <= grid.back(); ++total) {
+        while (grid[hi] < total) ++hi;
+        if (grid[hi] == total) {
+            table.push_back(at_grid[hi]);
+            continue;
+        }
+        const double f = static_cast<double>(total - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
+        table.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
+    }
 }
 
 }  // namespace detail
@@ -69,7 +102,9 @@ struct profile_measurement {
 ///   timed call follows a target pass, as a draft does in decoding (not timed warm);
 /// - target_pass[m − 1] for m = 1 .. max_positions: the verifier scoring `context` plus the
 ///   first m − 1 of those draft tokens, as a step does (a KV-cached engine rolls back to
-///   `context` between calls, so each call runs m new positions).
+///   `context` between calls, so each call runs m new positions);
+/// - tree_pass[m − 1], when the verifier has score_tree (a TreeVerifier): score_tree over a tree
+///   of m − 1 nodes in two branches below the root, made of those draft tokens.
 /// The models' caches end holding a prefix of `context` plus some draft tokens; a decoding
 /// call afterwards rolls them back as any step does.
 /// \throws std::invalid_argument for an empty context, max_positions < 2, repeats = 0, bad
@@ -127,6 +162,25 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
             times.push_back(detail::seconds_since(t0));
         }
         p.target_pass.push_back(detail::median_of(times));
+    }
+    if constexpr (TreeVerifier<V>) {
+        // Tree passes over 1 .. max_positions positions (one untimed call first).
+        draft_tree tree;
+        Eigen::MatrixXf scores;
+        for (std::size_t k = 0; k <= draft.size(); ++k) {
+            detail::profile_tree(tree, draft, k, vocab);
+            times.clear();
+            for (std::size_t r = k == 0 ? 0 : 1; r <= m.repeats; ++r) {
+                const auto t0 = clock::now();
+                verifier.score_tree(context, std::as_const(tree), scores);
+                const double s = detail::seconds_since(t0);
+                if (scores.rows() != vocab || scores.cols() != static_cast<Eigen::Index>(k + 1))
+                    detail::fail_invalid(where, ": score_tree returned ", scores.rows(), " x ", scores.cols(),
+                                         "; expected vocab_size x (nodes + 1) = ", vocab, " x ", k + 1);
+                if (r > 0) times.push_back(s);  // (the very first call is not timed)
+            }
+            p.tree_pass.push_back(detail::median_of(times));
+        }
     }
     detail::floor_first_pass(p);
     validate(p, where);
@@ -189,7 +243,10 @@ inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
 /// - target_pass[m − 1] for m = 1 .. max_positions: one score_batch call over m positions in
 ///   total (see batch_profile_measurement), the drafts being the tokens the drafter proposed for
 ///   each sequence (repeated when a pass needs more of them); timed at the grid points, linear
-///   between them.
+///   between them;
+/// - tree_pass[m − 1], when the verifier has score_tree_batch (a MultiSequenceTreeVerifier): one
+///   score_tree_batch call over m positions in total, spread as above, each sequence's tree of
+///   its positions − 1 nodes in two branches below the root; timed at the same points.
 /// Costs in seconds of wall-clock time (steady_clock). The models' caches end holding some of
 /// these drafts; a decoding call afterwards rolls them back as any step does.
 /// \throws std::invalid_argument for no context, an empty context or a token out of range, a
@@ -289,14 +346,33 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         }
         at_grid.push_back(detail::median_of(times));
     }
-    for (std::size_t total = 1, hi = 0; total <= m.max_positions; ++total) {
-        while (grid[hi] < total) ++hi;
-        if (grid[hi] == total) {
-            p.target_pass.push_back(at_grid[hi]);
-            continue;
+    detail::fill_from_grid(p.target_pass, grid, at_grid);
+    if constexpr (MultiSequenceTreeVerifier<V>) {
+        // Tree passes at the same grid points: one untimed call, then `repeats` timed ones.
+        std::vector<draft_tree> trees(most);
+        std::vector<tree_score_request> tree_requests;
+        at_grid.clear();
+        for (const std::size_t total : grid) {
+            const std::size_t k = std::min(total, most);
+            tree_requests.clear();
+            for (std::size_t i = 0; i < k; ++i) {
+                const std::size_t positions = total / k + (i < total % k ? 1 : 0);
+                detail::profile_tree(trees[i], proposed[i], positions - 1, vocab);
+                tree_requests.push_back({i, context_of(i), &trees[i]});
+            }
+            const std::span<const tree_score_request> batch(tree_requests);
+            out.shape(static_cast<Eigen::Index>(vocab), batch);
+            verifier.score_tree_batch(batch, out);
+            detail::check_packed_layout(out, batch, static_cast<Eigen::Index>(vocab), where, "score_tree_batch");
+            times.clear();
+            for (std::size_t r = 0; r < m.repeats; ++r) {
+                const auto t0 = clock::now();
+                verifier.score_tree_batch(batch, out);
+                times.push_back(detail::seconds_since(t0));
+            }
+            at_grid.push_back(detail::median_of(times));
         }
-        const double f = static_cast<double>(total - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
-        p.target_pass.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
+        detail::fill_from_grid(p.tree_pass, grid, at_grid);
     }
     detail::floor_first_pass(p);
     validate(p, where);

@@ -590,6 +590,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const std::size_t n = 1 + in.byte() % 4;
             for (std::size_t i = 0; i < n; ++i) p.target_pass.push_back(pass_base + pass_slope * static_cast<double>(i + 1));
             p.draft_step = {draft_cost};
+            // An even table length: tree passes at 1.5x the chain passes (tree_pass).
+            if (n % 2 == 0)
+                for (const double t : p.target_pass) p.tree_pass.push_back(1.5 * t);
             adaptive_invalid = !(p.target_pass[0] > 0.0) || !std::isfinite(p.target_pass.back());
             a.profile = p;
         }

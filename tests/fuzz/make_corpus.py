@@ -279,7 +279,7 @@ def batch_seeds():
 
 
 def profile_seeds():
-    """profile_fuzz: a mode byte (mode % 3: 0 the text itself, 1 built word by word, 2 two tables
+    """profile_fuzz: a mode byte (mode % 3: 0 the text itself, 1 built word by word, 2 three tables
     written with to_text; bit 2: plan with the profile), then the input."""
     text = b"specdec-engine-profile 1\ntarget_pass 0.01 0.0102 0.0105 0.0109 0.0114\ndraft_step 0.0011\n"
     write("profile_fuzz", "plain", bytes([0]) + text)
@@ -292,6 +292,8 @@ def profile_seeds():
     write("profile_fuzz", "missing-table", bytes([0]) + b"specdec-engine-profile 1\ntarget_pass 1\n")
     write("profile_fuzz", "bad-entry", bytes([0]) + b"specdec-engine-profile 1\ntarget_pass 1 nan\ndraft_step 1\n")
     write("profile_fuzz", "version-2", bytes([0]) + b"specdec-engine-profile 2\n")
+    write("profile_fuzz", "tree-pass-plan", bytes([4]) + text + b"tree_pass 0.0101 0.0104 0.0108\n")
+    write("profile_fuzz", "tree-pass-twice", bytes([0]) + text + b"tree_pass 1\ntree_pass 2\n")
     # built: per word a byte (% 4: 0 number, 1 other word, 2 raw double, 3 separator; +4: then a
     # space or, +8, a newline) and its index
     header, tp, ds, nl, sp = bytes([1, 1]), bytes([1, 5]), bytes([1, 6]), bytes([3, 2]), bytes([3, 0])
@@ -301,6 +303,8 @@ def profile_seeds():
     write("profile_fuzz", "tables", bytes([2, 3, 2, 0, 1, 2, 0, 14]))
     write("profile_fuzz", "tables-raw-plan", bytes([5, 2, 1, 255]) + f64(0.25) + bytes([255]) + f64(1e-310) +
           bytes([5]) + bytes([3, 1, 2, 1, 4, 3, 9, 100, 200]))
+    # three tables: the third (tree_pass) of 2 entries, then plan with it
+    write("profile_fuzz", "three-tables-plan", bytes([6, 2, 1, 2, 0, 1, 2, 7, 9]) + bytes([3, 1, 2, 1, 0, 3, 9, 100, 200, 1, 0, 1]))
 
 
 # Inputs that once failed an invariant, kept as seeds (hex).

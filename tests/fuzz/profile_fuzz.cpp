@@ -4,24 +4,27 @@
 // Input: a mode byte, then
 //   mode % 3 == 0 ("raw"): the text, byte for byte;
 //   mode % 3 == 1 ("built"): the harness writes a text from the input, word by word: the header
-//     and its variants (other versions, extra words, case), the two table names and unknown ones,
+//     and its variants (other versions, extra words, case), the three table names and unknown ones,
 //     comments, blank lines, numbers from a table of edge cases (-0, subnormals, the largest
 //     double and just above it, inf, nan, hex, a leading '+' or '.', exponents without digits,
 //     long digit strings) or raw doubles written with %.17g, and separators (space, tab, CRLF, a
 //     lone CR, vertical tab, NUL);
-//   mode % 3 == 2 ("profile"): two tables of doubles from the input (edge values or raw bits,
-//     valid or not), written with to_text() and parsed back.
+//   mode % 3 == 2 ("profile"): three tables of doubles from the input (edge values or raw bits,
+//     valid or not; the tree_pass table may be empty), written with to_text() and parsed back.
 // Bit 2 of the mode byte (value 4): a parsed profile also goes to a gamma_controller (a chain's
-// and a tree planner), which plans a few steps from it.
+// and a tree planner, whose chains run as chain steps or not), which plans a few steps from it,
+// observing tree passes and chain passes.
 //
-// Invariants: parse_engine_profile either returns a profile that passes validate() (both tables
-// non-empty, every entry finite and >= 0, target_pass[0] > 0), whose entries are exactly the
-// numbers of its text's target_pass and draft_step lines (as strtod reads them), and that
+// Invariants: parse_engine_profile either returns a profile that passes validate() (target_pass
+// and draft_step non-empty, tree_pass empty or not, every entry finite and >= 0, target_pass[0]
+// and a given tree_pass[0] > 0), whose entries are exactly the numbers of its text's
+// target_pass, draft_step and tree_pass lines (as strtod reads them), and that
 // round-trips (to_text, then parse, gives the same doubles bit for bit, and to_text of that the
 // same text), or throws std::invalid_argument whose message names the parser and stays short
 // (words of the text are echoed cut at 40 characters); nothing else, ever. to_text throws
-// std::invalid_argument exactly for a profile validate() rejects. pass_cost and draft_cost
-// equal the tables' entries within them and beyond them never decrease and are never NaN. A
+// std::invalid_argument exactly for a profile validate() rejects. pass_cost, draft_cost and
+// tree_pass_cost equal the tables' entries within them and beyond them never decrease and are
+// never NaN; without a tree_pass table tree_pass_cost is pass_cost. A
 // controller made with a valid profile plans lengths within its limits.
 
 #include "fuzz_common.hpp"
@@ -47,7 +50,8 @@ bool valid_profile(const specdec::engine_profile& p) {
             if (!(v >= 0.0) || !std::isfinite(v)) return false;
         return true;
     };
-    return table_ok(p.target_pass) && table_ok(p.draft_step) && p.target_pass[0] > 0.0;
+    return table_ok(p.target_pass) && table_ok(p.draft_step) && p.target_pass[0] > 0.0 &&
+           (p.tree_pass.empty() || (table_ok(p.tree_pass) && p.tree_pass[0] > 0.0));
 }
 
 /// The parser's error: std::invalid_argument naming it, with a short message.
@@ -99,6 +103,7 @@ void check_profile(const specdec::engine_profile& p) {
     }
     FUZZ_CHECK(same_bits(p.target_pass, q.target_pass));
     FUZZ_CHECK(same_bits(p.draft_step, q.draft_step));
+    FUZZ_CHECK(same_bits(p.tree_pass, q.tree_pass));
     FUZZ_CHECK(specdec::to_text(q) == text);
     // Costs: the entries within the tables; beyond them never decreasing, never NaN.
     const auto check_costs = [](const std::vector<double>& t, auto cost) {
@@ -115,6 +120,12 @@ void check_profile(const specdec::engine_profile& p) {
     };
     check_costs(p.target_pass, [&](std::size_t n) { return p.pass_cost(n); });
     check_costs(p.draft_step, [&](std::size_t n) { return p.draft_cost(n); });
+    if (!p.tree_pass.empty()) {
+        check_costs(p.tree_pass, [&](std::size_t n) { return p.tree_pass_cost(n); });
+    } else {
+        for (std::size_t n : {std::size_t{1}, p.target_pass.size() + 3, std::size_t{1} << 30})
+            FUZZ_CHECK(p.tree_pass_cost(n) == p.pass_cost(n));
+    }
 }
 
 /// A controller planning from the profile: lengths within the limits asked.
@@ -123,8 +134,10 @@ void plan_with(const specdec::engine_profile& p, fuzz::input& in) {
     a.profile = p;
     a.explore_every = in.byte() % 4;
     specdec::gamma_controller chain(1 + in.byte() % 6, a);
-    specdec::gamma_controller tree(specdec::tree_plan_limits{.branching = {1 + in.byte() % 3u, 1 + in.byte() % 2u},
-                                                             .max_nodes = in.byte() % 6u},
+    const std::size_t b1 = 1 + in.byte() % 3u, b2 = 1 + in.byte() % 2u, budget = in.byte() % 6u;
+    specdec::gamma_controller tree(specdec::tree_plan_limits{.branching = {b1, b2},
+                                                             .max_nodes = budget,
+                                                             .chains_as_chain_steps = (in.byte() & 1u) != 0},
                                    a);
     std::vector<float> acceptance;
     for (int k = 0; k < 6; ++k) {
@@ -141,7 +154,7 @@ void plan_with(const specdec::engine_profile& p, fuzz::input& in) {
                        .positions = sequences * (g + 1), .first = k == 0});
         tree.observe({.gamma = d, .drafted = d, .emitted = 1,
                       .sibling_acceptance = std::span<const float>(acceptance).first(std::min<std::size_t>(d, 1)),
-                      .positions = sequences * (d + 1), .first = k == 0});
+                      .positions = sequences * (d + 1), .tree_pass = (in.byte() & 1u) != 0, .first = k == 0});
     }
 }
 
@@ -160,6 +173,7 @@ void parse_and_check(std::string_view text, fuzz::input& in, bool plan) {
     check_profile(p);
     FUZZ_CHECK(same_bits(p.target_pass, reference_table(text, "target_pass")));
     FUZZ_CHECK(same_bits(p.draft_step, reference_table(text, "draft_step")));
+    FUZZ_CHECK(same_bits(p.tree_pass, reference_table(text, "tree_pass")));
     if (plan) plan_with(p, in);
 }
 
@@ -173,7 +187,7 @@ constexpr const char* number_words[] = {
 constexpr const char* other_words[] = {
     "specdec-engine-profile", "specdec-engine-profile 1", "specdec-engine-profile 2", "specdec-engine-profile 01",
     "SPECDEC-ENGINE-PROFILE", "target_pass", "draft_step", "target_pass_", "Target_pass", "#", "# comment",
-    "#target_pass 1", "draft", "1", "specdec-engine-profile 1 1",
+    "#target_pass 1", "draft", "1", "specdec-engine-profile 1 1", "tree_pass", "tree_pass 1", "tree_passes",
 };
 constexpr std::string_view separators[] = {" ", "\t", "\n", "\r\n", "\r", "\v", std::string_view("\0", 1), "  "};
 
@@ -232,6 +246,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const std::size_t n_pass = in.byte() % 9, n_draft = in.byte() % 9;
             for (std::size_t i = 0; i < n_pass; ++i) p.target_pass.push_back(any_double(in));
             for (std::size_t i = 0; i < n_draft; ++i) p.draft_step.push_back(any_double(in));
+            const std::size_t n_tree = in.byte() % 9;  // (0 at the input's end: no tree_pass)
+            for (std::size_t i = 0; i < n_tree; ++i) p.tree_pass.push_back(any_double(in));
             const bool valid = valid_profile(p);
             bool threw = false;
             try {

@@ -14,6 +14,7 @@
 #include <specdec/measure_profile.hpp>
 #include <specdec/speculative_decode.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -371,6 +372,7 @@ struct brute_force {
     specdec::engine_profile prof;
     std::size_t b = 1;
     bool per_sequence = true;  // tree_plan_limits::drafts_per_sequence
+    bool chains_as_chain_steps = false;  // tree_plan_limits::chains_as_chain_steps
     double tokens(const std::vector<std::size_t>& v) const {
         double total = 1, run = 1;
         for (const auto x : v) {
@@ -390,7 +392,9 @@ struct brute_force {
         }
         const double drafting = per_sequence ? static_cast<double>(b * calls) * prof.draft_cost(1)
                                              : static_cast<double>(calls) * prof.draft_cost(b);
-        return drafting + prof.pass_cost(b * (nodes + 1));
+        const bool chain = std::all_of(v.begin(), v.end(), [](std::size_t x) { return x == 1; });
+        const std::size_t m = b * (nodes + 1);
+        return drafting + (chain && chains_as_chain_steps ? prof.pass_cost(m) : prof.tree_pass_cost(m));
     }
     std::vector<std::size_t> best(const std::vector<std::size_t>& full) const {
         std::vector<std::size_t> v, winner;
@@ -554,6 +558,7 @@ struct counting_tree_verifier {
     specdec::model_verifier<markov_model> chains;
     tree_markov trees;
     std::size_t tree_passes = 0, chain_passes = 0;
+    int tree_pass_sleep_us = 0;  // > 0: a tree pass takes at least this long
     std::ptrdiff_t vocab_size() const { return trees.vocab_size(); }
     Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
         ++chain_passes;
@@ -561,6 +566,7 @@ struct counting_tree_verifier {
     }
     void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
         ++tree_passes;
+        if (tree_pass_sleep_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(tree_pass_sleep_us));
         trees.score_tree(context, tree, out);
     }
 };
@@ -621,6 +627,34 @@ TEST_CASE("The tree planner runs the steps it plans as chains as chain steps, an
             CHECK(verifier.tree_passes == 0);
         }
     }
+}
+
+TEST_CASE("A decoder times its tree passes apart from its chain passes, for the planner's tree plans",
+          "[adaptive][tree][batch]") {
+    // Costs measured (no profile): tree passes take at least 20 ms, chain passes microseconds.
+    // The planner's tree plans must then be costed with the tree passes' times, and its chains
+    // (run as chain steps) with the chain passes'.
+    auto target = markov_model::random(10, 2, 33);
+    auto draft = markov_model::random(10, 2, 34);
+    specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {2, 1}}},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .budget = {.max_new_tokens = 24}};
+    o.length.adaptive.explore_every = 2;
+    specdec::gamma_controller planner =
+        specdec::make_controller(o, specdec::tree_draft_calls::per_parent, false, true);
+    REQUIRE(planner.measures_time());
+    o.length.controller = &planner;
+    counting_tree_verifier verifier{specdec::model_verifier<markov_model>(target), tree_markov{&target}};
+    verifier.tree_pass_sleep_us = 20000;
+    std::mt19937_64 rng(7);
+    const auto r = specdec::speculative_decode(draft, verifier, std::vector<token_id>{1, 2}, o, rng);
+    CHECK(r.tokens.size() == 24);
+    REQUIRE(verifier.tree_passes >= 2);  // the warm-up plan is a tree of two children
+    REQUIRE(verifier.chain_passes >= 1);
+    const std::vector<std::size_t> wide{2}, chain{1, 1};  // both a pass over 3 positions
+    INFO("tree {2}: " << planner.expected_cost(wide, 1) << ", chain of 2: " << planner.expected_cost(chain, 1));
+    CHECK(planner.expected_cost(wide, 1) >= 0.02);
+    CHECK(planner.expected_cost(chain, 1) < 0.01);
 }
 
 TEST_CASE("Ragged plans: sequences the draft predicts poorly draft less where positions cost", "[profile][ragged]") {
@@ -711,4 +745,194 @@ TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, 
     const auto [good_even, bad_even] = run(false);  // not ragged: the poorly drafted one asks for more
     INFO("not ragged: good " << mean_gamma(good_even.stats) << ", bad " << mean_gamma(bad_even.stats));
     CHECK(mean_gamma(bad_even.stats) > mean_gamma(bad.stats));
+}
+
+TEST_CASE("A profile's tree passes: stored and loaded, optional, checked, and extended like the others",
+          "[profile][tree]") {
+    const specdec::engine_profile p{.target_pass = {1.0, 1.0, 1.5}, .draft_step = {0.2}, .tree_pass = {1.25, 1.5, 2.5}};
+    const std::string text = specdec::to_text(p);
+    CHECK_THAT(text, Catch::Contains("\ntree_pass 1.25 1.5 2.5\n"));
+    CHECK(specdec::parse_engine_profile(text).tree_pass == p.tree_pass);
+    CHECK(p.tree_pass_cost(2) == 1.5);
+    CHECK(p.tree_pass_cost(5) == Approx(4.5));  // 2.5 + 1.0 · 2 beyond the table
+    // Without the table a tree pass costs a chain pass's, and the text has no tree_pass line.
+    const specdec::engine_profile chains_only{.target_pass = {1.0, 1.0, 1.5}, .draft_step = {0.2}};
+    CHECK(chains_only.tree_pass_cost(3) == chains_only.pass_cost(3));
+    CHECK(chains_only.tree_pass_cost(7) == chains_only.pass_cost(7));
+    CHECK_THAT(specdec::to_text(chains_only), !Catch::Contains("tree_pass"));
+    CHECK(specdec::parse_engine_profile(specdec::to_text(chains_only)).tree_pass.empty());
+    // Malformed tree_pass lines, each named.
+    const std::string head = "specdec-engine-profile 1\ntarget_pass 1\ndraft_step 1\n";
+    CHECK_THAT(error_of(head + "tree_pass 1\ntree_pass 2\n"), Catch::Contains("line 5") && Catch::Contains("twice"));
+    CHECK_THAT(error_of(head + "tree_pass\n"), Catch::Contains("line 4") && Catch::Contains("tree_pass has no entries"));
+    CHECK_THAT(error_of(head + "tree_pass 1 -2\n"), Catch::Contains("line 4") && Catch::Contains("entry 2"));
+    CHECK_THAT(error_of(head + "tree_pass 0 1\n"), Catch::Contains("tree_pass[0] = 0"));
+    CHECK_THROWS_WITH(specdec::validate(specdec::engine_profile{.target_pass = {1.0}, .draft_step = {0.1},
+                                                                .tree_pass = {1.0, NAN}}),
+                      Catch::Contains("tree_pass[1] = nan"));
+}
+
+TEST_CASE("The tree planner weighs tree steps with the tree pass's cost, and chains run as chain steps with the "
+          "chain pass's",
+          "[profile][adaptive][tree]") {
+    const std::vector<std::size_t> full{3, 2, 2, 1};
+    const std::vector<float> a{0.55f, 0.45f, 0.35f};
+    // A flat pass and cheap drafts, where a wide tree pays (the first scenario of the case above).
+    specdec::engine_profile flat = gpu_like(64, 1.0 / 64, 0.02);
+    specdec::engine_profile costly_trees = flat;
+    costly_trees.tree_pass.assign(flat.target_pass.size(), 2.0);  // a tree pass costs two chain passes
+    const auto plan = [&](const specdec::engine_profile& prof, bool chains_as_chain_steps) {
+        specdec::adaptive_gamma_options o;
+        o.prior_weight = 0.0;
+        o.profile = prof;
+        specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full,
+                                                              .draft_calls = specdec::tree_draft_calls::per_parent,
+                                                              .chains_as_chain_steps = chains_as_chain_steps},
+                                    o);
+        feed_siblings(c, a, 4);
+        (void)c.choose(100, 1);
+        const brute_force bf{{a.begin(), a.end()}, prof, 1, true, chains_as_chain_steps};
+        const auto planned = c.planned_shape();
+        const std::vector<std::size_t> got(planned.begin(), planned.end());
+        CHECK(got == bf.best(full));
+        if (!got.empty()) CHECK(c.expected_cost(planned, 1) == Approx(bf.cost(got)));
+        return got;
+    };
+    const auto is_chain = [](const std::vector<std::size_t>& v) {
+        return !v.empty() && std::all_of(v.begin(), v.end(), [](std::size_t x) { return x == 1; });
+    };
+    // Tree passes as cheap as chain passes: a tree.
+    CHECK_FALSE(is_chain(plan(flat, true)));
+    // Tree passes twice as costly, chains run as chain steps: a chain.
+    CHECK(is_chain(plan(costly_trees, true)));
+    // Tree passes twice as costly, and chains run as tree steps too: every plan pays the tree
+    // pass, and the tree's extra tokens win again.
+    CHECK_FALSE(is_chain(plan(costly_trees, false)));
+
+    // The cost callbacks: tree_pass_cost beside the other two gives the same plans.
+    {
+        specdec::adaptive_gamma_options o;
+        o.prior_weight = 0.0;
+        o.draft_cost = [](std::size_t n) { return 0.02 * static_cast<double>(n); };
+        o.pass_cost = [](std::size_t) { return 1.0; };
+        o.tree_pass_cost = [](std::size_t) { return 2.0; };
+        specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full,
+                                                              .draft_calls = specdec::tree_draft_calls::per_parent,
+                                                              .chains_as_chain_steps = true},
+                                    o);
+        feed_siblings(c, a, 4);
+        (void)c.choose(100, 1);
+        const auto planned = c.planned_shape();
+        CHECK(is_chain(std::vector<std::size_t>(planned.begin(), planned.end())));
+        const std::vector<std::size_t> wide{2};
+        CHECK(c.expected_cost(wide, 1) == Approx(0.02 + 2.0));
+        const std::vector<std::size_t> chain{1};
+        CHECK(c.expected_cost(chain, 1) == Approx(0.02 + 1.0));
+    }
+    specdec::adaptive_gamma_options alone;
+    alone.tree_pass_cost = [](std::size_t) { return 2.0; };
+    CHECK_THROWS_WITH(specdec::gamma_controller(4, alone),
+                      Catch::Contains("specdec::gamma_controller") && Catch::Contains("tree_pass_cost is set without pass_cost"));
+    {
+        specdec::adaptive_gamma_options o;
+        o.profile = specdec::engine_profile{.target_pass = {1.0}, .draft_step = {0.1}, .tree_pass = {0.0}};
+        CHECK_THROWS_WITH(specdec::gamma_controller(4, o), Catch::Contains("tree_pass[0] = 0"));
+    }
+}
+
+TEST_CASE("Measured costs: tree passes are timed apart from chain passes", "[adaptive][tree]") {
+    specdec::gamma_controller c(specdec::tree_plan_limits{.branching = {2, 2}, .chains_as_chain_steps = true});
+    REQUIRE(c.measures_time());
+    const std::vector<std::size_t> wide{2}, chain{1, 1};  // both a pass over 3 positions
+    // Chain passes at 1 ms over 1 to 4 positions (no draft or step time measured: only passes count).
+    for (std::size_t m = 1; m <= 4; ++m)
+        for (int r = 0; r < 2; ++r) c.observe({.gamma = m - 1, .drafted = m - 1, .emitted = 1, .pass_seconds = 1e-3});
+    // Until a tree pass is timed, a tree pass costs a chain pass's.
+    CHECK(c.expected_cost(wide, 1) == Approx(1e-3));
+    for (int r = 0; r < 2; ++r)
+        c.observe({.gamma = 1, .drafted = 1, .emitted = 1, .pass_seconds = 3e-3, .positions = 3, .tree_pass = true});
+    CHECK(c.expected_cost(wide, 1) == Approx(3e-3));
+    CHECK(c.expected_cost(chain, 1) == Approx(1e-3));  // chain passes keep their own estimate
+    // A tree of another size: from the tree passes timed (one length: in proportion to positions).
+    const std::vector<std::size_t> wider{2, 2};  // 6 nodes, 7 positions
+    CHECK(c.expected_cost(wider, 1) == Approx(3e-3 * 7.0 / 3.0));
+}
+
+TEST_CASE("measure_engine_profile and measure_batch_profile time tree passes when the verifier has a tree call",
+          "[profile][tree]") {
+    auto target = markov_model::random(8, 2, 7);
+    auto draft = markov_model::random(8, 2, 8);
+    // score_tree at 400 us per position (chain passes at none): tree passes cost more.
+    struct tree_timed : tree_markov {
+        std::vector<std::size_t> nodes{};
+        std::vector<std::int32_t> last_parents{};
+        Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> d) {
+            Eigen::MatrixXf out(model->vocab, static_cast<Eigen::Index>(d.size() + 1));
+            std::vector<token_id> seq(context.begin(), context.end());
+            for (std::size_t j = 0; j <= d.size(); ++j) {
+                out.col(static_cast<Eigen::Index>(j)) = model->next_logits(seq);
+                if (j < d.size()) seq.push_back(d[j]);
+            }
+            return out;
+        }
+        void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+            std::this_thread::sleep_for(std::chrono::microseconds(400 * (tree.size() + 1)));
+            nodes.push_back(tree.size());
+            last_parents = tree.parents;
+            tree_markov::score_tree(context, tree, out);
+        }
+    } v{{&target}};
+    const std::vector<token_id> prompt{1, 2, 3};
+    const auto p = specdec::measure_engine_profile(draft, v, prompt, {.max_positions = 5, .repeats = 3});
+    REQUIRE(p.tree_pass.size() == 5);
+    // One untimed call, then 3 timed calls at each of 0 .. 4 nodes.
+    REQUIRE(v.nodes.size() == 1 + 5 * 3);
+    CHECK(v.nodes[0] == 0);
+    for (std::size_t k = 0; k < 5; ++k)
+        for (std::size_t r = 0; r < 3; ++r) CHECK(v.nodes[1 + 3 * k + r] == k);
+    CHECK(v.last_parents == std::vector<std::int32_t>{-1, -1, 0, 1});  // two branches below the root
+    CHECK(p.tree_pass[0] >= 400e-6);
+    CHECK(p.tree_pass[4] >= 5 * 400e-6);
+    CHECK(p.tree_pass[4] > p.target_pass[4]);
+    CHECK(specdec::parse_engine_profile(specdec::to_text(p)).tree_pass == p.tree_pass);
+
+    // The verifier of one sequence without a tree call: no tree_pass.
+    CHECK(specdec::measure_engine_profile(draft, target, prompt, {.max_positions = 3, .repeats = 1}).tree_pass.empty());
+
+    // Many sequences: score_tree_batch at 300 us per position of the pass.
+    struct multi_tree_timed : multi_markov_verifier {
+        std::vector<std::size_t> totals{};
+        void score_tree_batch(std::span<const specdec::tree_score_request> batch, specdec::packed_logits& out) {
+            std::size_t positions = 0;
+            for (const auto& r : batch) positions += r.tree->size() + 1;
+            std::this_thread::sleep_for(std::chrono::microseconds(300 * positions));
+            totals.push_back(positions);
+            std::vector<token_id> path;
+            for (std::size_t i = 0; i < batch.size(); ++i) {
+                auto cols = out.sequence(i);
+                for (std::size_t c = 0; c <= batch[i].tree->size(); ++c) {
+                    specdec::path_tokens(*batch[i].tree, static_cast<std::int32_t>(c) - 1, path);
+                    path.insert(path.begin(), batch[i].context.begin(), batch[i].context.end());
+                    const std::size_t row = model->row_of(path) * static_cast<std::size_t>(model->vocab);
+                    cols.col(static_cast<Eigen::Index>(c)) =
+                        Eigen::Map<const Eigen::VectorXf>(model->table.data() + row, model->vocab);
+                }
+            }
+        }
+    } mv{{&target}};
+    multi_markov_drafter d{&draft};
+    const std::vector<std::vector<token_id>> prompts{{1, 2, 3}, {4, 5}};
+    const auto q = specdec::measure_batch_profile(d, mv, prompts,
+                                                  {.max_positions = 8, .max_sequences = 2, .draft_tokens = 2, .repeats = 2});
+    REQUIRE(q.tree_pass.size() == 8);
+    const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8};
+    REQUIRE(mv.totals.size() == 3 * grid.size());  // each point once untimed, twice timed
+    for (std::size_t g = 0; g < grid.size(); ++g)
+        for (std::size_t r = 0; r < 3; ++r) CHECK(mv.totals[3 * g + r] == grid[g]);
+    CHECK(q.tree_pass[7] >= 8 * 300e-6);
+    CHECK(q.tree_pass[4] == Approx(q.tree_pass[3] + (q.tree_pass[5] - q.tree_pass[3]) / 2));
+    // Without score_tree_batch: no tree_pass.
+    multi_markov_verifier plain{&target};
+    CHECK(specdec::measure_batch_profile(d, plain, prompts, {.max_positions = 4, .max_sequences = 2, .repeats = 1})
+              .tree_pass.empty());
 }
