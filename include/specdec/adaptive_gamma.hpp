@@ -500,12 +500,14 @@ public:
     /// tested, so its estimate keeps learning). Depends only on the estimates (the past).
     /// `uniform`, when not 0: the plan every sequence would get otherwise (choose()'s γ); the
     /// result is the ragged plan or that one, whichever the estimates favour, so a ragged plan
-    /// is taken only where the model predicts it pays.
+    /// is taken only where the model predicts it pays. One sequence gets its own plan too (the
+    /// batch's estimates may come from other sequences: batch_decoder plans the last sequence
+    /// left of a batch this way).
     void plan_sequences(std::size_t gamma, std::span<const sequence_acceptance> sequences, std::span<std::size_t> out,
                         std::size_t uniform = 0) const {
         const std::size_t n = std::min(sequences.size(), out.size());
         for (std::size_t i = 0; i < n; ++i) out[i] = std::min(gamma, sequences[i].limit);
-        if (gamma == 0 || n < 2 || plans_trees()) return;
+        if (gamma == 0 || n < 1 || plans_trees()) return;
         // α_{i,k}, k = 1..gamma, row-major.
         ragged_alpha_.assign(n * gamma, 0.0);
         for (std::size_t i = 0; i < n; ++i) {

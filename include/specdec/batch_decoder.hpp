@@ -781,8 +781,12 @@ public:
                     if (cap != 0) it.gamma = std::min(it.gamma, cap);
                 }
             }
-            if (!tree_ && planned > 0 && items_.size() > 1 && controller_->options().per_sequence) {
-                // Ragged plans: each sequence's own draft length from its own acceptance so far.
+            // Ragged plans: each sequence's own draft length from its own acceptance so far; also
+            // for a sequence left alone once the batch had several, since the controller's
+            // estimates then hold the others' acceptance (a poorly drafted sequence left last
+            // would otherwise draft as long as the batch's mean acceptance pays).
+            if (items_.size() > 1) had_many_ = true;
+            if (!tree_ && planned > 0 && had_many_ && controller_->options().per_sequence) {
                 ragged_.clear();
                 for (const auto& it : items_) {
                     const entry& e = *entries_[it.slot];
@@ -1002,6 +1006,7 @@ private:
     detail::entry_point where_;
     std::ptrdiff_t vocab_ = 0;
     bool tree_ = false;
+    bool had_many_ = false;  // a step has held several sequences (ragged plans)
     bool estimate_ = false;
     std::size_t longest_ = 0;  // the chain's γ or the tree's depth
     detail::step_settings settings_;

@@ -747,6 +747,66 @@ TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, 
     CHECK(mean_gamma(bad_even.stats) > mean_gamma(bad.stats));
 }
 
+TEST_CASE("Ragged plans: the last sequence left of a batch plans from its own acceptance", "[profile][ragged][multi]") {
+    // Sequence 0 is drafted by the target itself and finishes after 60 tokens; sequence 1, drafted
+    // by another model, goes on alone to 300. The controller's estimates are the batch's, mostly
+    // sequence 0's: alone, sequence 1 must still draft by its own (poor) acceptance.
+    auto target = markov_model::random(16, 2, 41);
+    auto other = markov_model::random(16, 2, 42);
+    struct split_drafter {
+        markov_model* target;
+        markov_model* other;
+        multi_markov_drafter a{target}, b{other};
+        std::ptrdiff_t vocab_size() const { return target->vocab; }
+        void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
+            for (auto& r : batch) (r.slot == 0 ? a : b).draft_batch(std::span(&r, 1), s);
+        }
+    };
+    multi_markov_verifier v{&target};
+    specdec::engine_profile linear;  // each position costs a tenth of a pass's fixed part
+    for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.1 * static_cast<double>(m));
+    linear.draft_step = {0.02, 0.02};
+    const auto lone_mean_gamma = [&](bool ragged) {
+        split_drafter d{&target, &other};
+        specdec::decode_options o{.step = specdec::chain{.gamma = 6},
+                                  .length = {.policy = specdec::gamma_policy::adaptive},
+                                  .sampling = {.temperature = 1.0f}};
+        o.length.adaptive.profile = linear;
+        o.length.adaptive.explore_every = 0;
+        o.length.adaptive.window = 100000;  // running means: the batch's estimates keep sequence 0's steps
+        o.length.adaptive.per_sequence = ragged;
+        std::size_t steps = 0, asked = 0;
+        bool alone = false;
+        o.on_step = [&](const specdec::step_event& e) {
+            if (alone && e.sequence == 1) ++steps, asked += e.gamma;
+        };
+        specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
+        (void)dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(1), {.max_new_tokens = 60});
+        (void)dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(2), {.max_new_tokens = 300});
+        while (dec.step() != 0) alone = dec.active() == 1;
+        REQUIRE(steps > 20);
+        return static_cast<double>(asked) / static_cast<double>(steps);
+    };
+    const double ragged = lone_mean_gamma(true), uniform = lone_mean_gamma(false);
+    INFO("sequence 1 alone, mean gamma asked: ragged plans " << ragged << ", one gamma " << uniform);
+    CHECK(ragged < uniform - 0.5);
+}
+
+TEST_CASE("The tree planner takes a sibling rank never tested as half the rank before it", "[adaptive][tree]") {
+    specdec::adaptive_gamma_options o;
+    o.prior_weight = 0.0;  // seen ranks exactly as observed
+    o.profile = gpu_like();
+    specdec::gamma_controller c(specdec::tree_plan_limits{.branching = {3, 1}}, o);
+    feed_siblings(c, {0.8f}, 4);  // only the first child was ever tested
+    const std::vector<std::size_t> two{2}, three{3};
+    // P(2) = 1 - (1 - 0.8)(1 - 0.4); P(3) = 1 - (1 - 0.8)(1 - 0.4)(1 - 0.2).
+    CHECK(c.expected_tokens(two) == Approx(1.0 + (1.0 - 0.2 * 0.6)));
+    CHECK(c.expected_tokens(three) == Approx(1.0 + (1.0 - 0.2 * 0.6 * 0.8)));
+    // Once rank 2 is seen, its own estimate (0.3) counts, and rank 3 is half of it.
+    feed_siblings(c, {0.8f, 0.3f}, 4);
+    CHECK(c.expected_tokens(three) == Approx(1.0 + (1.0 - 0.2 * 0.7 * 0.85)));
+}
+
 TEST_CASE("A profile's tree passes: stored and loaded, optional, checked, and extended like the others",
           "[profile][tree]") {
     const specdec::engine_profile p{.target_pass = {1.0, 1.0, 1.5}, .draft_step = {0.2}, .tree_pass = {1.25, 1.5, 2.5}};
