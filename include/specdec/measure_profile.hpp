@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <random>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -323,56 +324,52 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
 
     // Target passes at the grid points: one untimed call, then `repeats` timed ones.
     const std::vector<std::size_t> grid = detail::profile_grid(m.max_positions);
-    std::vector<double> at_grid;
-    std::vector<std::vector<token_id>> scored(most);
-    for (const std::size_t total : grid) {
-        const std::size_t k = std::min(total, most);
-        requests.clear();
-        for (std::size_t i = 0; i < k; ++i) {
-            const std::size_t positions = total / k + (i < total % k ? 1 : 0);
-            scored[i].clear();
-            for (std::size_t j = 0; j + 1 < positions; ++j) scored[i].push_back(proposed[i][j % proposed[i].size()]);
-            requests.push_back({i, context_of(i), scored[i]});
-        }
-        const std::span<const score_request> batch(requests);
-        out.shape(static_cast<Eigen::Index>(vocab), batch);
-        verifier.score_batch(batch, out);
-        detail::check_packed_layout(out, batch, static_cast<Eigen::Index>(vocab), where, "score_batch");
-        times.clear();
-        for (std::size_t r = 0; r < m.repeats; ++r) {
-            const auto t0 = clock::now();
-            verifier.score_batch(batch, out);
-            times.push_back(detail::seconds_since(t0));
-        }
-        at_grid.push_back(detail::median_of(times));
-    }
-    detail::fill_from_grid(p.target_pass, grid, at_grid);
-    if constexpr (MultiSequenceTreeVerifier<V>) {
-        // Tree passes at the same grid points: one untimed call, then `repeats` timed ones.
-        std::vector<draft_tree> trees(most);
-        std::vector<tree_score_request> tree_requests;
-        at_grid.clear();
+    // Each grid point: `total` positions spread over min(total, most) sequences, sequence i
+    // given `positions` (its draft or tree + 1) by add(i, positions); one untimed pass, whose
+    // layout is checked, then `repeats` timed ones.
+    const auto time_grid = [&](auto& batch_requests, auto add, auto pass, const char* call) {
+        std::vector<double> at_grid;
         for (const std::size_t total : grid) {
             const std::size_t k = std::min(total, most);
-            tree_requests.clear();
-            for (std::size_t i = 0; i < k; ++i) {
-                const std::size_t positions = total / k + (i < total % k ? 1 : 0);
-                detail::profile_tree(trees[i], proposed[i], positions - 1, vocab);
-                tree_requests.push_back({i, context_of(i), &trees[i]});
-            }
-            const std::span<const tree_score_request> batch(tree_requests);
+            batch_requests.clear();
+            for (std::size_t i = 0; i < k; ++i) add(i, total / k + (i < total % k ? 1 : 0));
+            const std::span<const typename std::decay_t<decltype(batch_requests)>::value_type> batch(batch_requests);
             out.shape(static_cast<Eigen::Index>(vocab), batch);
-            verifier.score_tree_batch(batch, out);
-            detail::check_packed_layout(out, batch, static_cast<Eigen::Index>(vocab), where, "score_tree_batch");
+            pass(batch);
+            detail::check_packed_layout(out, batch, static_cast<Eigen::Index>(vocab), where, call);
             times.clear();
             for (std::size_t r = 0; r < m.repeats; ++r) {
                 const auto t0 = clock::now();
-                verifier.score_tree_batch(batch, out);
+                pass(batch);
                 times.push_back(detail::seconds_since(t0));
             }
             at_grid.push_back(detail::median_of(times));
         }
-        detail::fill_from_grid(p.tree_pass, grid, at_grid);
+        return at_grid;
+    };
+    std::vector<std::vector<token_id>> scored(most);
+    const auto chain_times = time_grid(
+        requests,
+        [&](std::size_t i, std::size_t positions) {
+            scored[i].clear();
+            for (std::size_t j = 0; j + 1 < positions; ++j) scored[i].push_back(proposed[i][j % proposed[i].size()]);
+            requests.push_back({i, context_of(i), scored[i]});
+        },
+        [&](std::span<const score_request> batch) { verifier.score_batch(batch, out); }, "score_batch");
+    detail::fill_from_grid(p.target_pass, grid, chain_times);
+    if constexpr (MultiSequenceTreeVerifier<V>) {
+        // Tree passes at the same grid points, on trees of two branches.
+        std::vector<draft_tree> trees(most);
+        std::vector<tree_score_request> tree_requests;
+        const auto tree_times = time_grid(
+            tree_requests,
+            [&](std::size_t i, std::size_t positions) {
+                detail::profile_tree(trees[i], proposed[i], positions - 1, vocab);
+                tree_requests.push_back({i, context_of(i), &trees[i]});
+            },
+            [&](std::span<const tree_score_request> batch) { verifier.score_tree_batch(batch, out); },
+            "score_tree_batch");
+        detail::fill_from_grid(p.tree_pass, grid, tree_times);
     }
     detail::floor_first_pass(p);
     validate(p, where);

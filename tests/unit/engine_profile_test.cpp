@@ -697,20 +697,26 @@ TEST_CASE("Ragged plans: sequences the draft predicts poorly draft less where po
     CHECK(one[0] == 3);
 }
 
+namespace {
+
+/// A per-slot drafter: slot 0 drafts from the target, the others from `other`.
+struct split_drafter {
+    markov_model* target;
+    markov_model* other;
+    multi_markov_drafter a{target}, b{other};
+    std::ptrdiff_t vocab_size() const { return target->vocab; }
+    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
+        for (auto& r : batch) (r.slot == 0 ? a : b).draft_batch(std::span(&r, 1), s);
+    }
+};
+
+}  // namespace
+
 TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, reproducibly", "[profile][ragged][multi]") {
     // Sequence 0's draft is the target itself (every token accepted); sequence 1's draft is
     // another model. With a pass whose every position costs, sequence 1 soon drafts less.
     auto target = markov_model::random(16, 2, 41);
     auto other = markov_model::random(16, 2, 42);
-    struct split_drafter {  // per-slot drafter: slot 0 drafts from the target, others from `other`
-        markov_model* target;
-        markov_model* other;
-        multi_markov_drafter a{target}, b{other};
-        std::ptrdiff_t vocab_size() const { return target->vocab; }
-        void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
-            for (auto& r : batch) (r.slot == 0 ? a : b).draft_batch(std::span(&r, 1), s);
-        }
-    };
     multi_markov_verifier v{&target};
     // A pass with a fixed part and a part per position: speculation pays, each position costs.
     specdec::engine_profile linear;
@@ -753,15 +759,6 @@ TEST_CASE("Ragged plans: the last sequence left of a batch plans from its own ac
     // sequence 0's: alone, sequence 1 must still draft by its own (poor) acceptance.
     auto target = markov_model::random(16, 2, 41);
     auto other = markov_model::random(16, 2, 42);
-    struct split_drafter {
-        markov_model* target;
-        markov_model* other;
-        multi_markov_drafter a{target}, b{other};
-        std::ptrdiff_t vocab_size() const { return target->vocab; }
-        void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
-            for (auto& r : batch) (r.slot == 0 ? a : b).draft_batch(std::span(&r, 1), s);
-        }
-    };
     multi_markov_verifier v{&target};
     specdec::engine_profile linear;  // each position costs a tenth of a pass's fixed part
     for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.1 * static_cast<double>(m));
@@ -927,13 +924,7 @@ TEST_CASE("measure_engine_profile and measure_batch_profile time tree passes whe
         std::vector<std::size_t> nodes{};
         std::vector<std::int32_t> last_parents{};
         Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> d) {
-            Eigen::MatrixXf out(model->vocab, static_cast<Eigen::Index>(d.size() + 1));
-            std::vector<token_id> seq(context.begin(), context.end());
-            for (std::size_t j = 0; j <= d.size(); ++j) {
-                out.col(static_cast<Eigen::Index>(j)) = model->next_logits(seq);
-                if (j < d.size()) seq.push_back(d[j]);
-            }
-            return out;
+            return specdec::model_verifier<markov_model>(*model).score(context, d);
         }
         void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
             std::this_thread::sleep_for(std::chrono::microseconds(400 * (tree.size() + 1)));
