@@ -348,6 +348,7 @@ public:
             auto& table = o.tree_pass ? tree_pass_ : pass_;
             if (positions > table.size()) table.resize(positions);
             table[positions - 1].add_time(o.pass_seconds, options_.window);
+            tree_pass_timed_ = tree_pass_timed_ || o.tree_pass;
         }
         if (!o.first && o.step_seconds >= 0 && o.draft_seconds >= 0 && o.pass_seconds >= 0) {
             const double rest = o.step_seconds - o.draft_seconds - o.pass_seconds;
@@ -832,8 +833,7 @@ private:
     [[nodiscard]] double any_pass_of(std::size_t m, bool tree) const {
         if (options_.profile) return tree ? options_.profile->tree_pass_cost(m) : options_.profile->pass_cost(m);
         if (options_.pass_cost) return tree && options_.tree_pass_cost ? options_.tree_pass_cost(m) : options_.pass_cost(m);
-        if (tree && std::any_of(tree_pass_.begin(), tree_pass_.end(), [](const estimate& e) { return e.count != 0; }))
-            return pass_time(m, tree_pass_);
+        if (tree && tree_pass_timed_) return pass_time(m, tree_pass_);
         return pass_time(m, pass_);
     }
 
@@ -875,6 +875,7 @@ private:
     std::vector<estimate> alpha_;  // by draft position (0-based)
     std::vector<estimate> pass_;   // by positions − 1 (over all sequences of the pass)
     std::vector<estimate> tree_pass_;  // the same for tree passes (a tree planner's tree steps)
+    bool tree_pass_timed_ = false;     // tree_pass_ holds an observation
     estimate draft_, overhead_, catch_up_;
     std::vector<std::size_t> chosen_;
     std::size_t last_best_ = std::numeric_limits<std::size_t>::max();

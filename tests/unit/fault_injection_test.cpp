@@ -47,6 +47,7 @@ void specdec_fault_eigen_assert(bool ok, const char* condition);
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
+#include "support/multi_cached.hpp"
 #include "support/multi_markov.hpp"
 
 #include <specdec/specdec.hpp>
@@ -1134,6 +1135,18 @@ struct faulty_multi_verifier {
         plan->call([&] { inner->score_batch(requests, out); });
     }
 };
+/// A MultiSequenceVerifier and MultiSequenceTreeVerifier (score_batch, score_tree_batch) through `plan`.
+struct faulty_multi_tree_verifier {
+    specdec_test::multi_cached_model* inner;
+    fault_plan* plan;
+    std::ptrdiff_t vocab_size() const { return inner->vocab_size(); }
+    void score_batch(std::span<const specdec::score_request> requests, specdec::packed_logits& out) {
+        plan->call([&] { inner->score_batch(requests, out); });
+    }
+    void score_tree_batch(std::span<const specdec::tree_score_request> requests, specdec::packed_logits& out) {
+        plan->call([&] { inner->score_tree_batch(requests, out); });
+    }
+};
 
 }  // namespace
 
@@ -1364,6 +1377,22 @@ TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adap
         const specdec::profile_measurement m{.max_positions = 4, .repeats = 2};
         check_every_fault([&] { return specdec::measure_engine_profile(fd, ft, context, m); });
     }
+    SECTION("one sequence: a target with score_tree too (tree passes timed)") {
+        // next_logits and score_tree through the plan (score_tree one next_logits per column).
+        struct faulty_chain_tree_model : faulty_model<markov_model> {
+            model_tree_verifier<markov_model> trees{inner};
+            void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+                plan->call([&] { trees.score_tree(context, tree, out); });
+            }
+        };
+        markov_model t = target, d = draft;
+        faulty_model<markov_model> fd{&d, &plan};
+        faulty_chain_tree_model ft{{&t, &plan}};
+        const tokens context{1, 2, 3};
+        const specdec::profile_measurement m{.max_positions = 4, .repeats = 2};
+        REQUIRE(specdec::measure_engine_profile(fd, ft, context, m).tree_pass.size() == 4);
+        check_every_fault([&] { return specdec::measure_engine_profile(fd, ft, context, m); });
+    }
     SECTION("many sequences: draft_batch and score_batch") {
         specdec_test::multi_markov_drafter md{&draft};
         specdec_test::multi_markov_verifier mv{&target};
@@ -1371,6 +1400,16 @@ TEST_CASE("measure_engine_profile and measure_batch_profile: a fault at any adap
         faulty_multi_verifier fv{&mv, &plan};
         const std::vector<tokens> contexts{{1, 2}, {3, 4, 5}};
         const specdec::batch_profile_measurement m{.max_positions = 6, .max_sequences = 2, .draft_tokens = 2, .repeats = 1};
+        check_every_fault([&] { return specdec::measure_batch_profile(fd, fv, contexts, m); });
+    }
+    SECTION("many sequences: score_tree_batch too (tree passes timed)") {
+        specdec_test::multi_markov_drafter md{&draft};
+        specdec_test::multi_cached_model mc(10, 93);
+        faulty_multi_drafter fd{&md, &plan};
+        faulty_multi_tree_verifier fv{&mc, &plan};
+        const std::vector<tokens> contexts{{1, 2}, {3, 4, 5}};
+        const specdec::batch_profile_measurement m{.max_positions = 6, .max_sequences = 2, .draft_tokens = 2, .repeats = 1};
+        REQUIRE(specdec::measure_batch_profile(fd, fv, contexts, m).tree_pass.size() == 6);
         check_every_fault([&] { return specdec::measure_batch_profile(fd, fv, contexts, m); });
     }
 }
