@@ -654,7 +654,7 @@ TEST_CASE("A decoder times its tree passes apart from its chain passes, for the 
     const std::vector<std::size_t> wide{2}, chain{1, 1};  // both a pass over 3 positions
     INFO("tree {2}: " << planner.expected_cost(wide, 1) << ", chain of 2: " << planner.expected_cost(chain, 1));
     CHECK(planner.expected_cost(wide, 1) >= 0.02);
-    CHECK(planner.expected_cost(chain, 1) < 0.01);
+    CHECK(planner.expected_cost(chain, 1) < planner.expected_cost(wide, 1) / 2);  // (no bound on a chain pass's own time)
 }
 
 TEST_CASE("Ragged plans: sequences the draft predicts poorly draft less where positions cost", "[profile][ragged]") {
