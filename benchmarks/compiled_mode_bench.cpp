@@ -8,6 +8,10 @@
 //   verify/token/gamma:4       the same with token verification
 //   sample/standardize_and_sample   one row standardized (temperature 0.8, top-p 0.95) and sampled
 //   tree/traversal/2,2,1,1     specdec::verify_tree on a 14-node tree, traversal verification
+//   decode/chain/gamma:4       specdec::speculative_decode of 64 tokens with two plain models
+//                              (next_logits maps one of 64 stored rows): in compiled mode the loop
+//                              the library compiled once, reached through detail::model_ref
+//   decode/autoregressive      specdec::autoregressive_decode of 64 tokens, the same target
 //   bound/read/cols:<n>        one pass summing n columns of V floats (Eigen, vectorized): reading
 //                              the logits a call needs, with nothing else done (cols 5: the target's
 //                              rows of a γ = 4 verification; 1: one row)
@@ -23,6 +27,7 @@
 #include <benchmark/benchmark.h>
 
 #include <specdec/sampling.hpp>
+#include <specdec/speculative_decode.hpp>
 #include <specdec/tree.hpp>
 #include <specdec/tree_verify.hpp>
 #include <specdec/verify.hpp>
@@ -128,6 +133,34 @@ void bm_tree(benchmark::State& state) {
     state.counters["accepted"] = benchmark::Counter(static_cast<double>(accepted), benchmark::Counter::kAvgIterations);
 }
 
+/// A plain model over stored rows: next_logits maps the row the last token and the context's
+/// length pick (no model work, so the loop's own cost shows).
+struct table_model {
+    Eigen::MatrixXf rows;
+    std::ptrdiff_t vocab_size() const { return vocab; }
+    Eigen::Map<const Eigen::VectorXf> next_logits(std::span<const specdec::token_id> context) const {
+        const auto r = static_cast<Eigen::Index>((static_cast<std::size_t>(context.back()) * 31 + context.size()) %
+                                                 static_cast<std::size_t>(rows.cols()));
+        return Eigen::Map<const Eigen::VectorXf>(rows.col(r).data(), vocab);
+    }
+};
+
+void bm_decode(benchmark::State& state, bool speculative) {
+    table_model target{random_logits(64, 61)};
+    table_model draft{target.rows + 0.5f * random_logits(64, 62)};
+    const std::vector<specdec::token_id> prompt{1, 2, 3};
+    const specdec::decode_options o{.step = specdec::chain{.gamma = 4}, .budget = {.max_new_tokens = 64}};
+    std::mt19937_64 rng(6);
+    std::size_t steps = 0;
+    for (auto _ : state) {
+        const auto r = speculative ? specdec::speculative_decode(draft, target, prompt, o, rng)
+                                   : specdec::autoregressive_decode(target, prompt, o, rng);
+        steps += r.stats.steps;
+        benchmark::DoNotOptimize(r.tokens.data());
+    }
+    state.counters["steps"] = benchmark::Counter(static_cast<double>(steps), benchmark::Counter::kAvgIterations);
+}
+
 void bm_bound(benchmark::State& state) {
     const Eigen::MatrixXf m = random_logits(state.range(0), 51);
     for (auto _ : state) {
@@ -142,6 +175,8 @@ BENCHMARK_CAPTURE(bm_verify, block, specdec::verification_scheme::block)->Name("
 BENCHMARK_CAPTURE(bm_verify, token, specdec::verification_scheme::token)->Name("verify/token/gamma:4");
 BENCHMARK(bm_sample)->Name("sample/standardize_and_sample");
 BENCHMARK(bm_tree)->Name("tree/traversal/2,2,1,1");
+BENCHMARK_CAPTURE(bm_decode, chain, true)->Name("decode/chain/gamma:4")->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(bm_decode, autoregressive, false)->Name("decode/autoregressive")->Unit(benchmark::kMicrosecond);
 BENCHMARK(bm_bound)->Name("bound/read/cols")->Arg(1)->Arg(5);
 
 BENCHMARK_MAIN();

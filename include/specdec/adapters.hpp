@@ -6,9 +6,11 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <concepts>
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "concepts.hpp"
@@ -22,13 +24,56 @@ namespace specdec {
 
 namespace detail {
 
-/// Calls m.next_logits(context) and checks that it holds vocab logits.
+/// Calls m.next_logits(context) and checks that it holds vocab logits. An error names `where`
+/// (the call the user made) and `role` ("the draft model's ", "the target model's " or "").
 template <LanguageModel M>
 void checked_next_logits(M& m, std::span<const token_id> context, Eigen::Index vocab, Eigen::VectorXf& out,
-                         const char* where) {
+                         const char* where, const char* role = "") {
     out = m.next_logits(context);
     if (out.size() != vocab)
-        fail_invalid(where, ": next_logits returned ", out.size(), " logits; the model's vocab_size() is ", vocab);
+        fail_invalid(where, ": ", role, "next_logits returned ", out.size(), " logits; the model's vocab_size() is ",
+                     vocab);
+}
+
+/// A non-owning, type-erased reference to a plain LanguageModel (compiled mode: the decoding
+/// loops are compiled once, in the library's source file, for model_ref, and a caller's plain
+/// models reach them through it; see speculative_decode). It forwards vocab_size() and
+/// next_logits() to the model it refers to, unchanged: the loop makes the same calls and gets
+/// the same values as with the model itself. It must not outlive that model.
+class model_ref {
+public:
+    template <LanguageModel M>
+        requires(!std::same_as<std::remove_cv_t<M>, model_ref>)
+    explicit model_ref(M& m) noexcept
+        : model_(const_cast<void*>(static_cast<const void*>(&m))),
+          vocab_([](void* p) { return static_cast<std::ptrdiff_t>(static_cast<M*>(p)->vocab_size()); }),
+          next_([](void* p, std::span<const token_id> context, Eigen::VectorXf& out) {
+              out = static_cast<M*>(p)->next_logits(context);
+          }) {}
+
+    [[nodiscard]] std::ptrdiff_t vocab_size() const { return vocab_(model_); }
+    /// The model's logits (checked_next_logits writes them into the caller's vector instead).
+    [[nodiscard]] Eigen::VectorXf next_logits(std::span<const token_id> context) const {
+        Eigen::VectorXf out;
+        next_(model_, context, out);
+        return out;
+    }
+    /// The model's logits, assigned to `out` (no copy beyond what the model's own return costs).
+    void next_logits_into(std::span<const token_id> context, Eigen::VectorXf& out) const { next_(model_, context, out); }
+
+private:
+    void* model_;
+    std::ptrdiff_t (*vocab_)(void*);
+    void (*next_)(void*, std::span<const token_id>, Eigen::VectorXf&);
+};
+
+/// checked_next_logits of a model_ref: the model's logits go straight into `out`.
+inline void checked_next_logits(model_ref& m, std::span<const token_id> context, Eigen::Index vocab,
+                                Eigen::VectorXf& out, const char* where, const char* role = "") {
+    m.next_logits_into(context, out);
+    if (out.size() != vocab)
+        fail_invalid(where, ": ", role, "next_logits returned ", out.size(), " logits; the model's vocab_size() is ",
+                     vocab);
 }
 
 /// Alg. 1, first loop: sample x_1..x_γ autoregressively from the standardized draft
@@ -37,8 +82,8 @@ void checked_next_logits(M& m, std::span<const token_id> context, Eigen::Index v
 template <LanguageModel M>
 void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma, const sampling_config& sampling,
                       uniform_source& uniforms, draft_block& out, std::vector<token_id>& scratch,
-                      Eigen::VectorXf& logits, sampling_workspace& sws) {
-    constexpr const char* where = "specdec::model_drafter::draft";
+                      Eigen::VectorXf& logits, sampling_workspace& sws,
+                      const char* where = "specdec::model_drafter::draft") {
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.clear();  // (standardized stays false until every column is written)
     out.model_calls = 0;  // reported: one per next_logits call
@@ -48,7 +93,7 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
     out.resize_probs(vocab, static_cast<Eigen::Index>(gamma));
     scratch.assign(context.begin(), context.end());
     for (std::size_t i = 0; i < gamma; ++i) {
-        checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
+        checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where, "the draft model's ");
         ++*out.model_calls;
         // Weights and their scale, q_i = scale · column i: no pass normalizes the column.
         auto q = out.probs.col(static_cast<Eigen::Index>(i));
@@ -67,13 +112,13 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
 /// Scores context + draft with γ+1 calls of next_logits (for models without score()).
 template <LanguageModel M>
 void score_with_model(M& m, std::span<const token_id> context, std::span<const token_id> draft, Eigen::MatrixXf& out,
-                      std::vector<token_id>& scratch, Eigen::VectorXf& logits) {
-    constexpr const char* where = "specdec::model_verifier::score";
+                      std::vector<token_id>& scratch, Eigen::VectorXf& logits,
+                      const char* where = "specdec::model_verifier::score") {
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     reshape(out, vocab, static_cast<Eigen::Index>(draft.size() + 1));
     scratch.assign(context.begin(), context.end());
     for (std::size_t j = 0; j <= draft.size(); ++j) {
-        checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where);
+        checked_next_logits(m, std::span<const token_id>(scratch), vocab, logits, where, "the target model's ");
         out.col(static_cast<Eigen::Index>(j)) = logits;
         if (j < draft.size()) scratch.push_back(draft[j]);
     }

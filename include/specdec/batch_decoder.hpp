@@ -163,8 +163,9 @@ void draft_tree_step(D& drafter, std::span<const token_id> context, std::size_t 
         tree_from_block(ws.block, ws.tree);
     } else {
         // Sampled from the model's own checked rows: in range and well formed by construction.
-        draft_tree_from_model(drafter, context, ws.shape, sampling, uniforms, ws.tree, ws.path, ws.logits, ws.q,
-                              ws.scratch, ws.sampling, ws.draft_scores);
+        if (ws.draft_scores.size() < ws.shape.depth()) ws.draft_scores.resize(ws.shape.depth());
+        draft_tree_levels(drafter, context, ws.shape, sampling, uniforms, ws.tree, ws.path, ws.logits, ws.q,
+                          ws.scratch, ws.sampling, where, [&ws](std::size_t d) { return &ws.draft_scores[d]; });
         return;
     }
     // A token out of range must never reach the target's model; verify_tree checks the columns.
@@ -369,7 +370,7 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
                     prune_tree_below(it.tws->tree, s.stop_below, it.tws->kept);
                 }
             } else if constexpr (Drafter<D>) {
-                run_drafter(drafter, context, it.gamma, draft_sampling, uniforms, *it.ws);
+                run_drafter(drafter, context, it.gamma, draft_sampling, uniforms, *it.ws, where);
             }
         } catch (...) {
             it.error = std::current_exception();
@@ -432,7 +433,7 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
         } else if constexpr (Verifier<V>) {
             try {
                 run_verifier(verifier, std::span<const token_id>(*it.tokens),
-                             std::span<const token_id>(it.ws->draft.tokens), *it.ws, vocab);
+                             std::span<const token_id>(it.ws->draft.tokens), *it.ws, vocab, where);
             } catch (...) {
                 it.error = std::current_exception();
             }

@@ -133,11 +133,11 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     // each after a target pass (as in decoding: see measure_batch_profile).
     std::vector<token_id> tokens;
     for (std::size_t r = 0; r <= m.repeats; ++r) {
-        detail::run_verifier(verifier, context, std::span<const token_id>{}, ws, vocab);
+        detail::run_verifier(verifier, context, std::span<const token_id>{}, ws, vocab, where);
         uniform_source uniforms(rng);
         detail::begin_draft(ws.draft, nullptr);
         const auto t0 = clock::now();
-        detail::run_drafter(drafter, context, gamma, m.sampling, uniforms, ws);
+        detail::run_drafter(drafter, context, gamma, m.sampling, uniforms, ws, where);
         const double s = detail::seconds_since(t0);
         const std::size_t n = detail::check_draft(ws.draft, gamma, vocab, where);
         if (n == 0)
@@ -154,12 +154,12 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
 
     // The target passes, over 1 .. 1 + tokens.size() positions (one untimed call first).
     const std::span<const token_id> draft(tokens);
-    detail::run_verifier(verifier, context, draft.first(0), ws, vocab);
+    detail::run_verifier(verifier, context, draft.first(0), ws, vocab, where);
     for (std::size_t k = 0; k <= draft.size(); ++k) {
         times.clear();
         for (std::size_t r = 0; r < m.repeats; ++r) {
             const auto t0 = clock::now();
-            detail::run_verifier(verifier, context, draft.first(k), ws, vocab);
+            detail::run_verifier(verifier, context, draft.first(k), ws, vocab, where);
             times.push_back(detail::seconds_since(t0));
         }
         p.target_pass.push_back(detail::median_of(times));

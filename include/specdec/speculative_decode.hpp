@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <span>
 #include <type_traits>
@@ -26,6 +27,75 @@
 #include "types.hpp"
 
 namespace specdec {
+
+namespace detail {
+
+/// A plain LanguageModel and nothing more: none of the other adapter interfaces the decoding
+/// loop looks for (block drafting, batched or tree scoring, many sequences at once). For such
+/// models the loop takes the same branches as for model_ref, which makes compiled mode's
+/// once-compiled loop (decode_models) exact for them.
+template <class M>
+concept plain_language_model = LanguageModel<M> && !BlockDrafter<M> && !TreeDrafter<M> && !MultiSequenceDrafter<M> &&
+                               !BatchVerifier<M> && !TreeVerifier<M> && !MultiSequenceVerifier<M> &&
+                               !MultiSequenceTreeVerifier<M>;
+static_assert(plain_language_model<model_ref>);
+
+/// A generator that hands out the uniforms of a uniform_source: each call returns the 53 bits of
+/// the source's next uniform at the top of a 64-bit word, so uniform01 of it (one call, the top
+/// 53 bits) is that uniform, bit for bit. Compiled mode's loops draw from the caller's
+/// generator through it, and get the uniforms they would get from the generator itself.
+struct uniform_bits {
+    uniform_source* source;
+    using result_type = std::uint64_t;
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return ~result_type{0}; }
+    result_type operator()() { return static_cast<result_type>((*source)() * 0x1.0p53) << 11; }
+};
+
+/// The decoding loop of speculative_decode for two plain models, through model_ref: compiled
+/// once in the library's source file in compiled mode (decode_models); a template here, so
+/// that header-only use instantiates it nowhere unless called.
+template <class = void>
+decode_result decode_models_loop(model_ref& drafter, model_ref& verifier, std::span<const token_id> prompt,
+                                 const decode_options& options, uniform_source& rng) {
+    constexpr const char* where = "specdec::speculative_decode";
+    batch_decoder<model_ref, model_ref, uniform_bits> decoder(entry_point{where, where, where}, drafter, verifier,
+                                                              options, 1);
+    const std::size_t id = decoder.add(prompt, uniform_bits{&rng});
+    decoder.run();
+    return decoder.take(id);
+}
+
+/// The loop of autoregressive_decode (see there), for any Verifier and generator.
+template <class M, class G>
+decode_result autoregressive_loop(M& model, std::span<const token_id> prompt, const decode_options& options, G& rng);
+
+/// autoregressive_loop for a plain model, through model_ref (as decode_models_loop).
+template <class = void>
+decode_result autoregressive_models_loop(model_ref& model, std::span<const token_id> prompt,
+                                         const decode_options& options, uniform_source& rng) {
+    return autoregressive_loop(model, prompt, options, rng);
+}
+
+#if defined(SPECDEC_COMPILED)
+/// Compiled mode: the loops for plain models, defined once in the library (src/specdec_core.cpp).
+decode_result decode_models(model_ref& drafter, model_ref& verifier, std::span<const token_id> prompt,
+                            const decode_options& options, uniform_source& rng);
+decode_result autoregressive_models(model_ref& model, std::span<const token_id> prompt, const decode_options& options,
+                                    uniform_source& rng);
+#if defined(SPECDEC_DETAIL_BUILD_CORE)
+decode_result decode_models(model_ref& drafter, model_ref& verifier, std::span<const token_id> prompt,
+                            const decode_options& options, uniform_source& rng) {
+    return decode_models_loop(drafter, verifier, prompt, options, rng);
+}
+decode_result autoregressive_models(model_ref& model, std::span<const token_id> prompt, const decode_options& options,
+                                    uniform_source& rng) {
+    return autoregressive_models_loop(model, prompt, options, rng);
+}
+#endif
+#endif
+
+}  // namespace detail
 
 /// Generates up to options.budget.max_new_tokens tokens after `prompt` with speculative
 /// decoding: each step drafts a chain of γ tokens or a token tree (options.step), the target
@@ -47,6 +117,12 @@ namespace specdec {
 ///                  the draft's), budget, callback (see decode_options)
 /// \param rng       the caller's generator: the same seed gives the same tokens (under the
 ///                  adaptive policy only with known costs, see draft_length::adaptive)
+///
+/// In compiled mode (SPECDEC_COMPILED, the specdec::compiled target), two plain models (types
+/// with vocab_size() and next_logits() and none of the other adapter interfaces) run the loop
+/// the library compiled once, reached through type-erased references to the models and the
+/// generator: the same calls, the same uniforms, the same tokens; the calling translation unit
+/// instantiates no loop. Other adapters instantiate the loop where they are used.
 /// \returns the generated tokens, statistics and stop reason.
 /// \throws std::invalid_argument for invalid options, a shape the models cannot serve, a
 ///         vocabulary mismatch between the models, an empty prompt, a prompt or stop token out
@@ -70,12 +146,23 @@ template <DecodeDrafter D, DecodeVerifier V, random_generator G>
 decode_result speculative_decode(D& drafter, V& verifier, std::span<const token_id> prompt,
                                  const decode_options& options, G&& rng) {
     [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_decoder_call<D, V, G>();  // logits of float
+#if defined(SPECDEC_COMPILED)
+    // Compiled mode: plain models run the loop the library compiled once (same calls, same
+    // uniforms, same tokens); other adapters instantiate it here.
+    if constexpr (detail::plain_language_model<D> && detail::plain_language_model<V>) {
+        detail::model_ref draft_ref(drafter), target_ref(verifier);
+        uniform_source uniforms(rng);
+        return detail::decode_models(draft_ref, target_ref, prompt, options, uniforms);
+    } else
+#endif
+    {
     constexpr const char* where = "specdec::speculative_decode";
     using generator = detail::generator_ref<std::remove_reference_t<G>>;
     batch_decoder<D, V, generator> decoder(detail::entry_point{where, where, where}, drafter, verifier, options, 1);
     const std::size_t id = decoder.add(prompt, generator{&rng});
     decoder.run();
     return decoder.take(id);
+    }
 }
 
 /// Chosen only when the drafter, verifier or generator misses a requirement: reports which
@@ -108,6 +195,22 @@ template <Verifier M, random_generator G>
 decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, const decode_options& options,
                                     G&& rng) {
     [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_autoregressive_call<M, G>();  // logits of float
+#if defined(SPECDEC_COMPILED)
+    if constexpr (detail::plain_language_model<M>) {  // the loop the library compiled once (as speculative_decode)
+        detail::model_ref ref(model);
+        uniform_source uniforms(rng);
+        return detail::autoregressive_models(ref, prompt, options, uniforms);
+    } else
+#endif
+    {
+        return detail::autoregressive_loop(model, prompt, options, rng);
+    }
+}
+
+namespace detail {
+
+template <class M, class G>
+decode_result autoregressive_loop(M& model, std::span<const token_id> prompt, const decode_options& options, G& rng) {
     constexpr const char* where = "specdec::autoregressive_decode";
     validate(options.sampling, where);
     const auto vocab = static_cast<Eigen::Index>(detail::checked_vocab(model, where));
@@ -158,6 +261,8 @@ decode_result autoregressive_decode(M& model, std::span<const token_id> prompt, 
     }
     return result;
 }
+
+}  // namespace detail
 
 /// Chosen only when the model or generator misses a requirement: reports which one, and the
 /// fix, in a static_assert (see diagnostics.hpp).

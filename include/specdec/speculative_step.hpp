@@ -195,12 +195,12 @@ inline void begin_draft(draft_block& block, const step_extras* extras) {
 /// into ws.draft; γ = 0 drafts nothing (one token is then sampled from the target).
 template <Drafter D>
 void run_drafter(D& drafter, std::span<const token_id> context, std::size_t gamma, const sampling_config& sampling,
-                 uniform_source& uniforms, step_workspace& ws) {
+                 uniform_source& uniforms, step_workspace& ws, const char* where) {
     if (gamma == 0) return;
     if constexpr (BlockDrafter<D>) {
         drafter.draft(context, gamma, sampling, uniforms, ws.draft);
     } else {
-        draft_from_model(drafter, context, gamma, sampling, uniforms, ws.draft, ws.context, ws.logits, ws.sampling);
+        draft_from_model(drafter, context, gamma, sampling, uniforms, ws.draft, ws.context, ws.logits, ws.sampling, where);
     }
 }
 
@@ -245,7 +245,7 @@ inline std::size_t check_draft(draft_block& block, std::size_t gamma, std::ptrdi
 /// pass) into ws.target_logits.
 template <Verifier V>
 void run_verifier(V& verifier, std::span<const token_id> context, std::span<const token_id> draft_tokens,
-                  step_workspace& ws, std::ptrdiff_t vocab) {
+                  step_workspace& ws, std::ptrdiff_t vocab, const char* where) {
     if constexpr (InPlaceBatchVerifier<V>) {
         ws.shape_target_logits(vocab, static_cast<Eigen::Index>(draft_tokens.size() + 1));
         verifier.score_into(context, draft_tokens, ws.target_logits);
@@ -253,7 +253,7 @@ void run_verifier(V& verifier, std::span<const token_id> context, std::span<cons
         ws.target_logits = verifier.score(context, draft_tokens);
     } else {
         ws.shape_target_logits(vocab, static_cast<Eigen::Index>(draft_tokens.size() + 1));
-        score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits);
+        score_with_model(verifier, context, draft_tokens, ws.target_logits, ws.context, ws.logits, where);
     }
 }
 
@@ -350,14 +350,14 @@ step_result step_impl(D& drafter, V& verifier, std::vector<token_id>& sequence, 
     const bool timed = extras && extras->time;
     auto t0 = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     run_drafter(drafter, context, gamma, extras && extras->draft_sampling ? *extras->draft_sampling : sampling,
-                uniforms, ws);
+                uniforms, ws, where);
     if (timed) {
         extras->draft_seconds = seconds_since(t0);
         t0 = std::chrono::steady_clock::now();
     }
     const std::size_t n = check_draft(ws.draft, gamma, vocab, where);
 
-    run_verifier(verifier, context, std::span<const token_id>(ws.draft.tokens), ws, vocab);
+    run_verifier(verifier, context, std::span<const token_id>(ws.draft.tokens), ws, vocab, where);
     if (timed) extras->pass_seconds = seconds_since(t0);
     return finish_step(ws.target_logits, sequence, stats, score_calls(verifier, n), sampling, lenience, scheme, rng, ws,
                        vocab, where, extras);

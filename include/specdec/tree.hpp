@@ -374,8 +374,8 @@ template <LanguageModel M, class LevelScores>
 void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape& shape,
                        const sampling_config& sampling, uniform_source& uniforms, draft_tree& out,
                        std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
-                       Eigen::VectorXf& scratch, sampling_workspace& sws, LevelScores&& level_scores_of) {
-    constexpr const char* where = "specdec::draft_tree_from_model";
+                       Eigen::VectorXf& scratch, sampling_workspace& sws, const char* where,
+                       LevelScores&& level_scores_of) {
     if (!known_draws(shape.draws))
         fail_invalid(where, ": shape.draws = ", static_cast<unsigned>(shape.draws),
                      " is neither sibling_draws::iid nor sibling_draws::without_replacement");
@@ -417,7 +417,8 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
                 if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
                     path.reserve(std::max(need, 2 * path.capacity()));
                 path.insert(path.begin(), context.begin(), context.end());
-                detail::checked_next_logits(m, std::span<const token_id>(path), vocab, logits, where);
+                detail::checked_next_logits(m, std::span<const token_id>(path), vocab, logits, where,
+                                            "the draft model's ");
                 ++out.model_calls;
                 standardize(logits, sampling, q, sws, where);
             }
@@ -453,7 +454,7 @@ void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_s
                            std::vector<token_id>& path, Eigen::VectorXf& logits, Eigen::VectorXf& q,
                            Eigen::VectorXf& scratch, sampling_workspace& sws, Eigen::MatrixXf* level_scores = nullptr) {
     detail::draft_tree_levels(m, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
-                              [level_scores](std::size_t) { return level_scores; });
+                              "specdec::draft_tree_from_model", [level_scores](std::size_t) { return level_scores; });
 }
 
 /// draft_tree_from_model with one score_tree matrix per level, kept in `level_scores` (resized
@@ -465,7 +466,7 @@ void draft_tree_from_model(M& m, std::span<const token_id> context, const tree_s
                            Eigen::VectorXf& scratch, sampling_workspace& sws, std::vector<Eigen::MatrixXf>& level_scores) {
     if (level_scores.size() < shape.depth()) level_scores.resize(shape.depth());
     detail::draft_tree_levels(m, context, shape, sampling, uniforms, out, path, logits, q, scratch, sws,
-                              [&level_scores](std::size_t d) { return &level_scores[d]; });
+                              "specdec::draft_tree_from_model", [&level_scores](std::size_t d) { return &level_scores[d]; });
 }
 
 /// Turns a chain (a BlockDrafter's block) into a tree: node i is the child of node i − 1.
@@ -532,7 +533,7 @@ std::size_t score_tree_by_paths(V& v, std::span<const token_id> context, const d
             if (const std::size_t need = context.size() + path.size(); path.capacity() < need)
                 path.reserve(std::max(need, 2 * path.capacity()));  // geometric: the context grows every step
             path.insert(path.begin(), context.begin(), context.end());
-            checked_next_logits(v, std::span<const token_id>(path), vocab, logits, where);
+            checked_next_logits(v, std::span<const token_id>(path), vocab, logits, where, "the target model's ");
             out.col(static_cast<Eigen::Index>(c)) = logits;
         }
         return n + 1;

@@ -26,6 +26,11 @@
 // lenience, scheme and acceptance estimates do not apply to a tree (their bytes are read and
 // unused).
 //
+// Differential: with two plain models, no callback and no caller's controller, the same script
+// and generator replayed through compiled mode's loop for plain models
+// (detail::decode_models_loop over detail::model_ref) give the same outcome: the same error kind,
+// or the same tokens and statistics, after the same model calls.
+//
 // Invariants. Errors: invalid options, a vocabulary mismatch or a prompt or stop token out of
 // range throw std::invalid_argument before any model is called; otherwise std::invalid_argument
 // only after the script injected a fault, fuzz_adapter_error only when an adapter or the
@@ -49,6 +54,7 @@
 #include <numeric>
 #include <optional>
 #include <stdexcept>
+#include <type_traits>
 #include <variant>
 
 namespace {
@@ -301,19 +307,54 @@ void run_decode(D& drafter, Vf& verifier, script& s, run_settings& rs) {
         };
     }
     fuzz::tape_rng rng(s.in.take(s.in.byte()));
+    // Two plain models, no callback, no caller's controller (both would carry state from the
+    // first run into the second): replay the script and the generator through compiled mode's
+    // loop (detail::decode_models_loop over model_ref) and require the same outcome.
+    std::optional<script> replay;
+    std::optional<fuzz::tape_rng> replay_rng;
+    if constexpr (std::is_same_v<D, fuzz_lm> && std::is_same_v<Vf, fuzz_lm>)
+        if (!rs.options.on_step && rs.options.length.controller == nullptr) {
+            replay = s;
+            replay_rng = rng;
+        }
+    const auto differential = [&](int outcome, const specdec::decode_result* r) {
+        if (!replay) return;
+        script& s2 = *replay;
+        fuzz_lm d2{&s2, drafter.vocab_size()}, v2{&s2, verifier.vocab_size()};
+        specdec::detail::model_ref dr(d2), vr(v2);
+        specdec::uniform_source uniforms(*replay_rng);
+        int outcome2 = 0;
+        specdec::decode_result r2;
+        try {
+            r2 = specdec::detail::decode_models_loop(dr, vr, rs.prompt, rs.options, uniforms);
+        } catch (const std::invalid_argument&) {
+            outcome2 = 1;
+        } catch (const fuzz_adapter_error&) {
+            outcome2 = 2;
+        }
+        FUZZ_CHECK(outcome2 == outcome);
+        FUZZ_CHECK(s2.calls == s.calls && s2.faults == s.faults && s2.throws == s.throws);
+        if (r != nullptr) {
+            FUZZ_CHECK(r2.tokens == r->tokens && r2.stop == r->stop);
+            FUZZ_CHECK(same_stats(r2.stats, r->stats));
+        }
+    };
     specdec::decode_result res;
     try {
         res = specdec::speculative_decode(drafter, verifier, rs.prompt, rs.options, rng);
     } catch (const std::invalid_argument&) {
+        differential(1, nullptr);
         FUZZ_CHECK(rs.upfront_invalid || s.faults > 0);
         if (rs.upfront_invalid) FUZZ_CHECK(s.calls == 0 && callback_calls == 0);
         trace.check();
         return;
     } catch (const fuzz_adapter_error&) {
+        differential(2, nullptr);
         FUZZ_CHECK(s.throws > 0 && !rs.upfront_invalid);
         trace.check();
         return;
     }
+    differential(0, &res);
     FUZZ_CHECK(!rs.upfront_invalid);
     trace.check();
     const auto& o = rs.options;

@@ -115,7 +115,7 @@ def decode_seeds():
         return out
 
     def seed(drafter, verifier, step=False, gamma=4, max_new=16, samp=sampling(), policy=0, scheme=0, large=False,
-             extra=b"", tree=b"\x00", stop=0):
+             extra=b"", tree=b"\x00", stop=0, callback=1):
         mode = (1 if step else 0) | (drafter << 1) | (verifier << 4) | (0x80 if large else 0)
         out = bytes([rnd.randrange(3), mode])
         out += u16(2500) if large else bytes([11])   # V = 12 (or 2501)
@@ -126,7 +126,7 @@ def decode_seeds():
         out += bytes([4, 0, 1, 0, 5, 0, 1, 0, 5])       # prompt 1 5 1 5
         out += bytes([0, 0])                            # no vocabulary lie, no throwing callback
         out += tree                                     # tree byte (< 192: chains), then its shape
-        out += extra + bytes([1, 16]) + bytes(rnd.randrange(256) for _ in range(16))
+        out += extra + bytes([callback, 16]) + bytes(rnd.randrange(256) for _ in range(16))  # callback or not, tape
         return out + script()
 
     write("decode_fuzz", "block-drafter-lm", seed(0, 0))
@@ -149,6 +149,11 @@ def decode_seeds():
           seed(1, 0, policy=128 + 16 + 4, stop=162, tree=bytes([192 + 32 + 4 + 1, 3, 2]) + sampling(t=3)))
     write("decode_fuzz", "chain-gamma0", seed(1, 1, gamma=0))
     write("decode_fuzz", "steps-draft-sampling", seed(0, 2, step=True, tree=bytes([4]) + sampling(t=3)))
+    # Two plain models and no callback: the harness replays the run through compiled mode's loop
+    # for plain models (detail::decode_models_loop) and compares.
+    write("decode_fuzz", "plain-pair-chain", seed(1, 0, max_new=30, callback=0))
+    write("decode_fuzz", "plain-pair-tree-adaptive",
+          seed(1, 0, policy=128 + 4, max_new=30, callback=0, tree=bytes([192 + 2, 2, 2, 1])))
 
 
 def tokenizer_file(extra):

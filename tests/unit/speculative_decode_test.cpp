@@ -6,6 +6,8 @@
 #include <cmath>
 #include <optional>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -510,5 +512,163 @@ TEST_CASE("draft_calls counts reported model calls, else one per draft() that pr
         const auto r = specdec::speculative_decode(draft, target, prompt, opts, rng);
         CHECK(r.stats.draft_calls == r.stats.drafted_tokens);
         CHECK(r.stats.draft_calls == draft.calls);
+    }
+}
+
+namespace {
+
+/// A plain model whose next_logits returns logits of the wrong length after `good` calls.
+struct short_logits_model {
+    markov_model* model;
+    std::size_t good;
+    std::size_t calls = 0;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        Eigen::VectorXf v = model->next_logits(context);
+        if (++calls > good) v.conservativeResize(v.size() - 1);
+        return v;
+    }
+};
+
+/// The tokens, statistics, stop reason, events and model calls of one run, for comparing two.
+struct run_record {
+    specdec::decode_result result;
+    std::vector<token_id> event_tokens;
+    std::size_t draft_model_calls = 0, target_model_calls = 0;
+};
+
+void check_same_run(const run_record& a, const run_record& b) {
+    CHECK(a.result.tokens == b.result.tokens);
+    CHECK(a.result.stop == b.result.stop);
+    CHECK(a.result.stats.steps == b.result.stats.steps);
+    CHECK(a.result.stats.target_calls == b.result.stats.target_calls);
+    CHECK(a.result.stats.draft_calls == b.result.stats.draft_calls);
+    CHECK(a.result.stats.drafted_tokens == b.result.stats.drafted_tokens);
+    CHECK(a.result.stats.accepted_tokens == b.result.stats.accepted_tokens);
+    CHECK(a.result.stats.steps_at_gamma == b.result.stats.steps_at_gamma);
+    CHECK(a.result.stats.reached_at_sibling == b.result.stats.reached_at_sibling);
+    CHECK(a.event_tokens == b.event_tokens);
+    CHECK(a.draft_model_calls == b.draft_model_calls);
+    CHECK(a.target_model_calls == b.target_model_calls);
+}
+
+}  // namespace
+
+TEST_CASE("The loop compiled once for plain models (compiled mode) decodes exactly as the templated loop",
+          "[decode][compiled]") {
+    // Compiled mode runs speculative_decode and autoregressive_decode of two plain models through
+    // detail::model_ref and detail::uniform_bits, in a loop the library compiles once. Here that
+    // loop (decode_models_loop) runs beside the loop instantiated for the models themselves, at
+    // T = 1 over chains, trees, the adaptive policy (known costs and a profile), draft-side
+    // sampling and stop, stop tokens and the callback: the same seed must give the same tokens,
+    // statistics, events and model calls. (In the compiled-mode test run, speculative_decode
+    // itself already goes through the library's copy.)
+    const int vocab = 12;
+    const std::vector<token_id> prompt{1, 2, 3};
+    const specdec::adaptive_gamma_options known{.draft_cost = [](std::size_t n) { return 0.1 * static_cast<double>(n); },
+                                                .pass_cost = [](std::size_t) { return 1.0; }};
+    const specdec::engine_profile profile{.target_pass = {1, 1, 1, 1, 1.5, 2.0, 2.5}, .draft_step = {0.1}};
+    const specdec::decode_options base{.budget = {.max_new_tokens = 60}};
+    std::vector<specdec::decode_options> cases(7, base);
+    cases[1].step = specdec::chain{.gamma = 2, .scheme = specdec::verification_scheme::token};
+    cases[2].step = specdec::tree{.shape = {.branching = {3, 2, 1}}};
+    cases[3].step = specdec::tree{.shape = {.branching = {2, 2}, .draws = specdec::sibling_draws::without_replacement}};
+    cases[4].length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known};
+    cases[5].step = specdec::tree{.shape = {.branching = {2, 2, 1, 1}}};
+    cases[5].length.policy = specdec::gamma_policy::adaptive;
+    cases[5].length.adaptive.profile = profile;
+    cases[6].sampling = {.temperature = 0.8f, .top_k = 5};
+    cases[6].draft.sampling = specdec::sampling_config{.temperature = 1.2f};
+    cases[6].draft.stop_below = 0.2f;
+    cases[6].budget = {.max_new_tokens = 200, .stop_tokens = {7}};
+    auto target = markov_model::random(vocab, 2, 31);
+    auto draft = markov_model::random(vocab, 2, 32);
+    std::uint64_t seed = 0;
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+        INFO("case " << i);
+        const auto run = [&](bool erased) {
+            run_record r;
+            specdec::decode_options o = cases[i];
+            o.on_step = [&r](const specdec::step_event& e) { r.event_tokens.push_back(e.next_token); };
+            target.calls = draft.calls = 0;
+            std::mt19937_64 rng(seed);
+            if (erased) {
+                specdec::detail::model_ref d(draft), t(target);
+                specdec::uniform_source uniforms(rng);
+                r.result = specdec::detail::decode_models_loop(d, t, prompt, o, uniforms);
+            } else {
+                r.result = specdec::speculative_decode(draft, target, prompt, o, rng);
+            }
+            r.draft_model_calls = draft.calls;
+            r.target_model_calls = target.calls;
+            return r;
+        };
+        ++seed;
+        const auto a = run(false), b = run(true);
+        CHECK((a.result.tokens.size() > 10 || a.result.stop == specdec::stop_reason::stop_token));
+        check_same_run(a, b);
+        // The plain baseline alike.
+        std::mt19937_64 r1(seed), r2(seed);
+        specdec::detail::model_ref t(target);
+        specdec::uniform_source uniforms(r2);
+        const auto c = specdec::autoregressive_decode(target, prompt, cases[i], r1);
+        const auto d = specdec::detail::autoregressive_models_loop(t, prompt, cases[i], uniforms);
+        CHECK(c.tokens == d.tokens);
+        CHECK(c.stop == d.stop);
+    }
+    // A model's malformed output is reported alike.
+    short_logits_model bad{&target, 5};
+    std::string templated, erased;
+    try {
+        std::mt19937_64 rng(1);
+        (void)specdec::speculative_decode(draft, bad, prompt, base, rng);
+    } catch (const std::invalid_argument& e) { templated = e.what(); }
+    bad.calls = 0;
+    try {
+        std::mt19937_64 rng(1);
+        specdec::detail::model_ref d(draft), t(bad);
+        specdec::uniform_source uniforms(rng);
+        (void)specdec::detail::decode_models_loop(d, t, prompt, base, uniforms);
+    } catch (const std::invalid_argument& e) { erased = e.what(); }
+    CHECK_THAT(templated, contains("specdec::speculative_decode: the target model's next_logits returned 11 logits; "
+                                   "the model's vocab_size() is 12"));
+    CHECK(erased == templated);
+}
+
+TEST_CASE("uniform_bits hands out a uniform_source's uniforms bit for bit", "[decode][compiled][random]") {
+    std::mt19937 a(7), b(7);  // a 32-bit generator: uniform01 takes two calls of it per uniform
+    specdec::uniform_source source(b);
+    specdec::detail::uniform_bits bits{&source};
+    for (int i = 0; i < 10000; ++i) REQUIRE(specdec::uniform01(bits) == specdec::uniform01(a));
+}
+
+TEST_CASE("A plain model's malformed logits are reported naming the call the user made and the model's role",
+          "[decode][errors]") {
+    // Wrapped as a drafter or verifier inside the loop, a plain model's logits are checked by
+    // functions the user never called (model_drafter, model_verifier, draft_tree_from_model):
+    // the message names the user's entry point and which model was wrong.
+    const int vocab = 12;
+    auto target = markov_model::random(vocab, 2, 41);
+    auto draft = markov_model::random(vocab, 2, 42);
+    const std::vector<token_id> prompt{1, 2};
+    for (const bool tree : {false, true}) {
+        INFO((tree ? "tree" : "chain"));
+        specdec::decode_options o{.budget = {.max_new_tokens = 40}};
+        if (tree) o.step = specdec::tree{.shape = {.branching = {2, 1}}};
+        short_logits_model bad_target{&target, 3}, bad_draft{&draft, 3};
+        std::mt19937_64 rng(1);
+        CHECK_THROWS_WITH(specdec::speculative_decode(draft, bad_target, prompt, o, rng),
+                          contains("specdec::speculative_decode: the target model's next_logits returned 11 logits"));
+        CHECK_THROWS_WITH(specdec::speculative_decode(bad_draft, target, prompt, o, rng),
+                          contains("specdec::speculative_decode: the draft model's next_logits returned 11 logits"));
+        bad_target.calls = 0;
+        specdec::batch_decoder dec(draft, bad_target, o);
+        (void)dec.add(prompt, std::mt19937_64(2));
+        std::string message;
+        try {
+            dec.run();
+        } catch (const std::invalid_argument& e) { message = e.what(); }
+        CHECK_THAT(message, contains("specdec::batch_decoder") &&
+                                contains("the target model's next_logits returned 11 logits"));
     }
 }

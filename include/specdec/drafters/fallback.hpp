@@ -98,7 +98,8 @@ private:
             if constexpr (BlockDrafter<std::remove_reference_t<decltype(d)>>) {
                 d.draft(context, gamma, sampling, uniforms, out);
             } else {
-                detail::draft_from_model(d, context, gamma, sampling, uniforms, out, scratch_, logits_, sampling_ws_);
+                detail::draft_from_model(d, context, gamma, sampling, uniforms, out, scratch_, logits_, sampling_ws_,
+                                         "specdec::fallback_drafter::draft");
             }
             calls += out.model_calls.value_or(out.tokens.empty() ? 0 : 1);
             if (!out.tokens.empty()) {
