@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <limits>
 #include <span>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -33,6 +34,12 @@ void checked_next_logits(M& m, std::span<const token_id> context, Eigen::Index v
     if (out.size() != vocab)
         fail_invalid(where, ": ", role, "next_logits returned ", out.size(), " logits; the model's vocab_size() is ",
                      vocab);
+}
+
+/// The error of standardizing a draft model's logits (NaN, +Inf, every logit -Inf), with the
+/// model named: "...: logit 2 is NaN (in the draft model's logits)".
+[[noreturn]] inline void fail_draft_logits(const std::invalid_argument& e) {
+    fail_invalid(e.what(), " (in the draft model's logits)");
 }
 
 /// A non-owning, type-erased reference to a plain LanguageModel (compiled mode: the decoding
@@ -97,7 +104,12 @@ void draft_from_model(M& m, std::span<const token_id> context, std::size_t gamma
         ++*out.model_calls;
         // Weights and their scale, q_i = scale · column i: no pass normalizes the column.
         auto q = out.probs.col(static_cast<Eigen::Index>(i));
-        const token_draw d = standardize_weights_and_sample(logits, sampling, q, uniforms(), sws, where);
+        token_draw d;
+        try {
+            d = standardize_weights_and_sample(logits, sampling, q, uniforms(), sws, where);
+        } catch (const std::invalid_argument& e) {
+            fail_draft_logits(e);
+        }
         const token_id x = d.token;
         out.scales.push_back(d.scale);
         out.tokens.push_back(x);

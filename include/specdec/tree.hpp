@@ -409,7 +409,11 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
         for (std::size_t pi = 0; pi < parents_here && out.size() < total; ++pi) {
             const std::int32_t parent = d == 0 ? -1 : static_cast<std::int32_t>(begin + pi);
             if (level_scored) {
-                standardize(level_scores->col(parent + 1), sampling, q, sws, where);
+                try {
+                    standardize(level_scores->col(parent + 1), sampling, q, sws, where);
+                } catch (const std::invalid_argument& e) {
+                    fail_draft_logits(e);
+                }
             } else {
                 path_tokens(out, parent, path);
                 // Grown geometrically: the context grows every step, and an exact-size insert would
@@ -420,7 +424,11 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
                 detail::checked_next_logits(m, std::span<const token_id>(path), vocab, logits, where,
                                             "the draft model's ");
                 ++out.model_calls;
-                standardize(logits, sampling, q, sws, where);
+                try {
+                    standardize(logits, sampling, q, sws, where);
+                } catch (const std::invalid_argument& e) {
+                    fail_draft_logits(e);
+                }
             }
             const std::size_t k = std::min(shape.branching[d], total - out.size());
             detail::draw_children(out, parent, k, q, shape.draws, uniforms, scratch, sws, col, where);

@@ -4,6 +4,7 @@
 #include <specdec/speculative_decode.hpp>
 
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <random>
 #include <stdexcept>
@@ -670,5 +671,18 @@ TEST_CASE("A plain model's malformed logits are reported naming the call the use
         } catch (const std::invalid_argument& e) { message = e.what(); }
         CHECK_THAT(message, contains("specdec::batch_decoder") &&
                                 contains("the target model's next_logits returned 11 logits"));
+        // Logits of the right length that standardization rejects: the draft model is named too.
+        struct nan_model {
+            markov_model* model;
+            std::size_t calls = 0;
+            std::ptrdiff_t vocab_size() const { return model->vocab; }
+            Eigen::VectorXf next_logits(std::span<const token_id> context) {
+                Eigen::VectorXf v = model->next_logits(context);
+                if (++calls > 3) v[2] = std::numeric_limits<float>::quiet_NaN();
+                return v;
+            }
+        } nan_draft{&draft};
+        CHECK_THROWS_WITH(specdec::speculative_decode(nan_draft, target, prompt, o, rng),
+                          contains("specdec::speculative_decode: logit 2 is NaN (in the draft model's logits)"));
     }
 }
