@@ -19,8 +19,16 @@
 //   planner/noise:N/B:b/plain       γ = 0, plain batched decoding (the baseline)
 //   planner/noise:N/B:b/chain:G     fixed γ = G, G = 1..8
 //   planner/noise:N/B:b/tree:S      a fixed tree shape S from the list below
+//   planner/noise:N/B:b/best:n      a fixed best tree (specdec::best_tree) of n = 8, 16, 32, 64 nodes
+//                                   within {4,4,2,2,1,1,1,1}, from the pair's sibling acceptance
+//                                   a_1..a_4 measured by a pilot on other prompts and seeds
 //   planner/noise:N/B:b/planned     the planner, within the shape {4,4,2,2,1,1,1,1} (which holds
-//                                   every listed shape and chain), from the profile
+//                                   every listed shape and chain), from the profile: shapes
+//                                   uniform per depth and best_tree's trees of up to 64 nodes
+//   planner/noise:N/B:b/planned_uniform  the same planner among the uniform shapes only
+//                                   (tree_plan_limits::best_trees = false)
+//   planner/noise:N/B:b/planned_prior  the planner told the pilot's a_1..a_4 before its first
+//                                   step (adaptive_gamma_options::acceptance_prior)
 // Ragged plans (chains, adaptive_gamma_options::per_sequence): a batch whose sequences differ,
 // half drafted well (draft noise 0.5) and half poorly (noise 3.0; which one is told by the parity
 // of the prompt's token, so one LanguageModel drafts both), on two virtual engines, the
@@ -30,6 +38,8 @@
 //   Counter full_batch_tokens_per_unit: the same rate over the steps before the batch's first
 //   sequence finished (while every sequence is in the batch), summed over the batches.
 // Time is virtual (UseManualTime): tokens_per_unit is generated tokens per virtual unit.
+// planner_overhead/best_trees:0|1: the planner's own CPU time per step (choose + observe), without
+// and with best trees (real time, the only case here that measures this machine).
 // The summary (markdown, stdout) gives per B the best fixed configuration in hindsight and the
 // planner's ratio to it and to plain decoding.
 //
@@ -123,6 +133,7 @@ pair_of_models make_pair(double noise) {
 struct config {
     std::string name;
     specdec::decode_options options;
+    bool best_trees = true;  // the tree planner's tree_plan_limits::best_trees
 };
 
 std::vector<config> configs() {
@@ -140,6 +151,8 @@ std::vector<config> configs() {
                                     .length = {.policy = specdec::gamma_policy::adaptive}};
     planned.length.adaptive.profile = accelerator();
     out.push_back({"planned", planned});
+    // The planner among the shapes uniform per depth only (without best_tree's trees).
+    out.push_back({"planned_uniform", planned, false});
     return out;
 }
 
@@ -155,7 +168,7 @@ constexpr std::size_t batches_per_case = 8;
 template <class Draft, class FirstToken>
 double run_clocked(Draft draft, markov target, const specdec::engine_profile& prof, const specdec::decode_options& base,
                    std::size_t batch, std::size_t round, FirstToken first_token, std::size_t& tokens,
-                   std::pair<std::size_t, double>* full_batch = nullptr) {
+                   std::pair<std::size_t, double>* full_batch = nullptr, bool best_trees = true) {
     specdec::decode_options o = base;
     o.budget.max_new_tokens = new_tokens;
     // What the step's sequences cost: the most draft calls of any sequence (levels are batched
@@ -177,7 +190,8 @@ double run_clocked(Draft draft, markov target, const specdec::engine_profile& pr
         const auto& shape = std::get<specdec::tree>(o.step).shape;
         planner.emplace(specdec::tree_plan_limits{.branching = shape.branching,
                                                   .max_nodes = shape.max_nodes,
-                                                  .drafts_per_sequence = false},
+                                                  .drafts_per_sequence = false,
+                                                  .best_trees = best_trees},
                         o.length.adaptive);
         o.length.controller = &*planner;
     }
@@ -205,10 +219,11 @@ double run_clocked(Draft draft, markov target, const specdec::engine_profile& pr
 }
 
 /// One batch of the planner's cases on the accelerator.
-double run_batch(const pair_of_models& m, const specdec::decode_options& base, std::size_t batch,
-                 std::size_t round, std::size_t& tokens) {
-    return run_clocked(m.draft, m.target, accelerator(), base, batch, round,
-                       [&](std::size_t s) { return static_cast<token_id>((s + 7 * round) % vocab); }, tokens);
+double run_batch(const pair_of_models& m, const config& c, std::size_t batch, std::size_t round,
+                 std::size_t& tokens) {
+    return run_clocked(m.draft, m.target, accelerator(), c.options, batch, round,
+                       [&](std::size_t s) { return static_cast<token_id>((s + 7 * round) % vocab); }, tokens, nullptr,
+                       c.best_trees);
 }
 
 /// One heterogeneous batch (see the file comment) on the engine `prof`; returns the virtual time.
@@ -298,12 +313,47 @@ struct result_key {
     }
 };
 std::map<result_key, double> results;  // tokens per virtual unit
+std::map<double, std::vector<double>> pilot_acceptance;  // a_1..a_4 by draft noise
+
+/// The pair's sibling acceptance a_1..a_4 (decode_stats::estimated_sibling_acceptance), from a
+/// pilot of trees of one level of 4 children on prompts and seeds the cases do not use.
+std::vector<double> pilot_sibling_acceptance(const pair_of_models& m) {
+    std::vector<double> expected(4, 0.0), reached(4, 0.0), a(4, 0.0);
+    for (std::size_t s = 0; s < 16; ++s) {
+        std::mt19937_64 rng(50000 + s);
+        const auto out = specdec::speculative_decode(
+            m.draft, m.target, std::vector<token_id>{static_cast<token_id>((5 * s + 3) % vocab)},
+            {.step = specdec::tree{.shape = {.branching = {4}}, .estimate_sibling_acceptance = true},
+             .budget = {.max_new_tokens = new_tokens}},
+            rng);
+        for (std::size_t k = 0; k < 4 && k < out.stats.reached_at_sibling.size(); ++k) {
+            expected[k] += out.stats.expected_accepted_at_sibling[k];
+            reached[k] += static_cast<double>(out.stats.reached_at_sibling[k]);
+        }
+    }
+    for (std::size_t k = 0; k < 4; ++k) a[k] = reached[k] > 0 ? expected[k] / reached[k] : 0.0;
+    return a;
+}
 
 void register_all() {
     for (const double noise : {0.5, 1.0, 2.0}) {
         const auto models = std::make_shared<pair_of_models>(make_pair(noise));
+        // Fixed best trees (specdec::best_tree) of 8 to 64 nodes within the planner's shape, from
+        // the pair's sibling acceptance (a pilot): the fixed trees a user would derive offline.
+        std::vector<config> cs = configs();
+        const std::vector<double> a = pilot_sibling_acceptance(*models);
+        pilot_acceptance[noise] = a;
+        for (const std::size_t n : {8u, 16u, 32u, 64u})
+            cs.push_back({"best:" + std::to_string(n),
+                          {.step = specdec::tree{.shape = specdec::best_tree(
+                                                     a, n, std::vector<std::size_t>{4, 4, 2, 2, 1, 1, 1, 1})}}});
+        // The planner told the same a_k before its first step (adaptive_gamma_options::acceptance_prior).
+        config told = *std::find_if(cs.begin(), cs.end(), [](const config& c) { return c.name == "planned"; });
+        told.name = "planned_prior";
+        told.options.length.adaptive.acceptance_prior = a;
+        cs.push_back(told);
         for (const std::size_t batch : {1u, 2u, 4u, 8u, 16u}) {
-            for (const auto& c : configs()) {
+            for (const auto& c : cs) {
                 char name[128];
                 std::snprintf(name, sizeof name, "planner/noise:%.1f/B:%zu/%s", noise, batch, c.name.c_str());
                 benchmark::RegisterBenchmark(name, [models, batch, c, noise](benchmark::State& state) {
@@ -314,7 +364,7 @@ void register_all() {
                         virtual_time = 0.0;
                         for (std::size_t round = 0; round < batches_per_case; ++round) {
                             std::size_t t = 0;
-                            virtual_time += run_batch(*models, c.options, batch, round, t);
+                            virtual_time += run_batch(*models, c, batch, round, t);
                             tokens += t;
                         }
                         state.SetIterationTime(virtual_time);
@@ -329,24 +379,53 @@ void register_all() {
 }
 
 void print_summary() {
-    std::printf("\n| draft noise | B | plain | best fixed (in hindsight) | planner | planner / best fixed | planner / plain |\n");
-    std::printf("|---|---|---|---|---|---|---|\n");
+    std::printf("\nSibling acceptance a_1..a_4 of the pilots (the fixed best trees' and the told planner's):");
+    for (const auto& [noise, a] : pilot_acceptance)
+        std::printf(" noise %.1f: %.3f %.3f %.3f %.3f;", noise, a[0], a[1], a[2], a[3]);
+    std::printf("\n");
+    std::printf("\n| draft noise | B | plain | best fixed (in hindsight) | planner | planner / best fixed | planner / plain "
+                "| planner, uniform shapes only | planner / that | planner told the a_k | that / best fixed |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::map<std::pair<double, std::size_t>, std::vector<std::pair<std::string, double>>> by;
     for (const auto& [k, v] : results) by[{k.noise, k.batch}].push_back({k.name, v});
     for (const auto& [key, rows] : by) {
-        double plain = 0, planned = 0, best = 0;
+        double plain = 0, planned = 0, uniform = 0, told = 0, best = 0;
         std::string best_name;
         for (const auto& [name, rate] : rows) {
             if (name == "plain") plain = rate;
             if (name == "planned") planned = rate;
+            else if (name == "planned_uniform") uniform = rate;
+            else if (name == "planned_prior") told = rate;
             else if (rate > best) best = rate, best_name = name;
         }
-        std::printf("| %.1f | %zu | %.3f | %s %.3f | %.3f | %.3f | %.3f |\n", key.first, key.second, plain,
-                    best_name.c_str(), best, planned, planned / best, planned / plain);
+        std::printf("| %.1f | %zu | %.3f | %s %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", key.first,
+                    key.second, plain, best_name.c_str(), best, planned, planned / best, planned / plain, uniform,
+                    planned / uniform, told, told / best);
     }
 }
 
 }  // namespace
+
+/// The planner's own time per step (real CPU time, not virtual): choose() and observe() of a
+/// tree planner within {4,4,2,2,1,1,1,1} from a profile, with and without best trees (whose
+/// dynamic program reruns after every observation that carries sibling acceptance).
+void bm_planner_overhead(benchmark::State& state) {
+    const bool best = state.range(0) != 0;
+    specdec::adaptive_gamma_options o;
+    o.profile = accelerator();
+    specdec::gamma_controller c(specdec::tree_plan_limits{.branching = {4, 4, 2, 2, 1, 1, 1, 1},
+                                                          .drafts_per_sequence = false,
+                                                          .best_trees = best},
+                                o);
+    std::vector<float> a{0.7f, 0.35f, 0.25f, 0.2f};
+    std::size_t i = 0;
+    for (auto _ : state) {
+        a[0] = 0.6f + 0.001f * static_cast<float>(i++ % 100);  // the estimates move every step
+        benchmark::DoNotOptimize(c.choose(1000, 1));
+        c.observe({.gamma = 1, .drafted = 1, .emitted = 1, .sibling_acceptance = a});
+    }
+}
+BENCHMARK(bm_planner_overhead)->Name("planner_overhead/best_trees")->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 int main(int argc, char** argv) {
     benchmark::Initialize(&argc, argv);

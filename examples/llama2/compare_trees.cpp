@@ -8,7 +8,9 @@
 // 1..runs, the same for every shape), drafted by the draft model, verified exactly: trees by
 // traversal verification (speculative_decode with a specdec::tree step, siblings without
 // replacement), chains by block verification (speculative_decode with a specdec::chain step). Tokens per target pass = generated / steps (one
-// score or score_tree call per step). Standard errors are across runs.
+// score or score_tree call per step). Standard errors are across runs. Then the best trees of
+// the pair (specdec::best_tree) at 4, 8, 14, 21 and 28 nodes, from the sibling acceptance of a
+// pilot on other seeds, against the uniform tree of as many nodes from the list.
 // Cost: the wall time of score_tree on random weights of a preset's shape after `context`
 // cached tokens, for 0 .. 32 nodes (median of `reps`), relative to a one-column pass.
 
@@ -106,6 +108,58 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
             std::printf("| %s | %zu | %zu | %.3f ± %.3f | %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",
                         shape_name(b).c_str(), shape.nodes(), shape.depth(), t.mean, t.se, d.mean, d.se,
                         100.0 * (t.mean / d.mean - 1.0), n.mean, n.se, 100.0 * (t.mean / n.mean - 1.0));
+            std::fflush(stdout);
+        }
+        // The best trees of this pair (specdec::best_tree, Sequoia's dynamic program) at the node
+        // counts above, from its sibling acceptance a_k, estimated on a pilot of other seeds
+        // (1001.., so the measured runs do not choose their own trees): trees of one level of 4.
+        std::vector<double> expected(4, 0.0), reached(4, 0.0);
+        for (std::size_t r = 1; r <= runs; ++r) {
+            std::mt19937_64 rng(1000 + r);
+            const auto out = specdec::speculative_decode(
+                draft, target, prompt,
+                {.step = specdec::tree{.shape = {.branching = {4}}, .scheme = scheme, .estimate_sibling_acceptance = true},
+                 .sampling = s,
+                 .budget = {.max_new_tokens = tokens}},
+                rng);
+            for (std::size_t k = 0; k < 4 && k < out.stats.reached_at_sibling.size(); ++k) {
+                expected[k] += out.stats.expected_accepted_at_sibling[k];
+                reached[k] += static_cast<double>(out.stats.reached_at_sibling[k]);
+            }
+            progress.show(r == runs, "sibling acceptance: run %zu/%zu", r, runs);
+        }
+        std::vector<double> a(4, 0.0);
+        for (std::size_t k = 0; k < 4; ++k) a[k] = reached[k] > 0 ? expected[k] / reached[k] : 0.0;
+        progress.clear();
+        std::printf("\nBest trees (specdec::best_tree, widths up to 4 per node, depth up to 8) from the sibling "
+                    "acceptance a_k = %.3f %.3f %.3f %.3f (pilot):\n\n",
+                    a[0], a[1], a[2], a[3]);
+        std::printf("| best tree (children per node) | nodes | depth | predicted tokens/pass | tokens/pass | uniform tree "
+                    "of as many nodes | gain | chain of same nodes | gain |\n");
+        std::printf("|---|---|---|---|---|---|---|---|---|\n");
+        const std::vector<std::size_t> widest(8, 4);
+        const std::vector<std::pair<std::size_t, std::vector<std::size_t>>> budgets{
+            {4, {2, 1}}, {8, {2, 1, 1, 1}}, {14, {2, 2, 1, 1}}, {21, {3, 2, 1, 1}}, {28, {4, 2, 1, 1}}};
+        for (const auto& [nodes, uniform] : budgets) {
+            const specdec::tree_shape best = specdec::best_tree(a, nodes, widest);
+            const auto run_shape = [&](const specdec::tree_shape& shape, const std::string& label) {
+                return tokens_per_pass(runs, [&](std::size_t seed) {
+                    std::mt19937_64 rng(seed);
+                    return specdec::speculative_decode(draft, target, prompt,
+                                                       {.step = specdec::tree{.shape = shape, .scheme = scheme},
+                                                        .sampling = s,
+                                                        .budget = {.max_new_tokens = tokens}},
+                                                       rng);
+                }, progress, label);
+            };
+            const measured t = run_shape(best, "best tree of " + std::to_string(nodes));
+            const measured u = run_shape(specdec::tree_shape{.branching = uniform}, "tree " + shape_name(uniform));
+            const measured n = chain_of(best.nodes());
+            progress.clear();
+            std::printf("| %s | %zu | %zu | %.3f | %.3f ± %.3f | %s %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",
+                        shape_name(best.children).c_str(), best.nodes(), best.depth(),
+                        specdec::expected_tree_tokens(best, a), t.mean, t.se, shape_name(uniform).c_str(), u.mean,
+                        u.se, 100.0 * (t.mean / u.mean - 1.0), n.mean, n.se, 100.0 * (t.mean / n.mean - 1.0));
             std::fflush(stdout);
         }
     }

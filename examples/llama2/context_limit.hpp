@@ -86,8 +86,10 @@ private:
 ///   context + m                        <= target_window  (score_tree holds every node), and
 ///   context + (nodes above the deepest) <= draft_window   (drawing the deepest level scores
 ///                                                           the tree above it with the draft);
-/// written into `out` as the first levels of asked.branching with max_nodes = m (no levels
-/// when nothing fits: an empty tree, a plain target step). Reuses out's storage.
+/// written into `out` as the first levels of the asked shape (tree_shape::cut) with max_nodes =
+/// m (no levels when nothing fits: an empty tree, a plain target step). A children list is
+/// counted by its widest node per depth (asked.branching), which only overstates the nodes above
+/// its deepest level. Reuses out's storage.
 inline void fit_tree_to_windows(const specdec::tree_shape& asked, std::size_t context, std::size_t draft_window,
                                 std::size_t target_window, specdec::tree_shape& out) {
     const std::size_t depth = asked.depth();
@@ -109,9 +111,8 @@ inline void fit_tree_to_windows(const specdec::tree_shape& asked, std::size_t co
     std::size_t m = context < target_window ? std::min(asked.nodes(), target_window - context) : 0;
     while (m > 0 && !fits(m)) --m;  // (the last call, for the m kept, set `levels`)
     if (m == 0) levels = 0;
-    out.branching.assign(asked.branching.begin(), asked.branching.begin() + static_cast<std::ptrdiff_t>(levels));
+    asked.cut(levels, out);  // (a children list too: its nodes above `levels`)
     out.max_nodes = m;
-    out.draws = asked.draws;
 }
 
 /// A TreeDrafter over a model with a context limit (a LanguageModel and TreeVerifier with

@@ -6,6 +6,7 @@
 //
 //   specdec-generate --models DIR --prompt "Once upon a time" --gamma 4 --temperature 0.8 --compare
 //   specdec-generate --models DIR --tree 2,2,1,1 --gamma auto
+//   specdec-generate --models DIR --tree-children 3,2,1,0,1
 //   specdec-generate --models DIR --draft-temperature 1.2 --draft-stop 0.05   (draft-side options, exact)
 //   specdec-generate --models DIR --gamma auto --measure-profile pair.profile   (then --profile pair.profile)
 //   specdec-generate --models DIR --compare --trace run.json --stats-json stats.json   (docs/traces.md)
@@ -55,6 +56,7 @@ struct arguments {
     std::uint64_t seed = 42;
     std::size_t max_gamma = 8;
     std::vector<std::size_t> tree;  // --tree: branching per depth (empty: chains)
+    std::vector<std::size_t> tree_children;  // --tree-children: each node's children, breadth first
     bool compare = false;
     bool color = isatty(STDOUT_FILENO) != 0;
     std::filesystem::path profile;          // --profile: load the engine profile from this file
@@ -131,6 +133,11 @@ std::variant<arguments, int> parse(int argc, char** argv) {
                    "traversal verification, exact; with --gamma auto each step's shape is planned within it)")
         ->delimiter(',')
         ->check(CLI::PositiveNumber);
+    app.add_option("--tree-children", a.tree_children,
+                   "draft this tree: the children of each node, breadth first, the root first, e.g. 3,2,0,0,1 "
+                   "(specdec::tree_shape::from_children; compare-trees prints the best trees of the pair)")
+        ->delimiter(',')
+        ->excludes("--tree");
     app.add_option("--profile", a.profile,
                    "with --gamma auto: plan every step from this engine profile (written by --measure-profile) "
                    "instead of timing the run, so the same seed gives the same tokens");
@@ -151,7 +158,17 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     // plans each step's shape within the tree's (a tree, a chain or a plain step).
     const bool adaptive = gamma == "auto";
     a.decode.length.policy = adaptive ? specdec::gamma_policy::adaptive : specdec::gamma_policy::fixed;
-    if (!a.tree.empty()) {
+    if (!a.tree_children.empty()) {
+        specdec::tree_shape shape;
+        try {
+            shape = specdec::tree_shape::from_children(a.tree_children);
+        } catch (const std::invalid_argument& e) {
+            std::fprintf(stderr, "specdec-generate: --tree-children: %s\n", e.what());
+            return 2;
+        }
+        a.tree = shape.branching;  // (its widest node per depth: a tree step)
+        a.decode.step = specdec::tree{.shape = std::move(shape)};
+    } else if (!a.tree.empty()) {
         a.decode.step = specdec::tree{.shape = {.branching = a.tree}};
     } else {
         a.decode.step = specdec::chain{
@@ -449,7 +466,9 @@ int main(int argc, char** argv) {
         const bool adaptive = a.decode.length.policy == specdec::gamma_policy::adaptive;
         if (const auto* t = std::get_if<specdec::tree>(&a.decode.step)) {
             std::printf("drafter %s, tree", a.drafter.c_str());
-            for (std::size_t i = 0; i < a.tree.size(); ++i) std::printf("%s%zu", i ? "," : " ", a.tree[i]);
+            if (!a.tree_children.empty()) std::printf(" of children");
+            const auto& listed = a.tree_children.empty() ? a.tree : a.tree_children;
+            for (std::size_t i = 0; i < listed.size(); ++i) std::printf("%s%zu", i ? "," : " ", listed[i]);
             std::printf(" (%zu nodes)%s, traversal verification, temperature %g\n", t->shape.nodes(),
                         adaptive ? ", shape planned per step" : "", static_cast<double>(a.decode.sampling.temperature));
         } else {

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "detail/best_tree.hpp"
 #include "engine_profile.hpp"
 #include "error.hpp"
 
@@ -65,6 +66,14 @@ struct adaptive_gamma_options {
     /// warm-up drafts would otherwise estimate α = 0, and a policy at γ = 0 observes no more
     /// drafts), and a deep position seen a few times leans on the shallower ones. 0: none.
     double prior_weight = 2.0;
+    /// The acceptance known before the first step, e.g. from an earlier run of the pair: for a
+    /// chain controller α_i by draft position (entry i − 1: decode_stats::estimated_acceptance
+    /// per position), for a tree planner a_k by sibling rank (entry k − 1:
+    /// decode_stats::estimated_sibling_acceptance(k − 1)); positions or ranks past the end take
+    /// the last entry. Each replaces the prior above (prior_weight pseudo-observations of it), and
+    /// the first step plans from it instead of a warm-up step, so a fresh planner is right from its
+    /// first steps. Empty: none. \pre every entry in [0, 1].
+    std::vector<double> acceptance_prior{};
     /// Cost of drafting n tokens, in any unit (the same as pass_cost's). Set both pass_cost
     /// and draft_cost to use known costs; then nothing is timed. Empty: measured with a steady
     /// clock around the drafter's calls (seconds). In a batch, the sequences draft together
@@ -150,6 +159,12 @@ struct tree_plan_limits {
     /// the verifier scores a chain in one call; its own planner sets it then. false: such plans
     /// run as tree steps and are costed with the tree pass's cost, as every other plan is.
     bool chains_as_chain_steps = false;
+    /// Besides the shapes uniform per depth, plan the best tree of each node count (2 to
+    /// max_nodes, at most best_tree_node_cap) and each depth: Sequoia's dynamic program
+    /// (best_tree(), Chen et al. 2024, §3.1) on the current sibling acceptance, whose nodes of
+    /// one depth may differ (the first-drawn child carries the deeper subtree). Such a plan is
+    /// drafted from its children list (tree_shape::children).
+    bool best_trees = true;
 };
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
@@ -179,6 +194,10 @@ public:
         if (options_.window == 0) detail::fail_invalid(where, ": window = 0; at least 1 is needed");
         if (!(options_.prior_weight >= 0.0 && std::isfinite(options_.prior_weight)))
             detail::fail_invalid(where, ": prior_weight = ", options_.prior_weight, " must be finite and >= 0");
+        for (std::size_t i = 0; i < options_.acceptance_prior.size(); ++i)
+            if (!(options_.acceptance_prior[i] >= 0.0 && options_.acceptance_prior[i] <= 1.0))
+                detail::fail_invalid(where, ": acceptance_prior[", i, "] = ", options_.acceptance_prior[i],
+                                     " is not a probability in [0, 1]");
         if (!(options_.explore_budget >= 0.0 && options_.explore_budget <= 1.0))
             detail::fail_invalid(where, ": explore_budget = ", options_.explore_budget, " must lie in [0, 1]");
         if (static_cast<bool>(options_.draft_cost) != static_cast<bool>(options_.pass_cost))
@@ -221,7 +240,12 @@ public:
         for (const std::size_t b : tree_.branching) widest = std::max(widest, b);
         sibling_.assign(widest, estimate{});
         enumerate_shapes();
+        refresh_best_trees();
     }
+
+    /// The most nodes of a tree planner's best trees (tree_plan_limits::best_trees): the
+    /// dynamic program runs before every step, in O(depth² · width · nodes²) time.
+    static constexpr std::size_t best_tree_node_cap = 64;
 
     /// The settings it was made with.
     [[nodiscard]] const adaptive_gamma_options& options() const noexcept { return options_; }
@@ -232,10 +256,19 @@ public:
     /// A tree planner's limits (empty branching for a chain controller).
     [[nodiscard]] const tree_plan_limits& tree_limits() const noexcept { return tree_; }
     /// A tree planner's choice at the last choose(): the branching per depth of the step's
-    /// tree (empty: a plain step). For a chain controller: empty.
+    /// tree (empty: a plain step); for a best tree (planned_children() not empty), its widest
+    /// node per depth. For a chain controller: empty.
     [[nodiscard]] std::span<const std::size_t> planned_shape() const noexcept {
         if (!plans_trees()) return {};
+        if (is_best(planned_)) return best_[planned_ - shapes_.size()].widest;
         return shapes_[planned_];
+    }
+    /// A tree planner's choice at the last choose() when it is a best tree
+    /// (tree_plan_limits::best_trees): its children list (tree_shape::children); empty for a
+    /// shape uniform per depth (planned_shape()), a plain step, or a chain controller.
+    [[nodiscard]] std::span<const std::size_t> planned_children() const noexcept {
+        if (!plans_trees() || !is_best(planned_)) return {};
+        return best_[planned_ - shapes_.size()].children;
     }
     /// True when costs are measured (neither cost callbacks nor a profile were given): then the
     /// choices depend on timings, and the same seed need not give the same tokens.
@@ -253,7 +286,8 @@ public:
         sequences_ = std::max<std::size_t>(sequences, 1);
         const std::size_t top = std::min(gamma_max_, limit);
         const std::size_t warm = warm_plan();
-        const bool known_acceptance = plans_trees() ? sibling_[0].count != 0 : alpha_[0].count != 0;
+        const bool known_acceptance = !options_.acceptance_prior.empty() ||
+                                      (plans_trees() ? sibling_[0].count != 0 : alpha_[0].count != 0);
         std::size_t g;
         if (top == 0) {
             g = 0;
@@ -356,6 +390,7 @@ public:
         }
         total_ += plans_trees() ? plan_cost(planned_, sequences_)
                                 : expected_cost(std::min(o.gamma, gamma_max_), sequences_);
+        if (plans_trees() && !o.sibling_acceptance.empty()) refresh_best_trees();
     }
 
     /// A tree planner's estimate of a_k (k = 1.., the acceptance of a node's k-th child given
@@ -382,15 +417,22 @@ public:
     /// A tree planner's expected cost of a step of the shape `branching` for `sequences`
     /// sequences (see the tree constructor).
     [[nodiscard]] double expected_cost(std::span<const std::size_t> branching, std::size_t sequences = 1) const {
-        const std::size_t b = std::max<std::size_t>(sequences, 1);
-        std::size_t nodes = 0, calls = branching.empty() ? 0 : 1, level = 1;
+        std::size_t nodes = 0, parents = branching.empty() ? 0 : 1, level = 1;
         for (std::size_t d = 0; d < branching.size(); ++d) {
             level *= branching[d];
             nodes += level;
-            if (d + 1 < branching.size()) calls += level;
+            if (d + 1 < branching.size()) parents += level;
         }
-        if (tree_.draft_calls == tree_draft_calls::per_level) calls = branching.size();
         const bool chain = std::all_of(branching.begin(), branching.end(), [](std::size_t x) { return x == 1; });
+        return tree_cost(nodes, parents, branching.size(), chain, sequences);
+    }
+    /// A tree planner's expected cost of a step of a tree of `nodes` nodes, `parents` of them
+    /// (the root included) with children, of depth `depth` (a chain when `chain`), for
+    /// `sequences` sequences (see the tree constructor).
+    [[nodiscard]] double tree_cost(std::size_t nodes, std::size_t parents, std::size_t depth, bool chain,
+                                   std::size_t sequences = 1) const {
+        const std::size_t b = std::max<std::size_t>(sequences, 1);
+        const std::size_t calls = tree_.draft_calls == tree_draft_calls::per_level ? depth : parents;
         const bool tree_pass = !(chain && tree_.chains_as_chain_steps);
         if (tree_.drafts_per_sequence && b > 1 && !(chain && tree_.chains_batched))
             return tree_cost_per_sequence(calls, b * (nodes + 1), b, tree_pass);
@@ -624,22 +666,37 @@ private:
     /// Whether the plan's pass goes through the tree call (see tree_plan_limits::chains_as_chain_steps).
     [[nodiscard]] bool plan_tree_pass(std::size_t p) const {
         if (!plans_trees()) return false;
+        if (is_best(p)) return !(tree_.chains_as_chain_steps && best_[p - shapes_.size()].chain);
         const auto& v = shapes_[p];
         return !(tree_.chains_as_chain_steps && std::all_of(v.begin(), v.end(), [](std::size_t x) { return x == 1; }));
     }
 
     // Plans: for a chain controller, plan g is γ = g; for a tree planner, plan i is shapes_[i]
-    // (shapes_[0] the plain step), in order of depth then nodes.
-    [[nodiscard]] std::size_t plan_count() const { return plans_trees() ? shapes_.size() : gamma_max_ + 1; }
-    [[nodiscard]] std::size_t plan_depth(std::size_t p) const { return plans_trees() ? shapes_[p].size() : p; }
+    // (shapes_[0] the plain step), in order of depth then nodes, then the best trees best_[i −
+    // shapes_.size()] (tree_plan_limits::best_trees).
+    [[nodiscard]] bool is_best(std::size_t p) const noexcept { return p >= shapes_.size(); }
+    [[nodiscard]] std::size_t plan_count() const {
+        return plans_trees() ? shapes_.size() + best_.size() : gamma_max_ + 1;
+    }
+    [[nodiscard]] std::size_t plan_depth(std::size_t p) const {
+        if (!plans_trees()) return p;
+        return is_best(p) ? best_[p - shapes_.size()].depth : shapes_[p].size();
+    }
     [[nodiscard]] double plan_tokens(std::size_t p) const {
-        return plans_trees() ? expected_tokens(std::span<const std::size_t>(shapes_[p])) : expected_tokens(p);
+        if (!plans_trees()) return expected_tokens(p);
+        return is_best(p) ? best_[p - shapes_.size()].tokens : expected_tokens(std::span<const std::size_t>(shapes_[p]));
     }
     [[nodiscard]] double plan_cost(std::size_t p, std::size_t b) const {
-        return plans_trees() ? expected_cost(std::span<const std::size_t>(shapes_[p]), b) : expected_cost(p, b);
+        if (!plans_trees()) return expected_cost(p, b);
+        if (is_best(p)) {
+            const best_plan_tree& t = best_[p - shapes_.size()];
+            return tree_cost(t.nodes, t.parents, t.depth, t.chain, b);
+        }
+        return expected_cost(std::span<const std::size_t>(shapes_[p]), b);
     }
     [[nodiscard]] std::size_t plan_positions(std::size_t p, std::size_t b) const {
         if (!plans_trees()) return b * (p + 1);
+        if (is_best(p)) return b * (best_[p - shapes_.size()].nodes + 1);
         std::size_t nodes = 0, level = 1;
         for (const std::size_t x : shapes_[p]) nodes += level *= x;
         return b * (nodes + 1);
@@ -673,6 +730,13 @@ private:
     /// else one level deeper, else one level shallower.
     [[nodiscard]] std::size_t neighbour(std::size_t best, std::size_t top) const {
         if (!plans_trees()) return best < top ? best + 1 : best - 1;
+        if (is_best(best)) {  // the best tree of one node more of the same depth limit, else one less
+            const std::size_t j = best - shapes_.size(), per_depth = best_tree_nodes_ - 1;
+            const std::size_t n = j % per_depth;  // (n + 2 nodes)
+            if (n + 1 < per_depth && best_[j + 1].depth <= top) return best + 1;
+            if (n > 0 && best_[j - 1].depth <= top) return best - 1;
+            return best;
+        }
         std::vector<std::size_t> v = shapes_[best];
         const auto find = [&](const std::vector<std::size_t>& w) {
             for (std::size_t i = 0; i < shapes_.size(); ++i)
@@ -723,6 +787,75 @@ private:
             return a.size() != c.size() ? a.size() < c.size() : nodes_of(a) < nodes_of(c);
         });
     }
+    /// The best trees (tree_plan_limits::best_trees) for the current sibling acceptance: for each
+    /// depth limit L (1 to the limits' depth) and node count n (2 to best_tree_nodes_), the best
+    /// tree of at most n nodes and depth L, at best_[(L − 1) · (best_tree_nodes_ − 1) + n − 2].
+    /// Reuses its storage: no allocation once the trees have held as many entries. A tree's cost
+    /// depends on its node count, its depth and, with a draft call per node with children
+    /// (tree_draft_calls::per_parent), on how many nodes have children, which the program does
+    /// not weigh (a draft call's cost does not scale with the probability that verification
+    /// reaches the node, so it does not fit the recursion): there the plan can be a tree of as
+    /// many tokens that costs a draft call more than the best (engine_profile_test: within 3% of
+    /// the best rate of every tree; with one call per level, the best).
+    void refresh_best_trees() {
+        if (!tree_.best_trees) return;
+        if (best_tree_nodes_ == 0) {
+            std::size_t full = 0, level = 1;
+            for (const std::size_t b : tree_.branching) {
+                level = std::min(level * b, best_tree_node_cap);
+                full = std::min(full + level, best_tree_node_cap);
+            }
+            best_tree_nodes_ = std::min(full, tree_.max_nodes == 0 ? best_tree_node_cap : tree_.max_nodes);
+            if (best_tree_nodes_ < 2) {
+                best_tree_nodes_ = 1;  // nothing beyond the uniform shapes
+                return;
+            }
+            best_.resize(tree_.branching.size() * (best_tree_nodes_ - 1));
+        }
+        if (best_.empty()) return;
+        detail::rank_weights_of([this](std::size_t k) { return shrunk_sibling(k); }, sibling_.size(), rank_weights_);
+        for (std::size_t depth = 1; depth <= tree_.branching.size(); ++depth) {
+            table_.compute(rank_weights_, std::span<const std::size_t>(tree_.branching).first(depth), best_tree_nodes_);
+            for (std::size_t n = 2; n <= best_tree_nodes_; ++n) {
+                best_plan_tree& t = best_[(depth - 1) * (best_tree_nodes_ - 1) + n - 2];
+                table_.tree(n, t.children);
+                if (t.children.empty()) t.children.push_back(1);
+                // Its E[tokens] (the probability of reaching and accepting each node, summed), node
+                // count, nodes with children, depth and widest node per depth.
+                reach_.assign(1, 1.0);
+                t.tokens = 1.0;
+                for (std::size_t i = 0; i < t.children.size(); ++i)
+                    for (std::size_t r = 0; r < t.children[i]; ++r) {
+                        const double p = reach_[i] * (r < rank_weights_.size() ? rank_weights_[r] : 0.0);
+                        reach_.push_back(p);
+                        t.tokens += p;
+                    }
+                t.nodes = 0;
+                t.parents = 0;
+                t.chain = true;
+                t.widest.clear();
+                std::size_t level_begin = 0, level_end = 1, d = 0;
+                while (level_begin < level_end && level_begin < t.children.size()) {
+                    std::size_t next_end = level_end;
+                    for (std::size_t i = level_begin; i < level_end && i < t.children.size(); ++i) {
+                        const std::size_t k = t.children[i];
+                        if (k == 0) continue;
+                        if (t.widest.size() <= d) t.widest.resize(d + 1, 0);
+                        t.widest[d] = std::max(t.widest[d], k);
+                        t.nodes += k;
+                        ++t.parents;
+                        t.chain = t.chain && k == 1;
+                        next_end += k;
+                    }
+                    level_begin = level_end;
+                    level_end = next_end;
+                    ++d;
+                }
+                t.depth = t.widest.size();
+            }
+        }
+    }
+
     /// A sibling rank never tested yet is taken as this fraction of the rank before it. Later
     /// siblings are accepted less often (each is tested against what the earlier ones left of the
     /// target's mass, and is drawn from what they left of the draft's), and a rank is tested only
@@ -736,10 +869,12 @@ private:
     [[nodiscard]] double shrunk_sibling(std::size_t k) const {
         if (k == 0 || k > sibling_.size()) return 0.0;
         const double w = options_.prior_weight;
+        const auto& given = options_.acceptance_prior;
         double prior = 0.5;
         for (std::size_t j = 0; j < k; ++j) {
-            if (sibling_[j].count == 0) {  // never tested: a fraction of the rank before
-                if (j > 0) prior *= unseen_rank_ratio;
+            if (!given.empty()) prior = given[std::min(j, given.size() - 1)];
+            if (sibling_[j].count == 0) {  // never tested: its prior, or a fraction of the rank before
+                if (j > 0 && given.empty()) prior *= unseen_rank_ratio;
                 continue;
             }
             const auto n = static_cast<double>(sibling_[j].count);
@@ -756,6 +891,13 @@ private:
         const auto speedup = [&](std::size_t p) { return plan_tokens(p) / plan_cost(p, b) * plan_cost(0, b); };
         const auto name = [&](std::size_t p) {
             std::string n;
+            if (is_best(p)) {
+                const best_plan_tree& t = best_[p - shapes_.size()];
+                if (t.chain) return "chain of " + std::to_string(t.depth);
+                n = "best tree of " + std::to_string(t.nodes) + " nodes (children";
+                for (std::size_t i = 0; i < t.children.size(); ++i) n += (i ? "," : " ") + std::to_string(t.children[i]);
+                return n + ")";
+            }
             bool chain = true;
             for (const std::size_t x : shapes_[p]) chain = chain && x == 1;
             if (chain) return "chain of " + std::to_string(shapes_[p].size());
@@ -763,7 +905,7 @@ private:
             for (std::size_t d = 0; d < shapes_[p].size(); ++d) n += (d ? "," : " ") + std::to_string(shapes_[p][d]);
             return n;
         };
-        char buf[200];
+        char buf[600];  // (a best tree's name lists its children: up to about 200 characters)
         std::string ranks;
         for (std::size_t k = 1; k <= sibling_.size(); ++k) {
             std::snprintf(buf, sizeof buf, "%s%.2f", k == 1 ? "" : " ", shrunk_sibling(k));
@@ -771,7 +913,7 @@ private:
         }
         if (best == 0) {
             std::size_t runner = 1;
-            for (std::size_t p = 1; p < shapes_.size(); ++p)
+            for (std::size_t p = 1; p < plan_count(); ++p)
                 if (speedup(p) > speedup(runner)) runner = p;
             std::snprintf(buf, sizeof buf, "speculation off for %s: best predicted %.2fx (%s); sibling acceptance ",
                           who.c_str(), speedup(runner), name(runner).c_str());
@@ -809,9 +951,11 @@ private:
     [[nodiscard]] double shrunk_acceptance(std::size_t i) const {
         if (i == 0 || i > alpha_.size()) return 0.0;
         const double w = options_.prior_weight;
+        const auto& given = options_.acceptance_prior;
         double prior = 0.5;
         for (std::size_t k = 0; k < i; ++k) {
-            if (alpha_[k].count == 0) continue;  // unseen: the position before it
+            if (!given.empty()) prior = given[std::min(k, given.size() - 1)];
+            if (alpha_[k].count == 0) continue;  // unseen: its prior, or the position before it
             const auto n = static_cast<double>(alpha_[k].count);
             prior = (n * alpha_[k].value + w * prior) / (n + w);
         }
@@ -888,6 +1032,18 @@ private:
     std::size_t sequences_ = 1;      // the sequences of the step being planned
     tree_plan_limits tree_{};        // a tree planner's limits (empty: chains)
     std::vector<std::vector<std::size_t>> shapes_{};  // a tree planner's plans (0: plain)
+    /// A best tree (refresh_best_trees): its children list, widest node per depth, node count,
+    /// nodes with children (the root included), depth, whether it is a chain, and E[tokens].
+    struct best_plan_tree {
+        std::vector<std::size_t> children{}, widest{};
+        std::size_t nodes = 0, parents = 0, depth = 0;
+        bool chain = false;
+        double tokens = 1.0;
+    };
+    std::vector<best_plan_tree> best_{};   // a tree planner's best trees, after shapes_ as plans
+    std::size_t best_tree_nodes_ = 0;      // their largest node count (0: not sized yet)
+    detail::best_tree_table table_{};      // refresh_best_trees' scratch
+    std::vector<double> rank_weights_{}, reach_{};
     std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)
     std::size_t planned_ = 0;        // the plan of the last choose()
     mutable std::vector<double> ragged_alpha_{};      // plan_sequences' scratch

@@ -300,7 +300,7 @@ struct step_settings {
     tree_verification_scheme tree_scheme = tree_verification_scheme::traversal;
     float stop_below = 0.0f;
     const tree_shape* shape = nullptr;                // a tree step's full shape
-    const std::vector<std::size_t>* planned = nullptr;  // the planner's branching for this step (null: the full shape's)
+    const tree_shape* planned = nullptr;  // the planner's tree for this step (null: the run's shape)
     bool sibling_stats = false;                       // estimate the acceptance by sibling rank
 };
 
@@ -364,8 +364,7 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
                 if constexpr (AnyTreeDrafter<D>) {
                     // The run's shape cut to this step's depth (no allocation: the vector only
                     // shrinks and regrows within its capacity).
-                    const auto& full = s.planned ? *s.planned : s.shape->branching;
-                    it.tws->shape.branching.assign(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(it.gamma));
+                    (s.planned ? s.planned : s.shape)->cut(it.gamma, it.tws->shape);
                     draft_tree_step(drafter, context, it.gamma, draft_sampling, uniforms, *it.tws, vocab, where);
                     prune_tree_below(it.tws->tree, s.stop_below, it.tws->kept);
                 }
@@ -584,6 +583,15 @@ public:
             if (longest_ == 0)
                 detail::fail_invalid(where, ": options.step is a tree whose shape.branching has depth 0; at least "
                                             "one level with a positive branching is needed");
+            if (!t.shape.children.empty()) {
+                if (const char* problem = t.shape.children_problem())
+                    detail::fail_invalid(where, ": step.shape.children: ", problem);
+                if (t.shape.branching != t.shape.widest_per_depth())
+                    detail::fail_invalid(where, ": step.shape.children is set, and step.shape.branching is not the "
+                                                "widest node of each of its depths (a drafter that reads only "
+                                                "branching would propose another tree); make the shape with "
+                                                "specdec::tree_shape::from_children()");
+            }
             if (t.shape.draws != sibling_draws::iid && t.shape.draws != sibling_draws::without_replacement)
                 detail::fail_invalid(where, ": step.shape.draws = ", static_cast<int>(t.shape.draws),
                                      " is neither sibling_draws::iid nor sibling_draws::without_replacement");
@@ -673,8 +681,7 @@ public:
         e->budget = std::move(budget);
         if (tree_) {
             e->tws = std::make_unique<detail::tree_workspace>();
-            e->tws->shape = std::get<tree>(options_.step).shape;
-            e->tws->shape.branching.resize(longest_);
+            std::get<tree>(options_.step).shape.cut(longest_, e->tws->shape);
             e->tws->accepted.reserve(longest_);  // the longest accepted path, so committing never allocates
         }
         if (id == entries_.size()) entries_.emplace_back();
@@ -761,9 +768,21 @@ public:
             planned = controller_->choose(limit, items_.size());
             bool as_chain = false;
             if (tree_) {
+                // The plan: a shape uniform per depth, or a best tree's children list (then its
+                // widest node per depth and node count as branching and max_nodes, as
+                // tree_shape::from_children sets them).
                 const auto shape = controller_->planned_shape();
-                planned_branching_.assign(shape.begin(), shape.end());
-                settings_.planned = &planned_branching_;
+                const auto children = controller_->planned_children();
+                const tree_shape& run_shape = std::get<tree>(options_.step).shape;
+                planned_tree_.branching.assign(shape.begin(), shape.end());
+                planned_tree_.children.assign(children.begin(), children.end());
+                planned_tree_.max_nodes = run_shape.max_nodes;
+                if (!children.empty()) {
+                    planned_tree_.max_nodes = 0;
+                    for (const std::size_t k : children) planned_tree_.max_nodes += k;
+                }
+                planned_tree_.draws = run_shape.draws;
+                settings_.planned = &planned_tree_;
                 // A plan that is a chain (or a plain step) runs as a chain step when both models
                 // can, at no more target calls than the tree's: the chain's draft, pass and block
                 // verification, without the tree machinery (tree attention, the tree
@@ -1021,7 +1040,7 @@ private:
     std::vector<double> sibling_sum_;
     std::vector<std::size_t> sibling_count_;
     std::vector<float> mean_sibling_;
-    std::vector<std::size_t> planned_branching_;  // the tree planner's shape for the step
+    tree_shape planned_tree_{};  // the tree planner's tree for the step
     step_timing timing_{};                         // the last step's, for on_step
     std::vector<gamma_controller::sequence_acceptance> ragged_;  // plan_sequences' input
     std::vector<std::size_t> ragged_gamma_;                      // and its output

@@ -206,7 +206,8 @@ struct decode_options {
 /// The controller a decoding call makes for the adaptive policy of `o`: a chain's (gamma_max =
 /// the chain's γ) or a tree planner (the tree's shape as its limits), with o.length.adaptive.
 /// Make your own this way to keep its estimates across calls (o.length.controller).
-/// \throws std::invalid_argument as gamma_controller's constructors.
+/// \throws std::invalid_argument as gamma_controller's constructors, and for a tree shape whose
+///         children list is not a tree (tree_shape::children_problem).
 /// `draft_calls`: how the tree drafter's calls grow with the tree (a decoder makes its own
 /// controller with the value that fits its drafter: per_parent for a plain next_logits model,
 /// per_level otherwise); `chains_batched` and `chains_as_chain_steps`: the fields of
@@ -218,10 +219,16 @@ struct decode_options {
                                                       bool chains_batched = false, bool chains_as_chain_steps = false) {
     if (const auto* t = std::get_if<tree>(&o.step)) {
         const std::size_t depth = t->shape.depth();
+        std::vector<std::size_t> branching;  // a children list's widest node per depth
+        if (!t->shape.children.empty()) {
+            if (const char* problem = t->shape.children_problem())
+                detail::fail_invalid("specdec::make_controller: options.step.shape.children: ", problem);
+            branching = t->shape.widest_per_depth();
+        } else {
+            branching.assign(t->shape.branching.begin(), t->shape.branching.begin() + static_cast<std::ptrdiff_t>(depth));
+        }
         return gamma_controller(
-            tree_plan_limits{.branching = std::vector<std::size_t>(t->shape.branching.begin(),
-                                                                   t->shape.branching.begin() +
-                                                                       static_cast<std::ptrdiff_t>(depth)),
+            tree_plan_limits{.branching = std::move(branching),
                              .max_nodes = t->shape.max_nodes,
                              .draft_calls = draft_calls,
                              .chains_batched = chains_batched,

@@ -22,10 +22,12 @@
 #include <cstdint>
 #include <limits>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "adapters.hpp"
 #include "concepts.hpp"
+#include "detail/best_tree.hpp"
 #include "detail/reshape.hpp"
 #include "error.hpp"
 #include "random.hpp"
@@ -145,28 +147,233 @@ enum class tree_verification_scheme {
 /// (the root is depth 0), so {3, 2, 1, 1} is a tree of depth 4 with 3 + 6 + 6 + 6 = 21 nodes, and
 /// {1, 1, 1, 1} is a chain of 4. `max_nodes` (0: none) caps the count; nodes are then kept
 /// breadth first, earlier siblings before later ones.
+///
+/// A tree whose nodes of one depth differ (the best tree for a node budget, best_tree() in
+/// adaptive_gamma.hpp, where the first-drawn child carries a deeper subtree than its later
+/// siblings, as in Sequoia, Chen et al. 2024, §3.1) lists its nodes' children in `children`;
+/// make it with from_children(), which also sets `branching` to the widest node of each depth
+/// and `max_nodes` to the node count, so that a drafter that reads only those two proposes a
+/// tree within it (decoding checks that they agree).
 struct tree_shape {
     std::vector<std::size_t> branching{2, 2, 1, 1};  ///< children per node at each depth
     std::size_t max_nodes = 0;                       ///< cap on the node count (0: none)
     /// How siblings are drawn by a model drafter (without replacement: distinct candidates).
     sibling_draws draws = sibling_draws::without_replacement;
+    /// Empty: every node at depth d has branching[d] children. Otherwise children[i] is the
+    /// number of children of node i, numbered breadth first with the root as 0 and siblings in
+    /// draw order (entries past the end: 0), e.g. {3, 2, 1, 0, 1} is a root with three children,
+    /// of which the first has two and the second one, and the first grandchild one more.
+    std::vector<std::size_t> children{};
 
-    /// The depth of the tree (entries of branching before the first 0).
+    /// The shape of the tree `children` lists (see the field), drawn as `draws` says.
+    /// 	hrows std::invalid_argument when an entry gives children to a node that does not exist
+    ///         (an index past the nodes the entries before it made) or the tree has no node.
+    [[nodiscard]] static tree_shape from_children(std::vector<std::size_t> children,
+                                                  sibling_draws draws = sibling_draws::without_replacement) {
+        tree_shape s{.branching = {}, .max_nodes = 0, .draws = draws, .children = std::move(children)};
+        if (const char* problem = s.children_problem())
+            detail::fail_invalid("specdec::tree_shape::from_children: ", problem);
+        s.branching = s.widest_per_depth();
+        s.max_nodes = s.listed_nodes();
+        return s;
+    }
+
+    /// The depth of the tree (entries of branching before the first 0; with `children`, its
+    /// deepest node's depth).
     [[nodiscard]] std::size_t depth() const noexcept {
+        if (!children.empty()) return deepest_listed();
         std::size_t d = 0;
         while (d < branching.size() && branching[d] > 0) ++d;
         return d;
     }
     /// Nodes of a full tree of this shape, capped by max_nodes.
     [[nodiscard]] std::size_t nodes() const noexcept {
-        std::size_t total = 0, level = 1;
-        for (std::size_t d = 0; d < depth(); ++d) {
-            level *= branching[d];
-            total += level;
+        std::size_t total = 0;
+        if (!children.empty()) {
+            total = listed_nodes();
+        } else {
+            std::size_t level = 1;
+            for (std::size_t d = 0; d < depth(); ++d) {
+                level *= branching[d];
+                total += level;
+            }
         }
         return max_nodes == 0 ? total : std::min(total, max_nodes);
     }
+    /// Children of node i (breadth first, the root 0) at depth d of the full shape.
+    [[nodiscard]] std::size_t children_of(std::size_t i, std::size_t d) const noexcept {
+        if (!children.empty()) return i < children.size() ? children[i] : 0;
+        return d < branching.size() ? branching[d] : 0;
+    }
+
+    /// This shape cut to its first `levels` levels (the nodes of depth <= levels), written into
+    /// `out` (which may be *this), which keeps its vectors' capacity: no allocation once it has
+    /// held a shape this large.
+    void cut(std::size_t levels, tree_shape& out) const {
+        std::size_t listed = 0;  // nodes of depth < levels are a prefix of the breadth-first numbering
+        for_each_listed([&listed, levels](std::size_t i, std::size_t d, std::size_t) {
+            if (d < levels) listed = i + 1;
+        });
+        const std::size_t kept = std::min(levels, branching.size());
+        if (&out == this) {
+            out.branching.resize(kept);
+            if (!out.children.empty()) out.children.resize(std::min(listed, out.children.size()));
+            return;
+        }
+        out.branching.assign(branching.begin(), branching.begin() + static_cast<std::ptrdiff_t>(kept));
+        out.children.assign(children.begin(),
+                            children.begin() + static_cast<std::ptrdiff_t>(std::min(listed, children.size())));
+        out.max_nodes = max_nodes;
+        out.draws = draws;
+    }
+
+    /// With `children`: the first problem of the list (null: none), in words.
+    [[nodiscard]] const char* children_problem() const noexcept {
+        std::size_t made = 0;  // nodes the entries so far made (node i exists iff i <= made)
+        for (std::size_t i = 0; i < children.size(); ++i) {
+            if (children[i] > 0 && i > made) return "an entry gives children to a node that no earlier entry made";
+            made += children[i];
+        }
+        return made == 0 ? "the tree has no node (children[0] = 0 or the list is empty)" : nullptr;
+    }
+    /// With `children`: the widest node of each depth (what `branching` holds for it).
+    [[nodiscard]] std::vector<std::size_t> widest_per_depth() const {
+        std::vector<std::size_t> widest;
+        for_each_listed([&widest](std::size_t, std::size_t d, std::size_t k) {
+            if (widest.size() <= d) widest.resize(d + 1, 0);
+            widest[d] = std::max(widest[d], k);
+        });
+        while (!widest.empty() && widest.back() == 0) widest.pop_back();
+        return widest;
+    }
+
+private:
+    [[nodiscard]] std::size_t listed_nodes() const noexcept {
+        std::size_t total = 0;
+        for (const std::size_t k : children) total += k;
+        return total;
+    }
+    [[nodiscard]] std::size_t deepest_listed() const noexcept {
+        std::size_t deepest = 0;
+        for_each_listed([&deepest](std::size_t, std::size_t d, std::size_t k) {
+            if (k > 0) deepest = std::max(deepest, d + 1);
+        });
+        return deepest;
+    }
+    /// f(i, depth of node i, children of node i) for the nodes the list makes, breadth first.
+    template <class F>
+    void for_each_listed(F&& f) const {
+        // Breadth first, the nodes of one depth are contiguous: [level_begin, level_end).
+        std::size_t level_begin = 0, level_end = 1, d = 0;
+        while (level_begin < level_end && level_begin < children.size()) {
+            std::size_t next_end = level_end;
+            for (std::size_t i = level_begin; i < level_end && i < children.size(); ++i) {
+                f(i, d, children[i]);
+                next_end += children[i];
+            }
+            level_begin = level_end;
+            level_end = next_end;
+            ++d;
+        }
+    }
 };
+
+namespace detail {
+
+/// The probability that the r-th child drawn under a node (r from 1) is the one accepted, in
+/// Sequoia's model (Chen et al. 2024, §3.1): a_r Π_{k<r} (1 − a_k), a_k = acceptance[k − 1]
+/// (0 past its end). Checks the values (each in [0, 1]).
+inline std::vector<double> rank_weights(std::span<const double> acceptance, std::size_t ranks, const char* where) {
+    std::vector<double> w(ranks, 0.0);
+    double none_yet = 1.0;  // Π (1 − a_k) over the ranks before
+    for (std::size_t r = 0; r < ranks && r < acceptance.size(); ++r) {
+        const double a = acceptance[r];
+        if (!(a >= 0.0 && a <= 1.0))
+            fail_invalid(where, ": sibling_acceptance[", r, "] = ", a, " is not a probability in [0, 1]");
+        w[r] = none_yet * a;
+        none_yet *= 1.0 - a;
+    }
+    for (std::size_t r = ranks; r < acceptance.size(); ++r)
+        if (!(acceptance[r] >= 0.0 && acceptance[r] <= 1.0))
+            fail_invalid(where, ": sibling_acceptance[", r, "] = ", acceptance[r], " is not a probability in [0, 1]");
+    return w;
+}
+
+}  // namespace detail
+
+/// E[tokens] of one step with a tree of `shape`, in the model of Sequoia (Chen et al. 2024,
+/// §3.1): the r-th child drawn under any node is accepted, given that the earlier ones were
+/// not, with probability a_r = sibling_acceptance[r − 1] (0 past the end): what
+/// decode_stats::estimated_sibling_acceptance(r − 1) estimates (with
+/// tree{.estimate_sibling_acceptance = true}). The step yields the accepted path
+/// and one token more, so E = 1 + Σ over nodes of the probability that verification reaches and
+/// accepts it. For a shape uniform per depth this is 1 + Σ_d Π_{i≤d} (1 − Π_{r≤b_i} (1 − a_r)),
+/// the tree planner's E[tokens]; for a chain of γ with a_1 = α, Leviathan et al.'s Eq. 1.
+/// Nodes past max_nodes (breadth first) are not counted.
+/// \throws std::invalid_argument for a sibling_acceptance value outside [0, 1] or a shape whose
+///         `children` list is not a tree.
+[[nodiscard]] inline double expected_tree_tokens(const tree_shape& shape, std::span<const double> sibling_acceptance) {
+    constexpr const char* where = "specdec::expected_tree_tokens";
+    if (!shape.children.empty())
+        if (const char* problem = shape.children_problem()) detail::fail_invalid(where, ": shape.children: ", problem);
+    const std::size_t total = shape.nodes(), depth = shape.depth();
+    std::size_t widest = 0;
+    for (std::size_t d = 0; d < depth; ++d) widest = std::max(widest, shape.children_of(0, d));
+    if (!shape.children.empty())
+        for (const std::size_t k : shape.children) widest = std::max(widest, k);
+    const std::vector<double> w = detail::rank_weights(sibling_acceptance, widest, where);
+    // Breadth first, one level at a time: (shape index, probability that verification reaches
+    // and accepts the node) of each node; a level's children are numbered consecutively.
+    std::vector<std::pair<std::size_t, double>> level{{0, 1.0}}, next;
+    std::size_t next_index = 1, made = 0;
+    double e = 1.0;
+    for (std::size_t d = 0; d < depth && made < total; ++d) {
+        next.clear();
+        for (const auto& [i, reach] : level) {
+            const std::size_t k = shape.children_of(i, d);
+            for (std::size_t r = 0; r < k; ++r, ++next_index) {
+                if (made == total) break;
+                const double p = reach * w[r];
+                e += p;
+                next.emplace_back(next_index, p);
+                ++made;
+            }
+        }
+        level.swap(next);
+    }
+    return e;
+}
+
+/// The tree of at most `max_nodes` nodes with the most expected tokens (expected_tree_tokens)
+/// among the trees that give a node at depth d at most widest[d] children (depth at most
+/// widest.size()): Sequoia's dynamic program (Chen et al. 2024, §3.1). Under the rank-only model
+/// a subtree's value depends only on its depth and its node count, so with w_r the probability
+/// that the r-th child is the one accepted, f(d, n) = the best value below a node of depth d
+/// with at most n nodes under it is the best split of n among the ranks r = 1, 2, ... (each
+/// child taking 1 + m nodes and adding w_r (1 + f(d + 1, m))): O(depth · width · max_nodes²)
+/// time. Ranks with no acceptance add nothing, so the tree may hold fewer than max_nodes nodes
+/// (at least one). Returns the shape in the `children` form (tree_shape::from_children).
+/// \throws std::invalid_argument for max_nodes = 0, an empty `widest` or a 0 in it, or a
+///         sibling_acceptance value outside [0, 1].
+[[nodiscard]] inline tree_shape best_tree(std::span<const double> sibling_acceptance, std::size_t max_nodes,
+                                          std::span<const std::size_t> widest,
+                                          sibling_draws draws = sibling_draws::without_replacement) {
+    constexpr const char* where = "specdec::best_tree";
+    if (max_nodes == 0) detail::fail_invalid(where, ": max_nodes = 0; a tree needs a node");
+    if (widest.empty()) detail::fail_invalid(where, ": widest is empty; a tree needs a level");
+    std::size_t ranks = 0;
+    for (std::size_t d = 0; d < widest.size(); ++d) {
+        if (widest[d] == 0) detail::fail_invalid(where, ": widest[", d, "] = 0; every level needs a child");
+        ranks = std::max(ranks, std::min(widest[d], max_nodes));
+    }
+    const std::vector<double> w = detail::rank_weights(sibling_acceptance, ranks, where);
+    detail::best_tree_table table;
+    table.compute(w, widest, max_nodes);
+    std::vector<std::size_t> children;
+    table.tree(max_nodes, children);
+    if (children.empty()) children.push_back(1);  // nothing is ever accepted: one node
+    return tree_shape::from_children(std::move(children), draws);
+}
 
 /// A drafter that proposes a whole tree.
 ///
@@ -368,6 +575,21 @@ inline void draw_children(draft_tree& tree, std::int32_t parent, std::size_t k, 
 
 namespace detail {
 
+/// The node of `shape` (breadth first, the root 0) that node v of `t` (−1: the root) stands
+/// for, in a tree drafted breadth first from a shape with `children`: v's parent's node, and v's
+/// rank among its siblings (a sibling group that ran out of mass holds fewer nodes than the
+/// shape's, so drafted indices and the shape's part after it).
+inline std::size_t shape_node(const tree_shape& shape, const draft_tree& t, std::int32_t v) {
+    if (v < 0) return 0;
+    const std::int32_t parent = t.parents[static_cast<std::size_t>(v)];
+    std::int32_t first = v;  // a sibling group is contiguous
+    while (first > 0 && t.parents[static_cast<std::size_t>(first - 1)] == parent) --first;
+    const std::size_t of_parent = shape_node(shape, t, parent);
+    std::size_t first_child = 1;
+    for (std::size_t i = 0; i < of_parent; ++i) first_child += shape.children_of(i, 0);
+    return first_child + static_cast<std::size_t>(v - first);
+}
+
 /// draft_tree_from_model with level_scores(d), the matrix that receives level d's score_tree
 /// columns (or null: one next_logits call per node).
 template <LanguageModel M, class LevelScores>
@@ -379,6 +601,8 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
     if (!known_draws(shape.draws))
         fail_invalid(where, ": shape.draws = ", static_cast<unsigned>(shape.draws),
                      " is neither sibling_draws::iid nor sibling_draws::without_replacement");
+    if (!shape.children.empty())
+        if (const char* problem = shape.children_problem()) fail_invalid(where, ": shape.children: ", problem);
     const auto vocab = static_cast<Eigen::Index>(m.vocab_size());
     out.clear();
     const std::size_t total = shape.nodes(), depth = shape.depth();
@@ -389,8 +613,19 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
     // Breadth first: the parents of level d + 1 are the nodes of level d, [begin, end); the
     // root (−1) for d = 0.
     std::size_t begin = 0, end = 0;
-    for (std::size_t d = 0; d < depth && out.size() < total; ++d) {
+    std::size_t d = 0;
+    // Children of drafted node `parent` (at depth d) in the shape.
+    const auto children_here = [&](std::int32_t parent) {
+        return shape.children.empty() ? shape.branching[d] : shape.children_of(shape_node(shape, out, parent), d);
+    };
+    for (; d < depth && out.size() < total; ++d) {
         const std::size_t parents_here = d == 0 ? 1 : end - begin;
+        if (!shape.children.empty()) {  // no node of this level gets children: no call for the level
+            bool any = false;
+            for (std::size_t pi = 0; pi < parents_here && !any; ++pi)
+                any = children_here(d == 0 ? -1 : static_cast<std::int32_t>(begin + pi)) > 0;
+            if (!any) break;
+        }
         bool level_scored = false;
         // (The root's level too: score_tree on the empty tree gives the root's column, into a
         // matrix of the caller's rather than a vector next_logits returns.)
@@ -408,6 +643,8 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
         }
         for (std::size_t pi = 0; pi < parents_here && out.size() < total; ++pi) {
             const std::int32_t parent = d == 0 ? -1 : static_cast<std::int32_t>(begin + pi);
+            const std::size_t k = std::min(children_here(parent), total - out.size());
+            if (k == 0) continue;  // a leaf of a shape with `children`: no draft call
             if (level_scored) {
                 try {
                     standardize(level_scores->col(parent + 1), sampling, q, sws, where);
@@ -430,7 +667,6 @@ void draft_tree_levels(M& m, std::span<const token_id> context, const tree_shape
                     fail_draft_logits(e);
                 }
             }
-            const std::size_t k = std::min(shape.branching[d], total - out.size());
             detail::draw_children(out, parent, k, q, shape.draws, uniforms, scratch, sws, col, where);
         }
         begin = d == 0 ? 0 : end;

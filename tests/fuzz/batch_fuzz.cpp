@@ -544,7 +544,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bool invalid = false;
     if (step_byte >= 160) {
         specdec::tree t{.shape = {.branching = {}}};
-        for (std::size_t d = 0; d < 1u + step_byte % 3u; ++d) t.shape.branching.push_back(in.byte() % 4);
+        const bool shape_invalid = fuzz::tree_shape_bytes(in, 1u + step_byte % 3u, t.shape);
         t.shape.max_nodes = (step_byte & 8u) ? in.byte() % 8 : 0;
         t.shape.draws = (step_byte & 16u) ? specdec::sibling_draws::iid : specdec::sibling_draws::without_replacement;
         t.scheme = (step_byte & 32u) ? specdec::tree_verification_scheme::recursive_rejection
@@ -553,7 +553,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         o.step = t;
         st.tree = &std::get<specdec::tree>(o.step);
         st.w.longest = t.shape.depth();
-        invalid = invalid || st.w.longest == 0;
+        invalid = invalid || st.w.longest == 0 || shape_invalid;
     } else {
         invalid = invalid || !(c.lenience > 0.0f && c.lenience <= 1.0f) ||
                   (c.lenience != 1.0f && c.scheme == specdec::verification_scheme::block);
@@ -605,18 +605,26 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         a.explore_every = in.byte() % 6;
         a.max_explore_every = in.byte() % 9;
-        a.window = in.byte() % 5;  // 0 is invalid
+        const bool prior_invalid = fuzz::window_and_prior(in, a);  // window 0 is invalid
         a.explore_budget = (policy & 8u) ? 1.5 : 0.05;  // 1.5 is invalid
         a.per_sequence = (policy & 16u) != 0;
-        adaptive_invalid = adaptive_invalid || a.window == 0 || a.explore_budget > 1.0;
+        adaptive_invalid = adaptive_invalid || a.window == 0 || a.explore_budget > 1.0 || prior_invalid;
         if ((policy & 32u) && st.w.longest > 0) {
             // A controller of the caller's: make_controller's, or one of another length.
             const bool wrong = (policy & 64u) != 0;
+            // make_controller refuses a children list that is not a tree (the decoder does too).
+            const bool listed_bad = st.tree && !st.tree->shape.children.empty() &&
+                                    st.tree->shape.children_problem() != nullptr;
             try {
                 if (!wrong) {
                     controller.emplace(specdec::make_controller(o));
+                    FUZZ_CHECK(!listed_bad);
                 } else if (st.tree) {
-                    specdec::tree_plan_limits deeper{.branching = st.tree->shape.branching, .max_nodes = st.tree->shape.max_nodes};
+                    if (listed_bad) return 0;  // (a controller of one level more: nothing to make it from)
+                    const specdec::tree_shape& shape = st.tree->shape;
+                    specdec::tree_plan_limits deeper{
+                        .branching = shape.children.empty() ? shape.branching : shape.widest_per_depth(),
+                        .max_nodes = shape.max_nodes};
                     deeper.branching.resize(st.w.longest);
                     deeper.branching.push_back(1);
                     controller.emplace(deeper, a);
@@ -625,7 +633,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                 }
                 FUZZ_CHECK(!adaptive_invalid);
             } catch (const std::invalid_argument&) {
-                FUZZ_CHECK(adaptive_invalid);
+                FUZZ_CHECK(adaptive_invalid || listed_bad);
                 return 0;
             }
             o.length.controller = &*controller;

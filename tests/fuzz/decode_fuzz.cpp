@@ -19,7 +19,8 @@
 // hierarchical drafter (the plain model decoded speculatively with prompt lookup below it).
 // Verifiers: a plain model (next_logits per position), a batched score(), an in-place
 // score_into(). In decode mode the step is a chain (γ from the input; 0 is a plain target step
-// under the fixed policy) or a tree of the input's shape (up to three levels) verified with
+// under the fixed policy) or a tree of the input's shape (up to three levels, or a list of its
+// nodes' children, tree_shape::children, valid or not) verified with
 // either tree scheme, the verifiers scoring it node by node or path by path; either composes
 // with the fixed or adaptive length (γ, or the tree's depth, chosen per step), the draft's own
 // sampling and the draft-side stop (a tree's node below it gets no children). The chain's
@@ -238,6 +239,7 @@ struct run_settings {
     std::size_t longest = 0;                    // the chain's γ or the tree's depth
     std::vector<token_id> prompt;
     bool upfront_invalid = false;  // the options (or prompt, stop tokens, vocabularies) must be rejected
+    bool shape_invalid = false;    // a tree shape whose children list decoding refuses
     bool step_mode = false;
     std::size_t callback_throw_at = 0;  // 1-based step whose callback throws; 0: never
     bool verifier_is_lm = false;
@@ -522,9 +524,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             a.pass_cost = [=](std::size_t m) { return pass_base + pass_slope * static_cast<double>(m); };
         a.explore_every = in.byte() % 6;
         a.max_explore_every = in.byte() % 9;
-        a.window = in.byte() % 5;  // 0 is invalid
+        const bool prior_invalid = fuzz::window_and_prior(in, a);  // window 0 is invalid
         a.explore_budget = (policy & 4u) ? 0.05 : (policy & 8u ? 1.5 : 0.5);  // 1.5 is invalid
-        adaptive_invalid = (policy & 3u) == 3u || a.window == 0 || a.explore_budget > 1.0;
+        adaptive_invalid = (policy & 3u) == 3u || a.window == 0 || a.explore_budget > 1.0 || prior_invalid;
     }
     const std::size_t prompt_len = in.byte() % 9;
     bool prompt_out_of_range = false;
@@ -538,13 +540,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const Eigen::Index drafter_vocab = vocab_lie ? V + 1 : V;
     rs.callback_throw_at = in.byte() >= 240 ? 1 + in.byte() % 4 : 0;
     // The tree byte. In decode mode, >= 192: a tree step of up to three levels (a branching of
-    // 0 ends it; depth 0 is invalid) with a node cap, either scheme. Bit 2 (value 4), in either
+    // 0 ends it; depth 0 is invalid; or a children list, fuzz::tree_shape_bytes) with a node cap,
+    // either scheme. Bit 2 (value 4), in either
     // mode: the draft's own sampling settings follow (after the shape).
     const std::uint8_t tree_byte = in.byte();
     o.step = c;
     if (!rs.step_mode && tree_byte >= 192) {
         specdec::tree t{.shape = {.branching = {}}};
-        for (std::size_t d = 0; d < 1u + tree_byte % 3u; ++d) t.shape.branching.push_back(in.byte() % 4);
+        rs.shape_invalid = fuzz::tree_shape_bytes(in, 1u + tree_byte % 3u, t.shape);
         t.shape.max_nodes = (tree_byte & 8u) ? in.byte() % 8 : 0;
         t.shape.draws = (tree_byte & 16u) ? specdec::sibling_draws::iid : specdec::sibling_draws::without_replacement;
         t.scheme = (tree_byte & 32u) ? specdec::tree_verification_scheme::recursive_rejection
@@ -562,11 +565,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     bool controller_mismatch = false;
     if (o.length.policy == specdec::gamma_policy::adaptive && (policy & 16u) && !adaptive_invalid && rs.longest > 0) {
         const bool wrong = (policy & 32u) != 0;
-        if (rs.tree) {  // the tree planner of the step's tree (or, invalid, of one level more)
+        const specdec::tree_shape* shape = rs.tree ? &rs.tree->shape : nullptr;
+        if (shape && !shape->children.empty() && shape->children_problem() != nullptr) {
+            // make_controller refuses a children list that is not a tree (decoding does too).
+            bool refused = false;
+            try {
+                (void)specdec::make_controller(o);
+            } catch (const std::invalid_argument&) {
+                refused = true;
+            }
+            FUZZ_CHECK(refused);
+        } else if (rs.tree) {  // the tree planner of the step's tree (or, invalid, of one level more)
             if (!wrong) {
                 controller.emplace(specdec::make_controller(o));
             } else {
-                specdec::tree_plan_limits deeper{.branching = rs.tree->shape.branching, .max_nodes = rs.tree->shape.max_nodes};
+                specdec::tree_plan_limits deeper{.branching = shape->children.empty() ? shape->branching
+                                                                                      : shape->widest_per_depth(),
+                                                 .max_nodes = shape->max_nodes};
                 deeper.branching.resize(rs.longest);
                 deeper.branching.push_back(1);
                 controller.emplace(deeper, o.length.adaptive);
@@ -574,7 +589,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         } else {
             controller.emplace(wrong ? rs.longest + 1 : rs.longest, o.length.adaptive);
         }
-        o.length.controller = &*controller;
+        if (controller) o.length.controller = &*controller;
         controller_mismatch = wrong;
     }
 
@@ -594,7 +609,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                              !(o.draft.stop_below >= 0.0f && o.draft.stop_below <= 1.0f) ||
                              (adaptive && (adaptive_invalid || controller_mismatch || rs.longest == 0));
         if (rs.tree)  // the chain's lenience and scheme do not apply
-            rs.upfront_invalid = rs.upfront_invalid || rs.tree->shape.depth() == 0;
+            rs.upfront_invalid = rs.upfront_invalid || rs.tree->shape.depth() == 0 || rs.shape_invalid;
         else
             rs.upfront_invalid = rs.upfront_invalid || !lenience_ok;
     }

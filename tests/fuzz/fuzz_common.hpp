@@ -197,6 +197,46 @@ inline specdec::sampling_config sampling(input& in) {
     return s;
 }
 
+/// A tree step's shape from the input, after its first `levels` - 1 levels: `levels` bytes,
+/// each % 4 a level's branching (a 0 ends the tree). A first byte >= 128 instead lists the
+/// children of 1 + byte % 8 nodes breadth first (tree_shape::children, each entry byte % 4),
+/// with `branching` the list's widest node per depth when bit 64 is clear, else {1, 1}.
+/// Returns whether decoding must refuse the shape for its list (a node that does not exist
+/// given children, no node, or a branching that is not the list's widths); false without one.
+inline bool tree_shape_bytes(input& in, std::size_t levels, specdec::tree_shape& shape) {
+    const std::uint8_t first = in.byte();
+    shape.branching.clear();
+    shape.children.clear();
+    if (first < 128) {
+        shape.branching.push_back(first % 4u);
+        for (std::size_t d = 1; d < levels; ++d) shape.branching.push_back(in.byte() % 4u);
+        return false;
+    }
+    for (std::size_t i = 0; i < 1u + first % 8u; ++i) shape.children.push_back(in.byte() % 4u);
+    const bool listed_ok = shape.children_problem() == nullptr;
+    if (listed_ok && !(first & 64u)) shape.branching = shape.widest_per_depth();
+    else shape.branching = {1, 1};
+    return !listed_ok || shape.branching != shape.widest_per_depth();
+}
+
+/// adaptive_gamma_options::window from a byte (% 5: 0 is invalid); a byte >= 128 also gives an
+/// acceptance prior of 1 + byte % 3 entries (one byte each: % 5 / 4, or 1.5, invalid, for 255).
+/// Returns whether the prior is invalid.
+inline bool window_and_prior(input& in, specdec::adaptive_gamma_options& a) {
+    const std::uint8_t w = in.byte();
+    a.window = w % 5u;
+    a.acceptance_prior.clear();
+    bool invalid = false;
+    if (w >= 128) {
+        for (std::size_t i = 0; i < 1u + w % 3u; ++i) {
+            const std::uint8_t v = in.byte();
+            a.acceptance_prior.push_back(v == 255 ? 1.5 : static_cast<double>(v % 5u) / 4.0);
+            invalid = invalid || v == 255;
+        }
+    }
+    return invalid;
+}
+
 /// Whether specdec::validate() must accept `s` (its documented conditions, written out anew).
 inline bool valid_sampling(const specdec::sampling_config& s) {
     const float t = s.temperature;

@@ -115,14 +115,14 @@ def decode_seeds():
         return out
 
     def seed(drafter, verifier, step=False, gamma=4, max_new=16, samp=sampling(), policy=0, scheme=0, large=False,
-             extra=b"", tree=b"\x00", stop=0, callback=1):
+             extra=b"", tree=b"\x00", stop=0, callback=1, adaptive=bytes([0, 3, 4, 4, 8, 2])):
         mode = (1 if step else 0) | (drafter << 1) | (verifier << 4) | (0x80 if large else 0)
         out = bytes([rnd.randrange(3), mode])
         out += u16(2500) if large else bytes([11])   # V = 12 (or 2501)
         out += bytes([gamma, max_new, 1, 0, 2])       # gamma, budget, one stop token (id 2)
         out += samp + bytes([0, scheme, 0, stop, policy])
         if policy >= 128:
-            out += bytes([0, 3, 4, 4, 8, 2])            # costs 1, -1 (pass), 0 ; explore 4, max 8, window 2
+            out += adaptive                             # costs 1, -1 (pass), 0 ; explore 4, max 8, window 2
         out += bytes([4, 0, 1, 0, 5, 0, 1, 0, 5])       # prompt 1 5 1 5
         out += bytes([0, 0])                            # no vocabulary lie, no throwing callback
         out += tree                                     # tree byte (< 192: chains), then its shape
@@ -154,6 +154,17 @@ def decode_seeds():
     write("decode_fuzz", "plain-pair-chain", seed(1, 0, max_new=30, callback=0))
     write("decode_fuzz", "plain-pair-tree-adaptive",
           seed(1, 0, policy=128 + 4, max_new=30, callback=0, tree=bytes([192 + 2, 2, 2, 1])))
+    # A first shape byte >= 128 lists nodes' children (tree_shape::children): 1 + byte % 8 entries;
+    # +64: a branching that is not the list's widths (invalid).
+    write("decode_fuzz", "tree-children-lm-batch",
+          seed(1, 1, max_new=30, tree=bytes([192 + 8, 128 + 5, 2, 2, 1, 1, 0, 1, 6])))
+    write("decode_fuzz", "tree-children-adaptive-plain-pair",
+          seed(1, 0, policy=128 + 4, max_new=30, callback=0, tree=bytes([192 + 32, 128 + 3, 3, 1, 0, 2])))
+    write("decode_fuzz", "tree-children-invalid", seed(1, 0, tree=bytes([192, 128 + 64 + 2, 2, 1, 1])))
+    # A window byte >= 128: an acceptance prior of 1 + byte % 3 entries follows (byte % 5 / 4 each).
+    write("decode_fuzz", "tree-adaptive-acceptance-prior",
+          seed(1, 0, policy=128 + 4, max_new=30, adaptive=bytes([0, 3, 4, 4, 8, 131, 3, 2, 1]),
+               tree=bytes([192 + 2, 3, 2, 1])))
 
 
 def tokenizer_file(extra):
@@ -281,6 +292,13 @@ def batch_seeds():
     write("batch_fuzz", "gamma0-two-threads", seed(kind=2, gamma=0, threads=1, sb=128))
     write("batch_fuzz", "large-vocab", seed(large=True, V=2100, max_new=6, stops=(), sequences=2, gamma=3))
     write("batch_fuzz", "invalid-threads", seed(threads=0))
+    write("batch_fuzz", "adaptive-acceptance-prior",
+          seed(kind=1, step=tree_step(2), tree=bytes([3, 2]), policy=128 + 2, adaptive=bytes([1, 0, 4, 1, 4, 131, 4, 2, 1]),
+               sb=131, draft_samp=sampling(t=2)))
+    # A tree from a children list (fuzz::tree_shape_bytes).
+    write("batch_fuzz", "tree-children-multi",
+          seed(kind=3, step=tree_step(1, cap=True), tree=bytes([128 + 5, 2, 2, 1, 1, 0, 1, 6]), sb=129,
+               draft_samp=sampling(t=2), stop=165))
 
 
 def profile_seeds():

@@ -183,6 +183,7 @@ struct tree_watch {
     /// The tree planner of the run (null: the shape is fixed): its plan is the shape asked.
     const specdec::gamma_controller* planner = nullptr;
     std::size_t planned_trees = 0, planned_chains = 0;  // plans with a level of 2+ children, plans of 1 each
+    std::size_t planned_best_trees = 0;                 // plans from best_tree's trees (children lists)
 
     /// Sets the draft's settings and wraps the case's on_step.
     void apply(specdec::decode_options& o) {
@@ -207,14 +208,21 @@ struct tree_watch {
                 column_ok += err < 1e-5;
             }
             stop_ok += respects_stop(*e.tree, stop_below);
-            specdec::tree_shape cut = shape;
+            specdec::tree_shape plan_shape = shape, cut;
             if (planner != nullptr) {
                 const auto plan = planner->planned_shape();
-                cut.branching.assign(plan.begin(), plan.end());
+                const auto children = planner->planned_children();  // a best tree's (best_tree())
+                plan_shape.branching.assign(plan.begin(), plan.end());
+                plan_shape.children.assign(children.begin(), children.end());
+                if (!children.empty()) {
+                    plan_shape.max_nodes = 0;
+                    for (const std::size_t k : children) plan_shape.max_nodes += k;
+                    ++planned_best_trees;
+                }
                 const bool wide = std::any_of(plan.begin(), plan.end(), [](std::size_t b) { return b > 1; });
                 ++(wide ? planned_trees : planned_chains);
             }
-            cut.branching.resize(e.gamma);
+            plan_shape.cut(e.gamma, cut);
             pruned += e.tree->size() < cut.nodes();
         }
         seq.insert(seq.end(), e.emitted.begin(), e.emitted.end());
@@ -337,6 +345,14 @@ TEST_CASE("Depth-1 trees of k siblings match the target", "[statistical][distrib
     check_pair(4, {}, {.branching = {4}, .draws = sibling_draws::without_replacement}, 51, false);
     check_pair(5, {}, {.branching = {3}, .draws = sibling_draws::without_replacement}, 55);
     check_pair(4, {}, {.branching = {3}, .draws = sibling_draws::iid}, 53);
+}
+
+TEST_CASE("Trees whose nodes of one depth differ (tree_shape::from_children, best_tree) match the target",
+          "[statistical][distribution][tree]") {
+    // The first child carries a deeper subtree than its siblings, as best_tree's trees do.
+    check_pair(4, {}, specdec::tree_shape::from_children({3, 2, 0, 0, 1}), 71);
+    check_pair(5, {.temperature = 0.7f}, specdec::tree_shape::from_children({2, 1, 2, 1}, sibling_draws::iid), 73);
+    check_pair(4, {}, specdec::best_tree(std::vector<double>{0.6, 0.3, 0.2}, 6, std::vector<std::size_t>{3, 2, 1}), 75);
 }
 
 TEST_CASE("A pure chain matches the target", "[statistical][distribution][tree]") {
@@ -486,7 +502,7 @@ TEST_CASE("Tree decoding with the tree planner (known costs) matches the target,
         {4, {}, {.branching = {2, 2, 1}, .draws = sibling_draws::without_replacement}, 141, 0.15},
         {5, {.temperature = 0.7f, .top_k = 3}, {.branching = {3, 1, 1}, .draws = sibling_draws::iid}, 143, 0.05},
     };
-    std::size_t chains = 0;
+    std::size_t chains = 0, best_trees = 0;
     for (const auto& c : cases) {
         auto target = markov_model::random(c.vocab, 2, c.seed);
         auto draft = markov_model::random(c.vocab, 2, c.seed + 1);
@@ -499,15 +515,18 @@ TEST_CASE("Tree decoding with the tree planner (known costs) matches the target,
                             watch.planner = o.length.controller;
                             watch.apply(o);
                         });
-        INFO(watch.describe_depths() << "; plans: " << watch.planned_trees << " trees, " << watch.planned_chains
+        INFO(watch.describe_depths() << "; plans: " << watch.planned_trees << " trees ("
+                                     << watch.planned_best_trees << " best trees), " << watch.planned_chains
                                      << " chains");
         CHECK(watch.distinct_depths() >= 3);
         CHECK(watch.depths[0] > 0);      // plain steps
         CHECK(watch.planned_trees > 0);  // and trees, chosen by the planner
         CHECK(watch.pruned == 0);        // every tree had the planned shape cut to the depth asked
         chains += watch.planned_chains;
+        best_trees += watch.planned_best_trees;
     }
-    CHECK(chains > 0);  // and chains (the second case plans some)
+    CHECK(chains > 0);      // and chains (the second case plans some)
+    CHECK(best_trees > 0);  // and trees whose nodes of one depth differ (tree_plan_limits::best_trees)
 }
 
 TEST_CASE("Tree decoding with the tree planner, the draft's own sampling and the draft-side stop together "
@@ -556,6 +575,29 @@ TEST_CASE("Negative control: siblings drawn without replacement but verified as 
         INFO(describe(r));
         CHECK(r.p_value < kFalseAlarm);
     }
+}
+
+TEST_CASE("Negative control: a tree from children whose siblings are drawn without replacement but verified as "
+          "i.i.d. is caught",
+          "[statistical][distribution][tree][negative]") {
+    auto target = markov_model::random(4, 2, 101);
+    auto draft = markov_model::random(4, 2, 102);
+    also_plain<mislabeled_drafter> drafter{};
+    drafter.model = &draft;
+    tree_markov verifier{&target};
+    const auto exact = exact_sequence_distribution(target, kPrompt, kLength, {});
+    const auto r = sequence_test(
+        [&](std::mt19937_64& rng) {
+            return specdec::speculative_decode(
+                       drafter, verifier, kPrompt,
+                       {.step = specdec::tree{.shape = specdec::tree_shape::from_children({3, 2, 0, 0, 1})},
+                        .budget = {.max_new_tokens = kLength}},
+                       rng)
+                .tokens;
+        },
+        exact, 4, 1103);
+    INFO(describe(r));
+    CHECK(r.p_value < kFalseAlarm);
 }
 
 TEST_CASE("Negative control: recursive rejection without the residual update between siblings is caught",

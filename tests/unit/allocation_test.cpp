@@ -396,6 +396,11 @@ TEST_CASE("Tree decoding with the draft's own sampling, the adaptive depth and t
                 specdec::make_controller({.step = specdec::tree{.shape = shape}, .length = {.adaptive = known}});
             std::size_t size = 0;  // the tree of the step just taken
             bool pruned = false;   // and whether the stop pruned it
+            specdec::tree_shape planned{.branching = {}}, cut{.branching = {}};
+            planned.branching.reserve(8);
+            planned.children.reserve(128);
+            cut.branching.reserve(8);
+            cut.children.reserve(128);
             const specdec::decode_options options{
                 .step = specdec::tree{.shape = shape, .scheme = scheme},
                 .length = {.policy = specdec::gamma_policy::adaptive, .controller = &controller},
@@ -406,11 +411,15 @@ TEST_CASE("Tree decoding with the draft's own sampling, the adaptive depth and t
                 .on_step =
                     [&](const specdec::step_event& e) {
                         size = e.tree != nullptr ? e.tree->size() : 0;
-                        // The planned shape cut to the depth asked: a tree with fewer nodes was pruned.
-                        std::size_t planned = 0, level = 1;
+                        // The planned tree (a uniform shape, or a best tree's children list) cut to
+                        // the depth asked: a tree with fewer nodes was pruned.
+                        // (Into shapes kept across steps: the callback allocates nothing itself.)
                         const auto plan = controller.planned_shape();
-                        for (std::size_t i = 0; i < e.gamma && i < plan.size(); ++i) planned += level *= plan[i];
-                        pruned = size < planned;
+                        const auto children = controller.planned_children();
+                        planned.branching.assign(plan.begin(), plan.end());
+                        planned.children.assign(children.begin(), children.end());
+                        planned.cut(e.gamma, cut);
+                        pruned = size < cut.nodes();
                     }};
             specdec::batch_decoder dec(d, t, options);
             const std::size_t id = dec.add(prompt, std::mt19937_64(6));

@@ -561,11 +561,15 @@ TEST_CASE("Trees in batch_decoder, with the draft's own sampling, the draft-side
     };
     for (const auto scheme :
          {specdec::tree_verification_scheme::traversal, specdec::tree_verification_scheme::recursive_rejection}) {
-        for (const auto draws : {specdec::sibling_draws::without_replacement, specdec::sibling_draws::iid}) {
+        for (const auto draws : {specdec::sibling_draws::without_replacement, specdec::sibling_draws::iid})
+        // Uniform per depth, and a tree whose nodes of one depth differ (tree_shape::from_children).
+        for (const auto& shape : {specdec::tree_shape{.branching = {2, 2, 1}, .draws = draws},
+                                  specdec::tree_shape::from_children({2, 2, 1, 1, 0, 1}, draws)}) {
             INFO((scheme == specdec::tree_verification_scheme::traversal ? "traversal" : "recursive rejection")
-                 << ", siblings " << (draws == specdec::sibling_draws::iid ? "iid" : "without replacement"));
+                 << ", siblings " << (draws == specdec::sibling_draws::iid ? "iid" : "without replacement")
+                 << (shape.children.empty() ? ", uniform shape" : ", shape from children"));
             const specdec::decode_options options{
-                .step = specdec::tree{.shape = {.branching = {2, 2, 1}, .draws = draws}, .scheme = scheme},
+                .step = specdec::tree{.shape = shape, .scheme = scheme},
                 .sampling = {.temperature = 0.8f},
                 .draft = {.sampling = specdec::sampling_config{.temperature = 1.4f, .top_k = 8}, .stop_below = 0.2f}};
             auto separate = [&](std::size_t k, auto&& make_verifier) {
@@ -590,7 +594,7 @@ TEST_CASE("Trees in batch_decoder, with the draft's own sampling, the draft-side
                     CHECK(e.draft.size() == e.accepted);  // the accepted path
                     CHECK(e.target_passes >= 1);
                     // A full-depth step whose tree lost nodes: the draft-side stop pruned it.
-                    if (e.gamma == 3 && e.tree->size() < 10) ++pruned;
+                    if (e.gamma == 3 && e.tree->size() < shape.nodes()) ++pruned;
                 };
                 specdec::batch_decoder dec(shared_draft, verifier, o, threads);
                 std::vector<std::size_t> id(n, 0);

@@ -443,9 +443,11 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
         specdec::adaptive_gamma_options o;
         o.prior_weight = 0.0;
         o.profile = sc.prof;
+        // (Among the shapes uniform per depth only: the next test adds best_tree's trees.)
         specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full,
                                                               .draft_calls = specdec::tree_draft_calls::per_parent,
-                                                              .drafts_per_sequence = per_sequence},
+                                                              .drafts_per_sequence = per_sequence,
+                                                              .best_trees = false},
                                     o);
         REQUIRE(c.plans_trees());
         feed_siblings(c, sc.a, 4);
@@ -499,7 +501,8 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
     specdec::adaptive_gamma_options o;
     o.prior_weight = 0.0;
     o.profile = gpu_like(64, 1.0 / 64, 0.001);
-    specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full, .max_nodes = 5}, o);  // a level per call
+    specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full, .max_nodes = 5, .best_trees = false},
+                                o);  // a level per call
     feed_siblings(c, {0.6f, 0.5f, 0.4f}, 4);
     (void)c.choose(100, 1);
     std::size_t nodes = 0, level = 1;
@@ -510,6 +513,157 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
     CHECK_THROWS_WITH(specdec::gamma_controller(specdec::tree_plan_limits{}), Catch::Contains("branching is empty"));
     CHECK_THROWS_WITH(specdec::gamma_controller(specdec::tree_plan_limits{.branching = {2, 0, 1}}),
                       Catch::Contains("tree_plan_limits.branching[1] = 0"));
+}
+
+namespace {
+
+/// Every children list (breadth first) of a tree of 1..max_nodes nodes within `widest`, to f.
+template <class F>
+void for_each_children_list(const std::vector<std::size_t>& widest, std::size_t max_nodes, F&& f) {
+    std::vector<std::size_t> children, depth_of{0};
+    auto rec = [&](auto&& self, std::size_t i, std::size_t made) -> void {
+        if (i > made) {
+            if (made > 0) f(children);
+            return;
+        }
+        const std::size_t d = depth_of[i];
+        const std::size_t most = d < widest.size() ? std::min(widest[d], max_nodes - made) : 0;
+        for (std::size_t k = 0; k <= most; ++k) {
+            children.push_back(k);
+            for (std::size_t r = 0; r < k; ++r) depth_of.push_back(d + 1);
+            self(self, i + 1, made + k);
+            depth_of.resize(depth_of.size() - k);
+            children.pop_back();
+        }
+    };
+    rec(rec, 0, 0);
+}
+
+/// The test's own model of any tree: E[tokens] (Sequoia's, by sibling rank) and its cost under
+/// a profile for one sequence, a draft call per node with children or per level.
+struct any_tree_model {
+    std::vector<double> a;
+    specdec::engine_profile prof;
+    bool per_parent = true;
+    double tokens(const std::vector<std::size_t>& children) const {
+        std::vector<double> reach{1.0};
+        double e = 1.0;
+        for (std::size_t i = 0; i < children.size(); ++i) {
+            double none = 1.0;
+            for (std::size_t r = 0; r < children[i]; ++r) {
+                const double ar = r < a.size() ? a[r] : 0.0;
+                reach.push_back(reach[i] * none * ar);
+                e += reach.back();
+                none *= 1.0 - ar;
+            }
+        }
+        return e;
+    }
+    double cost(const std::vector<std::size_t>& children) const {
+        if (children.empty()) return prof.pass_cost(1);
+        const auto shape = specdec::tree_shape::from_children(children);
+        std::size_t parents = 0;
+        for (const std::size_t k : children) parents += k > 0;
+        const std::size_t calls = per_parent ? parents : shape.depth();
+        return static_cast<double>(calls) * prof.draft_cost(1) + prof.tree_pass_cost(shape.nodes() + 1);
+    }
+    double rate(const std::vector<std::size_t>& children) const { return tokens(children) / cost(children); }
+};
+
+}  // namespace
+
+TEST_CASE("The tree planner with best trees: the best rate of every tree within the shape (brute force), trees "
+          "that are not uniform per depth among its plans, named by explain()",
+          "[profile][adaptive][tree]") {
+    const std::vector<std::size_t> full{3, 2, 1};
+    const std::vector<std::vector<float>> acceptances{{0.55f, 0.45f, 0.35f}, {0.8f, 0.3f, 0.1f}, {0.9f, 0.05f, 0.01f}};
+    std::size_t best_trees = 0;
+    for (const auto& a : acceptances)
+        for (const double draft : {0.001, 0.05, 0.3})
+            for (const bool per_parent : {false, true}) {
+                INFO("a_1 " << a[0] << ", draft call " << draft << (per_parent ? ", per parent" : ", per level"));
+                specdec::adaptive_gamma_options o;
+                o.prior_weight = 0.0;
+                o.profile = gpu_like(64, 1.0 / 64, draft);
+                specdec::gamma_controller c(
+                    specdec::tree_plan_limits{.branching = full,
+                                              .draft_calls = per_parent ? specdec::tree_draft_calls::per_parent
+                                                                        : specdec::tree_draft_calls::per_level},
+                    o);
+                feed_siblings(c, a, 4);
+                const any_tree_model m{{a.begin(), a.end()}, *o.profile, per_parent};
+                double brute = m.rate({});
+                for_each_children_list(full, 15, [&](const std::vector<std::size_t>& children) {
+                    brute = std::max(brute, m.rate(children));
+                });
+                (void)c.choose(100, 1);
+                std::vector<std::size_t> planned(c.planned_children().begin(), c.planned_children().end());
+                if (planned.empty()) {  // a uniform shape: its children list
+                    const auto shape = c.planned_shape();
+                    std::size_t level = 1;
+                    for (const std::size_t b : shape) {
+                        for (std::size_t i = 0; i < level; ++i) planned.push_back(b);
+                        level *= b;
+                    }
+                } else {
+                    ++best_trees;
+                    const std::string why = c.explain(1);
+                    INFO(why);
+                    CHECK_THAT(why, Catch::StartsWith("best tree of ") || Catch::StartsWith("chain of "));
+                }
+                INFO("planned rate " << m.rate(planned) << ", best of every tree " << brute);
+                // A draft call per level: the best of every tree. Per parent the dynamic program
+                // does not weigh the nodes with children (the draft calls): within a small margin.
+                if (per_parent) CHECK(m.rate(planned) >= 0.97 * brute);
+                else CHECK(m.rate(planned) == Approx(brute).epsilon(1e-9));
+                // Its own E[tokens] and cost of the plan are the model's.
+                const auto shape = specdec::tree_shape::from_children(planned.empty() ? std::vector<std::size_t>{1} : planned);
+                if (!planned.empty())
+                    CHECK(specdec::expected_tree_tokens(shape, std::vector<double>(a.begin(), a.end())) ==
+                          Approx(m.tokens(planned)));
+            }
+    CHECK(best_trees > 0);
+    // Off: only uniform shapes are planned.
+    specdec::adaptive_gamma_options o;
+    o.prior_weight = 0.0;
+    o.profile = gpu_like(64, 1.0 / 64, 0.001);
+    specdec::gamma_controller uniform(specdec::tree_plan_limits{.branching = full, .best_trees = false}, o);
+    feed_siblings(uniform, {0.55f, 0.45f, 0.35f}, 4);
+    (void)uniform.choose(100, 1);
+    CHECK(uniform.planned_children().empty());
+}
+
+TEST_CASE("An acceptance prior: the first step is planned from it, as from as many observations, and a bad prior is "
+          "refused by name",
+          "[profile][adaptive][tree]") {
+    const std::vector<float> a{0.8f, 0.4f, 0.2f};
+    specdec::adaptive_gamma_options told;
+    told.profile = gpu_like(64, 1.0 / 64, 0.02);
+    told.acceptance_prior = {0.8, 0.4, 0.2};
+    specdec::adaptive_gamma_options fed = told;
+    fed.acceptance_prior.clear();
+    fed.prior_weight = 0.0;
+    const std::vector<std::size_t> full{4, 2, 2, 1, 1};
+    specdec::gamma_controller t(specdec::tree_plan_limits{.branching = full}, told), f(specdec::tree_plan_limits{.branching = full}, fed);
+    feed_siblings(f, a, 1);
+    const std::size_t dt = t.choose(100, 1), df = f.choose(100, 1);
+    CHECK(dt == df);
+    CHECK(std::vector<std::size_t>(t.planned_shape().begin(), t.planned_shape().end()) ==
+          std::vector<std::size_t>(f.planned_shape().begin(), f.planned_shape().end()));
+    CHECK(std::vector<std::size_t>(t.planned_children().begin(), t.planned_children().end()) ==
+          std::vector<std::size_t>(f.planned_children().begin(), f.planned_children().end()));
+    CHECK(dt > 1);  // not the warm-up's one level of two
+    // A chain controller: α_i by position; the last entry for deeper positions.
+    specdec::adaptive_gamma_options chain_told;
+    chain_told.profile = gpu_like(64, 1.0 / 64, 0.02);
+    chain_told.acceptance_prior = {0.9};
+    specdec::gamma_controller chain(8, chain_told);
+    CHECK(chain.choose(100, 1) == chain.best_gamma(8, 1));
+    CHECK(chain.best_gamma(8, 1) >= 6);  // α = 0.9 at every position, drafts nearly free
+    // Each entry must be a probability.
+    chain_told.acceptance_prior = {0.9, 1.5};
+    CHECK_THROWS_WITH(specdec::gamma_controller(8, chain_told),
+                      Catch::Contains("specdec::gamma_controller: acceptance_prior[1] = 1.5"));
 }
 
 TEST_CASE("The tree planner in a decoder: several shapes and chains in use, the sibling statistics filled, and a "
@@ -844,7 +998,8 @@ TEST_CASE("The tree planner weighs tree steps with the tree pass's cost, and cha
         o.profile = prof;
         specdec::gamma_controller c(specdec::tree_plan_limits{.branching = full,
                                                               .draft_calls = specdec::tree_draft_calls::per_parent,
-                                                              .chains_as_chain_steps = chains_as_chain_steps},
+                                                              .chains_as_chain_steps = chains_as_chain_steps,
+                                                              .best_trees = false},  // (uniform shapes)
                                     o);
         feed_siblings(c, a, 4);
         (void)c.choose(100, 1);

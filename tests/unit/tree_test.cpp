@@ -1208,3 +1208,202 @@ TEST_CASE("Sibling acceptance at the root: each tested child's a_k, averaged ove
         }
     }
 }
+
+// ---- Trees whose nodes of one depth differ (tree_shape::from_children) and best_tree ----
+
+namespace {
+
+/// Every children list (breadth first) of a tree of 1..max_nodes nodes within `widest`, to f.
+template <class F>
+void for_each_tree(std::span<const std::size_t> widest, std::size_t max_nodes, F&& f) {
+    std::vector<std::size_t> children, depth_of{0};
+    // Node i (depth depth_of[i]) gets k children; recurse on the next node while nodes remain.
+    auto rec = [&](auto&& self, std::size_t i, std::size_t made) -> void {
+        if (i > made) {  // every node has its entry
+            if (made > 0) f(children);
+            return;
+        }
+        const std::size_t d = depth_of[i];
+        const std::size_t most = d < widest.size() ? std::min(widest[d], max_nodes - made) : 0;
+        for (std::size_t k = 0; k <= most; ++k) {
+            children.push_back(k);
+            for (std::size_t r = 0; r < k; ++r) depth_of.push_back(d + 1);
+            self(self, i + 1, made + k);
+            depth_of.resize(depth_of.size() - k);
+            children.pop_back();
+        }
+    };
+    rec(rec, 0, 0);
+}
+
+}  // namespace
+
+TEST_CASE("A tree shape from children: its depth, nodes and widest node per depth, its cut, and bad lists refused "
+          "by name",
+          "[tree][shape]") {
+    const auto s = specdec::tree_shape::from_children({3, 2, 1, 0, 1});
+    CHECK(s.nodes() == 7);
+    CHECK(s.depth() == 3);
+    CHECK(s.branching == std::vector<std::size_t>{3, 2, 1});
+    CHECK(s.max_nodes == 7);
+    CHECK(s.children_of(1, 1) == 2);
+    CHECK(s.children_of(9, 2) == 0);  // past the list
+    specdec::tree_shape c;
+    s.cut(2, c);
+    CHECK(c.children == std::vector<std::size_t>{3, 2, 1, 0});
+    CHECK(c.nodes() == 6);
+    CHECK(c.depth() == 2);
+    CHECK(c.branching == std::vector<std::size_t>{3, 2});
+    s.cut(0, c);
+    CHECK(c.nodes() == 0);
+    CHECK(c.depth() == 0);
+    specdec::tree_shape u{.branching = {2, 2, 1}};
+    u.cut(1, u);  // in place
+    CHECK(u.nodes() == 2);
+    CHECK_THROWS_WITH(specdec::tree_shape::from_children({1, 0, 2}),
+                      contains("tree_shape::from_children") &&
+                          contains("a node that no earlier entry made"));
+    CHECK_THROWS_WITH(specdec::tree_shape::from_children({0}), contains("has no node"));
+    CHECK_THROWS_WITH(specdec::tree_shape::from_children({0, 1}), contains("a node that no earlier entry made"));
+    CHECK_THROWS_WITH(specdec::tree_shape::from_children({}), contains("has no node"));
+}
+
+TEST_CASE("expected_tree_tokens: the tree planner's formula on uniform shapes, Eq. 1 on chains, and a sum over nodes",
+          "[tree][shape]") {
+    const std::vector<double> a{0.7, 0.4, 0.2};
+    const double p1 = 0.7, p2 = 1.0 - 0.3 * 0.6, p3 = 1.0 - 0.3 * 0.6 * 0.8;
+    CHECK(specdec::expected_tree_tokens({.branching = {2, 2, 1, 1}}, a) ==
+          Approx(1 + p2 + p2 * p2 + p2 * p2 * p1 + p2 * p2 * p1 * p1).epsilon(1e-12));
+    CHECK(specdec::expected_tree_tokens({.branching = {3, 1}}, a) == Approx(1 + p3 + p3 * p1).epsilon(1e-12));
+    CHECK(specdec::expected_tree_tokens({.branching = {1, 1, 1}}, a) == Approx(1 + 0.7 + 0.49 + 0.343).epsilon(1e-12));
+    // The same tree listed node by node has the same value.
+    CHECK(specdec::expected_tree_tokens(specdec::tree_shape::from_children({2, 2, 2, 1, 1, 1, 1}), a) ==
+          Approx(specdec::expected_tree_tokens({.branching = {2, 2, 1}}, a)).epsilon(1e-12));
+    // {2, 1}: the first child (accepted with 0.7) has a child, the second (0.3 · 0.4) none.
+    CHECK(specdec::expected_tree_tokens(specdec::tree_shape::from_children({2, 1}), a) ==
+          Approx(1 + 0.7 + 0.12 + 0.7 * 0.7).epsilon(1e-12));
+    // max_nodes counts nodes breadth first.
+    CHECK(specdec::expected_tree_tokens({.branching = {2, 2}, .max_nodes = 3}, a) ==
+          Approx(1 + 0.7 + 0.12 + 0.7 * 0.7).epsilon(1e-12));
+    // Ranks past the list are never accepted.
+    CHECK(specdec::expected_tree_tokens({.branching = {4}}, std::vector<double>{0.5}) == Approx(1.5));
+    CHECK_THROWS_WITH(specdec::expected_tree_tokens({.branching = {2}}, std::vector<double>{0.5, 1.5}),
+                      contains("specdec::expected_tree_tokens") &&
+                          contains("sibling_acceptance[1] = 1.5"));
+}
+
+TEST_CASE("best_tree is the best tree of its node budget and widths (Sequoia's dynamic program against every tree)",
+          "[tree][shape]") {
+    const std::vector<std::vector<double>> acceptances{
+        {0.7, 0.4, 0.2}, {0.9, 0.5}, {0.3, 0.3, 0.3, 0.3}, {0.5, 0.0, 0.6}, {1.0, 0.5}, {0.05}};
+    const std::vector<std::vector<std::size_t>> widths{{3, 2, 2, 1, 1}, {1, 1, 1, 1, 1, 1}, {4, 4}, {2, 3, 1}};
+    std::size_t cases = 0, branchy = 0;
+    for (const auto& a : acceptances)
+        for (const auto& widest : widths)
+            for (std::size_t n = 1; n <= 7; ++n) {
+                INFO("acceptance " << a[0] << " ..., widths " << widest[0] << " x " << widest.size() << ", " << n
+                                   << " nodes");
+                double best = 0.0;
+                for_each_tree(widest, n, [&](const std::vector<std::size_t>& children) {
+                    best = std::max(best, specdec::expected_tree_tokens(specdec::tree_shape::from_children(children), a));
+                });
+                const auto t = specdec::best_tree(a, n, widest);
+                CHECK(specdec::expected_tree_tokens(t, a) == Approx(best).epsilon(1e-12));
+                CHECK(t.nodes() <= n);
+                CHECK(t.depth() <= widest.size());
+                for (std::size_t d = 0; d < t.branching.size(); ++d) CHECK(t.branching[d] <= widest[d]);
+                ++cases;
+                // Trees that are not uniform per depth: the list differs from every uniform one.
+                branchy += t.children.size() > 1 && t.branching[0] > 1 &&
+                           specdec::expected_tree_tokens({.branching = t.branching, .max_nodes = n}, a) <
+                               specdec::expected_tree_tokens(t, a) - 1e-12;
+            }
+    CHECK(cases == 6 * 4 * 7);
+    CHECK(branchy > 10);  // the best tree is often not a uniform one
+    CHECK_THROWS_WITH(specdec::best_tree(std::vector<double>{0.5}, 0, std::vector<std::size_t>{2}),
+                      contains("specdec::best_tree: max_nodes = 0"));
+    CHECK_THROWS_WITH(specdec::best_tree(std::vector<double>{0.5}, 4, std::vector<std::size_t>{2, 0}),
+                      contains("widest[1] = 0"));
+    CHECK_THROWS_WITH(specdec::best_tree(std::vector<double>{-0.5}, 4, std::vector<std::size_t>{2}),
+                      contains("sibling_acceptance[0] = -0.5"));
+}
+
+TEST_CASE("Model-drafted trees of a shape from children have that shape, also when a group runs out of mass",
+          "[tree][shape]") {
+    auto draft = markov_model::random(6, 2, 171);
+    std::mt19937_64 rng(5);
+    specdec::uniform_source uniforms(rng);
+    specdec::draft_tree tree;
+    std::vector<token_id> path;
+    Eigen::VectorXf logits, q, scratch;
+    specdec::sampling_workspace sws;
+    const auto shape = specdec::tree_shape::from_children({3, 1, 2, 0, 1, 0, 1});
+    // The children of each drafted node, breadth first.
+    const auto counts = [&tree] {
+        std::vector<std::size_t> c(tree.size() + 1, 0);
+        for (std::size_t i = 0; i < tree.size(); ++i) ++c[static_cast<std::size_t>(tree.parents[i] + 1)];
+        return c;
+    };
+    for (int rep = 0; rep < 50; ++rep) {
+        specdec::draft_tree_from_model(draft, std::vector<token_id>{1}, shape, {}, uniforms, tree, path, logits, q,
+                                       scratch, sws);
+        REQUIRE(tree.size() == 8);
+        CHECK(counts() == std::vector<std::size_t>{3, 1, 2, 0, 1, 0, 1, 0, 0});
+        CHECK(tree.model_calls == 5);  // one call per node with children (the root included)
+        CHECK_NOTHROW(specdec::validate(tree, 6));
+    }
+    // Top-k 2: the root keeps two of its three children (the third has none in the shape); the
+    // nodes after it keep their own children.
+    specdec::draft_tree_from_model(draft, std::vector<token_id>{1}, shape, {.top_k = 2}, uniforms, tree, path, logits,
+                                   q, scratch, sws);
+    CHECK(counts() == std::vector<std::size_t>{2, 1, 2, 1, 0, 1, 0, 0});
+    // One score_tree call per level, for a model that scores trees.
+    tree_markov scorer{&draft};
+    Eigen::MatrixXf level;
+    specdec::draft_tree_from_model(scorer, std::vector<token_id>{1}, shape, {}, uniforms, tree, path, logits, q,
+                                   scratch, sws, &level);
+    CHECK(counts() == std::vector<std::size_t>{3, 1, 2, 0, 1, 0, 1, 0, 0});
+    CHECK(tree.model_calls == 3);
+    specdec::tree_shape bad = shape;
+    bad.children = {1, 0, 1};
+    CHECK_THROWS_WITH(specdec::draft_tree_from_model(draft, std::vector<token_id>{1}, bad, {}, uniforms, tree, path,
+                                                     logits, q, scratch, sws),
+                      contains("specdec::draft_tree_from_model: shape.children: an entry gives"));
+}
+
+TEST_CASE("At temperature 0 decoding with a shape from children (and best_tree's) is greedy decoding, and a shape "
+          "whose branching is not its children's widths is refused by name",
+          "[tree][shape]") {
+    auto target = markov_model::random(6, 2, 51);
+    auto near = target;
+    for (std::size_t i = 0; i < near.table.size(); i += 5) near.table[i] += 0.8f;
+    const std::vector<token_id> prompt{0, 3};
+    const specdec::sampling_config greedy{.temperature = 0.0f};
+    std::mt19937_64 ar_rng(1);
+    const auto expected =
+        specdec::autoregressive_decode(target, prompt, {.sampling = greedy, .budget = {.max_new_tokens = 40}}, ar_rng)
+            .tokens;
+    tree_markov verifier{&target};
+    const std::vector<double> a{0.6, 0.3};
+    const std::vector<std::size_t> widest{3, 2, 2, 1};
+    for (const auto& shape : {specdec::tree_shape::from_children({2, 2, 1, 1, 0, 1}),
+                              specdec::best_tree(a, 9, widest, sibling_draws::iid)})
+        for (const auto scheme : kTreeSchemes)
+            for (const bool adaptive : {false, true}) {
+                INFO(name(scheme) << ", " << name(shape.draws) << (adaptive ? ", adaptive" : ""));
+                std::mt19937_64 rng(7);
+                specdec::decode_options o{.step = specdec::tree{.shape = shape, .scheme = scheme},
+                                          .sampling = greedy,
+                                          .budget = {.max_new_tokens = 40}};
+                if (adaptive) o.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known_costs()};
+                CHECK(specdec::speculative_decode(near, verifier, prompt, o, rng).tokens == expected);
+            }
+    specdec::tree_shape wrong{.children = {2, 2, 1}};  // branching keeps its default {2, 2, 1, 1}
+    std::mt19937_64 rng(1);
+    CHECK_THROWS_WITH(specdec::speculative_decode(near, verifier, prompt, {.step = specdec::tree{.shape = wrong}}, rng),
+                      contains("specdec::speculative_decode: step.shape.children is set, and "
+                                                "step.shape.branching is not the widest node"));
+    wrong.children = {1, 0, 1};
+    CHECK_THROWS_WITH(specdec::speculative_decode(near, verifier, prompt, {.step = specdec::tree{.shape = wrong}}, rng),
+                      contains("step.shape.children: an entry gives children"));
+}
