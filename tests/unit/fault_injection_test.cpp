@@ -669,6 +669,19 @@ TEST_CASE("speculative_decode with token trees: a fault in propose_tree, score_t
             }
         }
     }
+    // A tree from a children list (drafted node by node from it), fixed and planned (the tree
+    // planner's best trees among the plans).
+    for (const auto policy : {specdec::gamma_policy::fixed, specdec::gamma_policy::adaptive}) {
+        INFO("a shape from children, policy " << (policy == specdec::gamma_policy::fixed ? "fixed" : "adaptive"));
+        specdec::decode_options o{.step = specdec::tree{.shape = specdec::tree_shape::from_children({2, 2, 1, 0, 1})},
+                                  .length = {.policy = policy},
+                                  .sampling = {.temperature = 0.9f},
+                                  .budget = {.max_new_tokens = 18}};
+        o.length.adaptive.draft_cost = [](std::size_t n) { return 0.01 * static_cast<double>(n); };
+        o.length.adaptive.pass_cost = [](std::size_t) { return 1.0; };
+        check_decode_under_faults(plain_draft, plain_target, plan, prompt, o, 21);
+        check_decode_under_faults(tree_draft, tree_target, plan, prompt, o, 22);
+    }
     // The callback of a tree step is a fault site too, with stop tokens.
     specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {3, 1}}},
                               .sampling = {.temperature = 1.0f},
