@@ -93,16 +93,20 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
         std::printf("\nT = %.1f\n\n", static_cast<double>(temperature));
         std::printf("| tree | nodes | depth | tree: tokens/pass | chain of same depth | gain | chain of same nodes | gain |\n");
         std::printf("|---|---|---|---|---|---|---|---|\n");
-        for (const auto& b : trees) {
-            const specdec::tree_shape shape{.branching = b};
-            const measured t = tokens_per_pass(runs, [&](std::size_t seed) {
+        // Tokens per pass of trees of `shape`, over the same runs.
+        const auto tree_of = [&](const specdec::tree_shape& shape, const std::string& label) {
+            return tokens_per_pass(runs, [&](std::size_t seed) {
                 std::mt19937_64 rng(seed);
                 return specdec::speculative_decode(draft, target, prompt,
                                                    {.step = specdec::tree{.shape = shape, .scheme = scheme},
                                                     .sampling = s,
                                                     .budget = {.max_new_tokens = tokens}},
                                                    rng);
-            }, progress, "tree " + shape_name(b));
+            }, progress, label);
+        };
+        for (const auto& b : trees) {
+            const specdec::tree_shape shape{.branching = b};
+            const measured t = tree_of(shape, "tree " + shape_name(b));
             const measured d = chain_of(shape.depth()), n = chain_of(shape.nodes());
             progress.clear();
             std::printf("| %s | %zu | %zu | %.3f ± %.3f | %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",
@@ -142,18 +146,8 @@ int measure_passes(const std::filesystem::path& models, std::size_t runs, std::s
             {4, {2, 1}}, {8, {2, 1, 1, 1}}, {14, {2, 2, 1, 1}}, {21, {3, 2, 1, 1}}, {28, {4, 2, 1, 1}}};
         for (const auto& [nodes, uniform] : budgets) {
             const specdec::tree_shape best = specdec::best_tree(a, nodes, widest);
-            const auto run_shape = [&](const specdec::tree_shape& shape, const std::string& label) {
-                return tokens_per_pass(runs, [&](std::size_t seed) {
-                    std::mt19937_64 rng(seed);
-                    return specdec::speculative_decode(draft, target, prompt,
-                                                       {.step = specdec::tree{.shape = shape, .scheme = scheme},
-                                                        .sampling = s,
-                                                        .budget = {.max_new_tokens = tokens}},
-                                                       rng);
-                }, progress, label);
-            };
-            const measured t = run_shape(best, "best tree of " + std::to_string(nodes));
-            const measured u = run_shape(specdec::tree_shape{.branching = uniform}, "tree " + shape_name(uniform));
+            const measured t = tree_of(best, "best tree of " + std::to_string(nodes));
+            const measured u = tree_of(specdec::tree_shape{.branching = uniform}, "tree " + shape_name(uniform));
             const measured n = chain_of(best.nodes());
             progress.clear();
             std::printf("| %s | %zu | %zu | %.3f | %.3f ± %.3f | %s %.3f ± %.3f | %+.1f%% | %.3f ± %.3f | %+.1f%% |\n",

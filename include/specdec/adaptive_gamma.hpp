@@ -71,8 +71,9 @@ struct adaptive_gamma_options {
     /// per position), for a tree planner a_k by sibling rank (entry k − 1:
     /// decode_stats::estimated_sibling_acceptance(k − 1)); positions or ranks past the end take
     /// the last entry. Each replaces the prior above (prior_weight pseudo-observations of it), and
-    /// the first step plans from it instead of a warm-up step, so a fresh planner is right from its
-    /// first steps. Empty: none. \pre every entry in [0, 1].
+    /// the first step plans from it instead of a warm-up step (with measured costs the timing
+    /// warm-up still runs), so with known costs a fresh planner is right from its first step.
+    /// Empty: none. \pre every entry in [0, 1].
     std::vector<double> acceptance_prior{};
     /// Cost of drafting n tokens, in any unit (the same as pass_cost's). Set both pass_cost
     /// and draft_cost to use known costs; then nothing is timed. Empty: measured with a steady
@@ -227,7 +228,7 @@ public:
     /// b_1..b_D yields E[tokens] = 1 + Σ_d Π_{i≤d} P(b_i). A step of N nodes, drafted level by
     /// level (one draft call per level, or per node with children: limits.draft_calls), costs
     /// that many draft steps and a target pass over N + 1 positions per sequence.
-    /// 	hrows std::invalid_argument as the chain constructor, and for an empty branching or
+    /// \throws std::invalid_argument as the chain constructor, and for an empty branching or
     ///         one with a 0 entry.
     gamma_controller(tree_plan_limits limits, adaptive_gamma_options options = {})
         : gamma_controller(checked_depth(limits), std::move(options)) {
@@ -260,7 +261,7 @@ public:
     /// node per depth. For a chain controller: empty.
     [[nodiscard]] std::span<const std::size_t> planned_shape() const noexcept {
         if (!plans_trees()) return {};
-        if (is_best(planned_)) return best_[planned_ - shapes_.size()].widest;
+        if (is_best(planned_)) return planned_best_.widest;
         return shapes_[planned_];
     }
     /// A tree planner's choice at the last choose() when it is a best tree
@@ -268,7 +269,7 @@ public:
     /// shape uniform per depth (planned_shape()), a plain step, or a chain controller.
     [[nodiscard]] std::span<const std::size_t> planned_children() const noexcept {
         if (!plans_trees() || !is_best(planned_)) return {};
-        return best_[planned_ - shapes_.size()].children;
+        return planned_best_.children;
     }
     /// True when costs are measured (neither cost callbacks nor a profile were given): then the
     /// choices depend on timings, and the same seed need not give the same tokens.
@@ -327,6 +328,16 @@ public:
             }
         }
         planned_ = g;
+        if (is_best(g) && plans_trees()) {  // kept as chosen: observe() rebuilds the best trees
+            const best_plan_tree& t = best_[g - shapes_.size()];
+            planned_best_.children.assign(t.children.begin(), t.children.end());
+            planned_best_.widest.assign(t.widest.begin(), t.widest.end());
+            planned_best_.nodes = t.nodes;
+            planned_best_.parents = t.parents;
+            planned_best_.depth = t.depth;
+            planned_best_.chain = t.chain;
+            planned_best_.tokens = t.tokens;
+        }
         const std::size_t depth = plan_depth(g);
         ++chosen_[depth];
         return depth;
@@ -788,8 +799,9 @@ private:
         });
     }
     /// The best trees (tree_plan_limits::best_trees) for the current sibling acceptance: for each
-    /// depth limit L (1 to the limits' depth) and node count n (2 to best_tree_nodes_), the best
-    /// tree of at most n nodes and depth L, at best_[(L − 1) · (best_tree_nodes_ − 1) + n − 2].
+    /// depth limit L (1 to the limits' depth, at most best_tree_nodes_) and node count n (2 to
+    /// best_tree_nodes_), the best tree of at most n nodes and depth L, at
+    /// best_[(L − 1) · (best_tree_nodes_ − 1) + n − 2].
     /// Reuses its storage: no allocation once the trees have held as many entries. A tree's cost
     /// depends on its node count, its depth and, with a draft call per node with children
     /// (tree_draft_calls::per_parent), on how many nodes have children, which the program does
@@ -810,11 +822,20 @@ private:
                 best_tree_nodes_ = 1;  // nothing beyond the uniform shapes
                 return;
             }
-            best_.resize(tree_.branching.size() * (best_tree_nodes_ - 1));
+            // Depth limits past the node count give the trees of that limit: not planned twice.
+            best_depths_ = std::min(tree_.branching.size(), best_tree_nodes_);
+            best_.resize(best_depths_ * (best_tree_nodes_ - 1));
+            for (std::size_t j = 0; j < best_.size(); ++j) {  // the most each can hold: no allocation later
+                best_[j].children.reserve(j % (best_tree_nodes_ - 1) + 3);
+                best_[j].widest.reserve(j / (best_tree_nodes_ - 1) + 1);
+            }
+            planned_best_.children.reserve(best_tree_nodes_ + 1);
+            planned_best_.widest.reserve(best_depths_);
+            reach_.reserve(best_tree_nodes_ + 1);
         }
         if (best_.empty()) return;
         detail::rank_weights_of([this](std::size_t k) { return shrunk_sibling(k); }, sibling_.size(), rank_weights_);
-        for (std::size_t depth = 1; depth <= tree_.branching.size(); ++depth) {
+        for (std::size_t depth = 1; depth <= best_depths_; ++depth) {
             table_.compute(rank_weights_, std::span<const std::size_t>(tree_.branching).first(depth), best_tree_nodes_);
             for (std::size_t n = 2; n <= best_tree_nodes_; ++n) {
                 best_plan_tree& t = best_[(depth - 1) * (best_tree_nodes_ - 1) + n - 2];
@@ -1041,7 +1062,9 @@ private:
         double tokens = 1.0;
     };
     std::vector<best_plan_tree> best_{};   // a tree planner's best trees, after shapes_ as plans
+    best_plan_tree planned_best_{};        // the best tree of the last choose(), as chosen
     std::size_t best_tree_nodes_ = 0;      // their largest node count (0: not sized yet)
+    std::size_t best_depths_ = 0;          // their depth limits, 1 to this
     detail::best_tree_table table_{};      // refresh_best_trees' scratch
     std::vector<double> rank_weights_{}, reach_{};
     std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)

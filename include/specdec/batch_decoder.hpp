@@ -579,10 +579,6 @@ public:
         settings_.stop_below = options_.draft.stop_below;
         if (tree_) {
             const tree& t = std::get<tree>(options_.step);
-            longest_ = t.shape.depth();
-            if (longest_ == 0)
-                detail::fail_invalid(where, ": options.step is a tree whose shape.branching has depth 0; at least "
-                                            "one level with a positive branching is needed");
             if (!t.shape.children.empty()) {
                 if (const char* problem = t.shape.children_problem())
                     detail::fail_invalid(where, ": step.shape.children: ", problem);
@@ -592,6 +588,10 @@ public:
                                                 "branching would propose another tree); make the shape with "
                                                 "specdec::tree_shape::from_children()");
             }
+            longest_ = t.shape.depth();
+            if (longest_ == 0)
+                detail::fail_invalid(where, ": options.step is a tree whose shape.branching has depth 0; at least "
+                                            "one level with a positive branching is needed");
             if (t.shape.draws != sibling_draws::iid && t.shape.draws != sibling_draws::without_replacement)
                 detail::fail_invalid(where, ": step.shape.draws = ", static_cast<int>(t.shape.draws),
                                      " is neither sibling_draws::iid nor sibling_draws::without_replacement");
@@ -637,7 +637,8 @@ public:
                 if (tree_) {
                     const tree_shape& shape = std::get<tree>(options_.step).shape;
                     const auto& lim = c.tree_limits();
-                    if (!c.plans_trees() || lim.max_nodes != shape.max_nodes || lim.branching.size() != longest_ ||
+                    const std::size_t cap = shape.children.empty() ? shape.max_nodes : shape.nodes();
+                    if (!c.plans_trees() || lim.max_nodes != cap || lim.branching.size() != longest_ ||
                         !std::equal(lim.branching.begin(), lim.branching.end(), shape.branching.begin()))
                         detail::fail_invalid(where, ": the controller does not plan this step's tree; make it with "
                                                     "specdec::make_controller(options) (the tree planner with the "

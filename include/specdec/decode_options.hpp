@@ -229,7 +229,8 @@ struct decode_options {
         }
         return gamma_controller(
             tree_plan_limits{.branching = std::move(branching),
-                             .max_nodes = t->shape.max_nodes,
+                             // (a children list: its node count, at most max_nodes)
+                             .max_nodes = t->shape.children.empty() ? t->shape.max_nodes : t->shape.nodes(),
                              .draft_calls = draft_calls,
                              .chains_batched = chains_batched,
                              .chains_as_chain_steps = chains_as_chain_steps},

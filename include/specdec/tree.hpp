@@ -148,12 +148,12 @@ enum class tree_verification_scheme {
 /// {1, 1, 1, 1} is a chain of 4. `max_nodes` (0: none) caps the count; nodes are then kept
 /// breadth first, earlier siblings before later ones.
 ///
-/// A tree whose nodes of one depth differ (the best tree for a node budget, best_tree() in
-/// adaptive_gamma.hpp, where the first-drawn child carries a deeper subtree than its later
-/// siblings, as in Sequoia, Chen et al. 2024, §3.1) lists its nodes' children in `children`;
-/// make it with from_children(), which also sets `branching` to the widest node of each depth
-/// and `max_nodes` to the node count, so that a drafter that reads only those two proposes a
-/// tree within it (decoding checks that they agree).
+/// A tree whose nodes of one depth differ (the best tree for a node budget, best_tree() below,
+/// where the first-drawn child carries a deeper subtree than its later siblings, as in Sequoia,
+/// Chen et al. 2024, §3.1) lists its nodes' children in `children`; make it with
+/// from_children(), which also sets `branching` to the widest node of each depth and `max_nodes`
+/// to the node count, so that a drafter that reads only those two proposes a tree within the
+/// list's widths and node count (decoding checks that `branching` is the list's widths).
 struct tree_shape {
     std::vector<std::size_t> branching{2, 2, 1, 1};  ///< children per node at each depth
     std::size_t max_nodes = 0;                       ///< cap on the node count (0: none)
@@ -166,7 +166,7 @@ struct tree_shape {
     std::vector<std::size_t> children{};
 
     /// The shape of the tree `children` lists (see the field), drawn as `draws` says.
-    /// 	hrows std::invalid_argument when an entry gives children to a node that does not exist
+    /// \throws std::invalid_argument when an entry gives children to a node that does not exist
     ///         (an index past the nodes the entries before it made) or the tree has no node.
     [[nodiscard]] static tree_shape from_children(std::vector<std::size_t> children,
                                                   sibling_draws draws = sibling_draws::without_replacement) {
@@ -218,13 +218,16 @@ struct tree_shape {
         if (&out == this) {
             out.branching.resize(kept);
             if (!out.children.empty()) out.children.resize(std::min(listed, out.children.size()));
-            return;
+        } else {
+            out.branching.assign(branching.begin(), branching.begin() + static_cast<std::ptrdiff_t>(kept));
+            out.children.assign(children.begin(),
+                                children.begin() + static_cast<std::ptrdiff_t>(std::min(listed, children.size())));
+            out.max_nodes = max_nodes;
+            out.draws = draws;
         }
-        out.branching.assign(branching.begin(), branching.begin() + static_cast<std::ptrdiff_t>(kept));
-        out.children.assign(children.begin(),
-                            children.begin() + static_cast<std::ptrdiff_t>(std::min(listed, children.size())));
-        out.max_nodes = max_nodes;
-        out.draws = draws;
+        // A children list's cap is its node count (at most max_nodes), as from_children sets it:
+        // a drafter that reads only branching and max_nodes stays within it.
+        if (!out.children.empty()) out.max_nodes = out.nodes();
     }
 
     /// With `children`: the first problem of the list (null: none), in words.

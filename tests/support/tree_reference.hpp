@@ -106,6 +106,30 @@ inline Eigen::MatrixXf tree_logits(markov_model& target, std::span<const token_i
     return out;
 }
 
+/// Every children list (tree_shape::children: breadth first, the root first) of a tree of
+/// 1..max_nodes nodes that gives a node at depth d at most widest[d] children, to f.
+template <class F>
+void for_each_children_list(std::span<const std::size_t> widest, std::size_t max_nodes, F&& f) {
+    std::vector<std::size_t> children, depth_of{0};
+    // Node i (of depth depth_of[i]) gets k children; then the next node, while nodes remain.
+    auto rec = [&](auto&& self, std::size_t i, std::size_t made) -> void {
+        if (i > made) {  // every node has its entry
+            if (made > 0) f(children);
+            return;
+        }
+        const std::size_t d = depth_of[i];
+        const std::size_t most = d < widest.size() ? std::min(widest[d], max_nodes - made) : 0;
+        for (std::size_t k = 0; k <= most; ++k) {
+            children.push_back(k);
+            for (std::size_t r = 0; r < k; ++r) depth_of.push_back(d + 1);
+            self(self, i + 1, made + k);
+            depth_of.resize(depth_of.size() - k);
+            children.pop_back();
+        }
+    };
+    rec(rec, 0, 0);
+}
+
 /// Parents, in breadth-first order, of a full tree of `branching` (what draft_tree_from_model
 /// builds when no sibling group runs out of mass).
 inline std::vector<std::int32_t> bfs_parents(const std::vector<std::size_t>& branching) {

@@ -517,28 +517,6 @@ TEST_CASE("The tree planner chooses a tree, a chain or a plain step: the best of
 
 namespace {
 
-/// Every children list (breadth first) of a tree of 1..max_nodes nodes within `widest`, to f.
-template <class F>
-void for_each_children_list(const std::vector<std::size_t>& widest, std::size_t max_nodes, F&& f) {
-    std::vector<std::size_t> children, depth_of{0};
-    auto rec = [&](auto&& self, std::size_t i, std::size_t made) -> void {
-        if (i > made) {
-            if (made > 0) f(children);
-            return;
-        }
-        const std::size_t d = depth_of[i];
-        const std::size_t most = d < widest.size() ? std::min(widest[d], max_nodes - made) : 0;
-        for (std::size_t k = 0; k <= most; ++k) {
-            children.push_back(k);
-            for (std::size_t r = 0; r < k; ++r) depth_of.push_back(d + 1);
-            self(self, i + 1, made + k);
-            depth_of.resize(depth_of.size() - k);
-            children.pop_back();
-        }
-    };
-    rec(rec, 0, 0);
-}
-
 /// The test's own model of any tree: E[tokens] (Sequoia's, by sibling rank) and its cost under
 /// a profile for one sequence, a draft call per node with children or per level.
 struct any_tree_model {
@@ -610,6 +588,10 @@ TEST_CASE("The tree planner with best trees: the best rate of every tree within 
                     const std::string why = c.explain(1);
                     INFO(why);
                     CHECK_THAT(why, Catch::StartsWith("best tree of ") || Catch::StartsWith("chain of "));
+                    // The plan stays the one chosen after observe() rebuilds the best trees (review finding).
+                    const std::vector<float> other{0.1f, 0.1f};
+                    c.observe({.gamma = 1, .drafted = 1, .emitted = 1, .sibling_acceptance = other});
+                    CHECK(std::vector<std::size_t>(c.planned_children().begin(), c.planned_children().end()) == planned);
                 }
                 INFO("planned rate " << m.rate(planned) << ", best of every tree " << brute);
                 // A draft call per level: the best of every tree. Per parent the dynamic program

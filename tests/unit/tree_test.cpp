@@ -1211,32 +1211,6 @@ TEST_CASE("Sibling acceptance at the root: each tested child's a_k, averaged ove
 
 // ---- Trees whose nodes of one depth differ (tree_shape::from_children) and best_tree ----
 
-namespace {
-
-/// Every children list (breadth first) of a tree of 1..max_nodes nodes within `widest`, to f.
-template <class F>
-void for_each_tree(std::span<const std::size_t> widest, std::size_t max_nodes, F&& f) {
-    std::vector<std::size_t> children, depth_of{0};
-    // Node i (depth depth_of[i]) gets k children; recurse on the next node while nodes remain.
-    auto rec = [&](auto&& self, std::size_t i, std::size_t made) -> void {
-        if (i > made) {  // every node has its entry
-            if (made > 0) f(children);
-            return;
-        }
-        const std::size_t d = depth_of[i];
-        const std::size_t most = d < widest.size() ? std::min(widest[d], max_nodes - made) : 0;
-        for (std::size_t k = 0; k <= most; ++k) {
-            children.push_back(k);
-            for (std::size_t r = 0; r < k; ++r) depth_of.push_back(d + 1);
-            self(self, i + 1, made + k);
-            depth_of.resize(depth_of.size() - k);
-            children.pop_back();
-        }
-    };
-    rec(rec, 0, 0);
-}
-
-}  // namespace
 
 TEST_CASE("A tree shape from children: its depth, nodes and widest node per depth, its cut, and bad lists refused "
           "by name",
@@ -1304,7 +1278,7 @@ TEST_CASE("best_tree is the best tree of its node budget and widths (Sequoia's d
                 INFO("acceptance " << a[0] << " ..., widths " << widest[0] << " x " << widest.size() << ", " << n
                                    << " nodes");
                 double best = 0.0;
-                for_each_tree(widest, n, [&](const std::vector<std::size_t>& children) {
+                for_each_children_list(widest, n, [&](const std::vector<std::size_t>& children) {
                     best = std::max(best, specdec::expected_tree_tokens(specdec::tree_shape::from_children(children), a));
                 });
                 const auto t = specdec::best_tree(a, n, widest);
@@ -1398,6 +1372,25 @@ TEST_CASE("At temperature 0 decoding with a shape from children (and best_tree's
                 if (adaptive) o.length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known_costs()};
                 CHECK(specdec::speculative_decode(near, verifier, prompt, o, rng).tokens == expected);
             }
+    // A children list whose max_nodes is 0 (none): the planner plans within its node count, and
+    // each step's shape is capped at it (review finding).
+    specdec::tree_shape uncapped = specdec::tree_shape::from_children({2, 1});
+    uncapped.max_nodes = 0;
+    specdec::decode_options planned{.step = specdec::tree{.shape = uncapped},
+                                    .length = {.policy = specdec::gamma_policy::adaptive, .adaptive = known_costs()},
+                                    .budget = {.max_new_tokens = 60}};
+    CHECK(specdec::make_controller(planned).tree_limits().max_nodes == 3);
+    std::size_t largest = 0;
+    planned.on_step = [&largest](const specdec::step_event& e) {
+        if (e.tree != nullptr) largest = std::max(largest, e.tree->size());
+    };
+    std::mt19937_64 planned_rng(3);
+    (void)specdec::speculative_decode(near, verifier, prompt, planned, planned_rng);
+    CHECK(largest > 0);
+    CHECK(largest <= 3);
+    specdec::tree_shape cut;
+    uncapped.cut(2, cut);
+    CHECK(cut.max_nodes == 3);  // a drafter that reads only branching and max_nodes stays within it
     specdec::tree_shape wrong{.children = {2, 2, 1}};  // branching keeps its default {2, 2, 1, 1}
     std::mt19937_64 rng(1);
     CHECK_THROWS_WITH(specdec::speculative_decode(near, verifier, prompt, {.step = specdec::tree{.shape = wrong}}, rng),

@@ -287,12 +287,14 @@ inline std::size_t longest_draft(const step_shape& step, const conformance_optio
     return o.gamma;
 }
 
-/// "tree 2,2,1,1 (14 nodes)".
+/// "tree 2,2,1,1 (14 nodes)", or for a children list "tree of children 3,2,1,0,1 (7 nodes)".
 inline std::string shape_text(const tree_shape& shape) {
-    std::string s = "tree ";
-    for (std::size_t d = 0; d < shape.depth(); ++d) {  // appended piece by piece (GCC 12's -Wrestrict)
+    std::string s = shape.children.empty() ? "tree " : "tree of children ";
+    const auto& listed = shape.children.empty() ? shape.branching : shape.children;
+    const std::size_t n = shape.children.empty() ? std::min(shape.depth(), listed.size()) : listed.size();
+    for (std::size_t d = 0; d < n; ++d) {  // appended piece by piece (GCC 12's -Wrestrict)
         if (d) s += ',';
-        s += std::to_string(shape.branching[d]);
+        s += std::to_string(listed[d]);
     }
     s += " (";
     s += std::to_string(shape.nodes());
