@@ -223,8 +223,9 @@ TEST_CASE("A draft model idle during plain steps must pay its catch-up before sp
 
 TEST_CASE("The prior keeps two rejected warm-up drafts from switching speculation off", "[adaptive]") {
     // Free drafting, passes cost 1 + 0.1 per extra position. Two β = 0 observations: without a
-    // prior α̂ = 0 and γ = 0 is best for good; with the default prior (2 pseudo-observations
-    // at 1/2) the estimate used is 0.25 and γ = 1 still pays, so more drafts are observed.
+    // prior α̂ = 0 and γ = 0 is best for good; with a prior of 2 pseudo-observations at 1/2
+    // the estimate used is 0.25 and γ = 1 still pays, so more drafts are observed. (The default,
+    // 0.5 pseudo-observations, gives 0.1 here: exploring steps then retry speculation.)
     auto o = known_costs(0.0, 0.1);
     specdec::gamma_controller bare(4, o);
     o.prior_weight = 2.0;
