@@ -48,7 +48,8 @@ struct adaptive_gamma_options {
     std::size_t max_explore_every = 256;
     /// Exploring costs time: a step at a γ other than the best one makes fewer tokens per
     /// unit of time, and a draft model idle during plain target steps (γ = 0) must first
-    /// catch up on the tokens it missed (about one draft step each). A step explores only
+    /// catch up on the tokens it missed (measured, or from the profile's draft_catch_up; else
+    /// about one draft step each). A step explores only
     /// while the predicted cost of all exploring steps so far, this one included, stays
     /// within this fraction of the predicted cost of all steps. So a pair for which
     /// speculation does not pay, with a draft as slow as its target, soon stops exploring
@@ -318,8 +319,7 @@ public:
             // resume speculating only if that pays within the tokens still to be generated.
             if (best > 0 && lag_ > 0) {
                 const double left = static_cast<double>(limit) + 1.0;
-                const double resume = static_cast<double>(lag_) * catch_up_per_token() +
-                                      left * plan_cost(best, sequences_) / plan_tokens(best);
+                const double resume = catch_up_cost() + left * plan_cost(best, sequences_) / plan_tokens(best);
                 if (resume >= left * plan_cost(0, sequences_)) best = 0;
             }
             if (best != last_best_) {
@@ -964,18 +964,23 @@ private:
     [[nodiscard]] double exploring_cost(std::size_t other, std::size_t best) const {
         const double per_token = plan_cost(best, sequences_) / plan_tokens(best);
         double extra = std::max(0.0, plan_cost(other, sequences_) - plan_tokens(other) * per_token);
-        if (other > 0) extra += static_cast<double>(lag_) * catch_up_per_token();
+        if (other > 0) extra += catch_up_cost();
         return extra;
     }
 
-    /// A draft model's cost per token it catches up on: measured after plain steps; until then
-    /// a draft step's (an engine that reads missed tokens in one batched pass pays less). With a
-    /// profile or cost callbacks, a draft step's: a conservative guess, so that a plan from
-    /// known costs does not switch a slow draft model back on for a gain its catch-up eats.
-    [[nodiscard]] double catch_up_per_token() const {
-        if (options_.profile) return options_.profile->draft_cost(sequences_);
-        if (options_.pass_cost) return options_.draft_cost(1) - options_.draft_cost(0);
-        return catch_up_.count != 0 ? catch_up_.value : draft_.value;
+    /// What the draft model pays to catch up on the lag_ tokens of the plain steps since it last
+    /// drafted, when it drafts again. With a profile: engine_profile::catch_up_cost (its
+    /// draft_catch_up table when measured, else a draft step per token: a conservative guess, so
+    /// that a plan from known costs does not switch a slow draft model back on for a gain its
+    /// catch-up eats); with cost callbacks, a drafted token's cost per token; measured: the
+    /// catch-up's own time per token once seen, until then a draft token's.
+    [[nodiscard]] double catch_up_cost() const {
+        if (lag_ == 0) return 0.0;
+        if (options_.profile) return options_.profile->catch_up_cost(lag_, sequences_);
+        const double per_token = options_.pass_cost ? options_.draft_cost(1) - options_.draft_cost(0)
+                                 : catch_up_.count != 0 ? catch_up_.value
+                                                        : draft_.value;
+        return static_cast<double>(lag_) * per_token;
     }
 
     /// The acceptance the choice uses at position i: position 1's estimate shrunk towards 1/2,

@@ -2,8 +2,9 @@
 /// \file
 /// What an engine's calls cost, measured once and reused: the cost of a target pass as a
 /// function of the positions it holds (over every sequence of a batch together), of a tree pass
-/// (the verifier's score_tree or score_tree_batch) by the same measure, and of one draft step as
-/// a function of the sequences it drafts for. With a profile the adaptive
+/// (the verifier's score_tree or score_tree_batch) by the same measure, of one draft step as
+/// a function of the sequences it drafts for, and of a draft call that first reads the tokens
+/// the draft model missed (its catch-up after plain steps). With a profile the adaptive
 /// policy (gamma_controller) plans from the first step without timing anything, so its
 /// choices, and the tokens, depend only on the seed (see adaptive_gamma_options::profile).
 ///
@@ -29,6 +30,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,6 +54,15 @@ struct engine_profile {
     /// laid out for a tree), and the tree planner weighs tree steps with this table. Optional:
     /// empty, a tree pass costs what target_pass says. Otherwise as target_pass (the first > 0).
     std::vector<double> tree_pass{};
+    /// draft_catch_up[n − 1]: one draft call for one sequence, drafting one token, whose context
+    /// ends in n tokens the draft model has not read. A draft step in decoding reads one (the
+    /// token verification emitted); after L plain steps, during which the draft model was idle,
+    /// it reads L + 1, and an engine that reads them in one forward pass (a KV-cached model does)
+    /// pays far less than L draft steps. The planner charges resuming speculation after L plain
+    /// steps catch_up_cost(L, sequences) (adaptive_gamma_options::profile). Optional: empty, a
+    /// missed token costs a draft step (the conservative guess). Otherwise each entry finite and
+    /// >= 0. measure_engine_profile() fills it; measure_batch_profile() leaves it empty.
+    std::vector<double> draft_catch_up{};
 
     /// The cost of a target pass over `positions` (>= 1) positions: the table's entry;
     /// beyond the table, extended along the slope of its last two entries (never
@@ -63,6 +74,19 @@ struct engine_profile {
     /// like pass_cost; pass_cost(positions) when tree_pass is empty.
     [[nodiscard]] double tree_pass_cost(std::size_t positions) const {
         return tree_pass.empty() ? pass_cost(positions) : at(tree_pass, positions);
+    }
+    /// What a draft model's first draft call after `missed` tokens it did not read (the tokens
+    /// of the plain steps since it last drafted) costs beyond a draft step, for `sequences`
+    /// sequences: with draft_catch_up, sequences · (draft_catch_up(missed + 1) − draft_catch_up(1))
+    /// (each sequence reading its tokens in its own call; a batch engine that reads them all in
+    /// one pass pays less), the table extended like pass_cost; without it, missed ·
+    /// draft_cost(sequences) (one batched draft step per missed token).
+    [[nodiscard]] double catch_up_cost(std::size_t missed, std::size_t sequences) const {
+        if (missed == 0) return 0.0;
+        if (draft_catch_up.empty()) return static_cast<double>(missed) * draft_cost(sequences);
+        const std::size_t read = missed + (missed < std::numeric_limits<std::size_t>::max() ? 1 : 0);
+        return static_cast<double>(std::max<std::size_t>(sequences, 1)) *
+               std::max(0.0, at(draft_catch_up, read) - at(draft_catch_up, 1));
     }
 
 private:
@@ -97,22 +121,24 @@ inline void check_profile_table(const std::vector<double>& table, const char* wh
 
 }  // namespace detail
 
-/// Checks a profile: target_pass and draft_step non-empty, tree_pass empty or not, at most 2^20
-/// entries each, every entry finite and >= 0, target_pass[0] > 0 and (when given)
-/// tree_pass[0] > 0. \throws std::invalid_argument naming `where` and the entry.
+/// Checks a profile: target_pass and draft_step non-empty, tree_pass and draft_catch_up empty or
+/// not, at most 2^20 entries each, every entry finite and >= 0, target_pass[0] > 0 and (when
+/// given) tree_pass[0] > 0. \throws std::invalid_argument naming `where` and the entry.
 inline void validate(const engine_profile& p, const char* where = "specdec::validate(engine_profile)") {
     detail::check_profile_table(p.target_pass, where, "target_pass", true);
     detail::check_profile_table(p.draft_step, where, "draft_step", false);
     if (!p.tree_pass.empty()) detail::check_profile_table(p.tree_pass, where, "tree_pass", true);
+    if (!p.draft_catch_up.empty()) detail::check_profile_table(p.draft_catch_up, where, "draft_catch_up", false);
 }
 
-/// The profile as text: a header line, then one line per table (tree_pass only when it has
-/// entries), e.g.
+/// The profile as text: a header line, then one line per table (tree_pass and draft_catch_up
+/// only when they have entries), e.g.
 /// ```
 /// specdec-engine-profile 1
 /// target_pass 0.01 0.0102 0.0105
 /// draft_step 0.0011
 /// tree_pass 0.0101 0.0104 0.0108
+/// draft_catch_up 0.0011 0.0012
 /// ```
 /// Numbers are written with 17 significant digits, so parse_engine_profile() gives back the
 /// same doubles. \throws std::invalid_argument for a profile validate() rejects.
@@ -131,17 +157,19 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
     line("target_pass", p.target_pass);
     line("draft_step", p.draft_step);
     if (!p.tree_pass.empty()) line("tree_pass", p.tree_pass);
+    if (!p.draft_catch_up.empty()) line("draft_catch_up", p.draft_catch_up);
     return out;
 }
 
 /// Reads a profile written by to_text(). Blank lines and lines starting with '#' are
-/// skipped; target_pass and draft_step appear exactly once, tree_pass at most once; the result
+/// skipped; target_pass and draft_step appear exactly once, tree_pass and draft_catch_up at most
+/// once each; the result
 /// passes validate().
 /// \throws std::invalid_argument naming the line (1-based) and what is wrong with it.
 [[nodiscard]] inline engine_profile parse_engine_profile(std::string_view text) {
     constexpr const char* where = "specdec::parse_engine_profile";
     engine_profile p;
-    bool header = false, has_pass = false, has_draft = false, has_tree = false;
+    bool header = false, has_pass = false, has_draft = false, has_tree = false, has_catch_up = false;
     std::size_t line_no = 0;
     while (!text.empty()) {
         const std::size_t end = text.find('\n');
@@ -183,9 +211,15 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
             if (words.size() == 1) detail::fail_invalid(where, ": line ", line_no, ": tree_pass has no entries");
             has_tree = true;
             table = &p.tree_pass;
+        } else if (words[0] == "draft_catch_up") {
+            if (has_catch_up) detail::fail_invalid(where, ": line ", line_no, ": draft_catch_up appears twice");
+            if (words.size() == 1)
+                detail::fail_invalid(where, ": line ", line_no, ": draft_catch_up has no entries");
+            has_catch_up = true;
+            table = &p.draft_catch_up;
         } else {
             detail::fail_invalid(where, ": line ", line_no, ": unknown table '", words[0].substr(0, 40),
-                         "' (expected target_pass, draft_step or tree_pass)");
+                         "' (expected target_pass, draft_step, tree_pass or draft_catch_up)");
         }
         if (words.size() - 1 > detail::max_profile_entries)
             detail::fail_invalid(where, ": line ", line_no, ": ", words.size() - 1, " entries; at most ",

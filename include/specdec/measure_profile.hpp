@@ -105,7 +105,11 @@ struct profile_measurement {
 ///   first m − 1 of those draft tokens, as a step does (a KV-cached engine rolls back to
 ///   `context` between calls, so each call runs m new positions);
 /// - tree_pass[m − 1], when the verifier has score_tree (a TreeVerifier): score_tree over a tree
-///   of m − 1 nodes in two branches below the root, made of those draft tokens.
+///   of m − 1 nodes in two branches below the root, made of those draft tokens;
+/// - draft_catch_up[n − 1] for n = 1 .. max_positions − 1: a draft of one token at `context`
+///   plus the first n of those draft tokens, each timed call after an untimed draft of one token
+///   at `context` alone (so that a KV-cached drafter holds `context` and must read the n tokens:
+///   what it does after plain steps).
 /// The models' caches end holding a prefix of `context` plus some draft tokens; a decoding
 /// call afterwards rolls them back as any step does.
 /// \throws std::invalid_argument for an empty context, max_positions < 2, repeats = 0, bad
@@ -151,6 +155,24 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     }
     engine_profile p;
     p.draft_step = {detail::median_of(times)};
+
+    // Catching up on n tokens the draft model has not read, n = 1 .. the draft's tokens.
+    std::vector<token_id> grown;
+    for (std::size_t n = 1; n <= tokens.size(); ++n) {
+        grown.assign(context.begin(), context.end());
+        grown.insert(grown.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
+        times.clear();
+        for (std::size_t r = 0; r < m.repeats; ++r) {
+            uniform_source uniforms(rng);
+            detail::begin_draft(ws.draft, nullptr);
+            detail::run_drafter(drafter, context, 1, m.sampling, uniforms, ws, where);  // back to `context`
+            detail::begin_draft(ws.draft, nullptr);
+            const auto t0 = clock::now();
+            detail::run_drafter(drafter, std::span<const token_id>(grown), 1, m.sampling, uniforms, ws, where);
+            times.push_back(detail::seconds_since(t0));
+        }
+        p.draft_catch_up.push_back(detail::median_of(times));
+    }
 
     // The target passes, over 1 .. 1 + tokens.size() positions (one untimed call first).
     const std::span<const token_id> draft(tokens);

@@ -328,6 +328,12 @@ def profile_seeds():
           bytes([5]) + bytes([3, 1, 2, 1, 4, 3, 9, 100, 200]))
     # three tables: the third (tree_pass) of 2 entries, then plan with it
     write("profile_fuzz", "three-tables-plan", bytes([6, 2, 1, 2, 0, 1, 2, 7, 9]) + bytes([3, 1, 2, 1, 0, 3, 9, 100, 200, 1, 0, 1]))
+    # the catch-up table: as text, twice (an error), and built (mode bit 8: a fourth table of 3
+    # entries), each planned with
+    write("profile_fuzz", "catch-up-plan", bytes([4]) + text + b"draft_catch_up 0.0011 0.0012 0.0016\n")
+    write("profile_fuzz", "catch-up-twice", bytes([0]) + text + b"draft_catch_up 1\ndraft_catch_up 2\n")
+    write("profile_fuzz", "four-tables-plan",
+          bytes([14, 2, 1, 2, 0, 1, 0, 3, 0, 1, 2]) + bytes([3, 1, 2, 1, 0, 3, 9, 100, 200, 1, 0, 1, 0, 0, 5, 0, 0, 5]))
 
 
 # Inputs that once failed an invariant, kept as seeds (hex).

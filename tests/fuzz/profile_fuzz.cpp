@@ -10,21 +10,25 @@
 //     long digit strings) or raw doubles written with %.17g, and separators (space, tab, CRLF, a
 //     lone CR, vertical tab, NUL);
 //   mode % 3 == 2 ("profile"): three tables of doubles from the input (edge values or raw bits,
-//     valid or not; the tree_pass table may be empty), written with to_text() and parsed back.
+//     valid or not; the tree_pass table may be empty), and with bit 3 of the mode byte (value 8)
+//     a fourth, draft_catch_up (may be empty), written with to_text() and parsed back.
 // Bit 2 of the mode byte (value 4): a parsed profile also goes to a gamma_controller (a chain's
 // and a tree planner, whose chains run as chain steps or not), which plans a few steps from it,
 // observing tree passes and chain passes.
 //
 // Invariants: parse_engine_profile either returns a profile that passes validate() (target_pass
-// and draft_step non-empty, tree_pass empty or not, every entry finite and >= 0, target_pass[0]
-// and a given tree_pass[0] > 0), whose entries are exactly the numbers of its text's
-// target_pass, draft_step and tree_pass lines (as strtod reads them), and that
+// and draft_step non-empty, tree_pass and draft_catch_up empty or not, every entry finite and
+// >= 0, target_pass[0] and a given tree_pass[0] > 0), whose entries are exactly the numbers of
+// its text's target_pass, draft_step, tree_pass and draft_catch_up lines (as strtod reads them),
+// and that
 // round-trips (to_text, then parse, gives the same doubles bit for bit, and to_text of that the
 // same text), or throws std::invalid_argument whose message names the parser and stays short
 // (words of the text are echoed cut at 40 characters); nothing else, ever. to_text throws
 // std::invalid_argument exactly for a profile validate() rejects. pass_cost, draft_cost and
 // tree_pass_cost equal the tables' entries within them and beyond them never decrease and are
-// never NaN; without a tree_pass table tree_pass_cost is pass_cost. A
+// never NaN; without a tree_pass table tree_pass_cost is pass_cost; catch_up_cost is 0 for no
+// missed token, never NaN nor negative, and without a draft_catch_up table missed ·
+// draft_cost(sequences). A
 // controller made with a valid profile plans lengths within its limits.
 
 #include "fuzz_common.hpp"
@@ -51,7 +55,8 @@ bool valid_profile(const specdec::engine_profile& p) {
         return true;
     };
     return table_ok(p.target_pass) && table_ok(p.draft_step) && p.target_pass[0] > 0.0 &&
-           (p.tree_pass.empty() || (table_ok(p.tree_pass) && p.tree_pass[0] > 0.0));
+           (p.tree_pass.empty() || (table_ok(p.tree_pass) && p.tree_pass[0] > 0.0)) &&
+           (p.draft_catch_up.empty() || table_ok(p.draft_catch_up));
 }
 
 /// The parser's error: std::invalid_argument naming it, with a short message.
@@ -104,6 +109,7 @@ void check_profile(const specdec::engine_profile& p) {
     FUZZ_CHECK(same_bits(p.target_pass, q.target_pass));
     FUZZ_CHECK(same_bits(p.draft_step, q.draft_step));
     FUZZ_CHECK(same_bits(p.tree_pass, q.tree_pass));
+    FUZZ_CHECK(same_bits(p.draft_catch_up, q.draft_catch_up));
     FUZZ_CHECK(specdec::to_text(q) == text);
     // Costs: the entries within the tables; beyond them never decreasing, never NaN.
     const auto check_costs = [](const std::vector<double>& t, auto cost) {
@@ -125,6 +131,19 @@ void check_profile(const specdec::engine_profile& p) {
     } else {
         for (std::size_t n : {std::size_t{1}, p.target_pass.size() + 3, std::size_t{1} << 30})
             FUZZ_CHECK(p.tree_pass_cost(n) == p.pass_cost(n));
+    }
+    // Catch-up: nothing for no missed token; never NaN nor negative; without its table a draft
+    // step per missed token.
+    const std::size_t most = std::numeric_limits<std::size_t>::max();
+    for (std::size_t s : {std::size_t{0}, std::size_t{1}, std::size_t{7}, most}) {
+        FUZZ_CHECK(p.catch_up_cost(0, s) == 0.0);
+        for (std::size_t missed : {std::size_t{1}, std::size_t{2}, p.draft_catch_up.size(), std::size_t{1} << 30,
+                                   most - 1, most}) {
+            const double c = p.catch_up_cost(missed, s);
+            FUZZ_CHECK(!std::isnan(c) && c >= 0.0);
+            if (p.draft_catch_up.empty() && missed != 0)
+                FUZZ_CHECK(c == static_cast<double>(missed) * p.draft_cost(s));
+        }
     }
 }
 
@@ -174,6 +193,7 @@ void parse_and_check(std::string_view text, fuzz::input& in, bool plan) {
     FUZZ_CHECK(same_bits(p.target_pass, reference_table(text, "target_pass")));
     FUZZ_CHECK(same_bits(p.draft_step, reference_table(text, "draft_step")));
     FUZZ_CHECK(same_bits(p.tree_pass, reference_table(text, "tree_pass")));
+    FUZZ_CHECK(same_bits(p.draft_catch_up, reference_table(text, "draft_catch_up")));
     if (plan) plan_with(p, in);
 }
 
@@ -188,6 +208,7 @@ constexpr const char* other_words[] = {
     "specdec-engine-profile", "specdec-engine-profile 1", "specdec-engine-profile 2", "specdec-engine-profile 01",
     "SPECDEC-ENGINE-PROFILE", "target_pass", "draft_step", "target_pass_", "Target_pass", "#", "# comment",
     "#target_pass 1", "draft", "1", "specdec-engine-profile 1 1", "tree_pass", "tree_pass 1", "tree_passes",
+    "draft_catch_up", "draft_catch_up 1", "draft_catch_up_",
 };
 constexpr std::string_view separators[] = {" ", "\t", "\n", "\r\n", "\r", "\v", std::string_view("\0", 1), "  "};
 
@@ -248,6 +269,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             for (std::size_t i = 0; i < n_draft; ++i) p.draft_step.push_back(any_double(in));
             const std::size_t n_tree = in.byte() % 9;  // (0 at the input's end: no tree_pass)
             for (std::size_t i = 0; i < n_tree; ++i) p.tree_pass.push_back(any_double(in));
+            if ((mode & 8u) != 0) {
+                const std::size_t n_catch = in.byte() % 9;
+                for (std::size_t i = 0; i < n_catch; ++i) p.draft_catch_up.push_back(any_double(in));
+            }
             const bool valid = valid_profile(p);
             bool threw = false;
             try {

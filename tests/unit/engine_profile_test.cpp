@@ -277,6 +277,8 @@ TEST_CASE("measure_engine_profile times the pair's real calls: a draft token, an
     CHECK(p.target_pass[4] >= 1500e-6);
     CHECK(p.target_pass[4] > p.target_pass[0]);
     CHECK(p.draft_step[0] > 0.0);
+    REQUIRE(p.draft_catch_up.size() == 4);  // catching up on 1 .. max_positions - 1 tokens
+    for (const double t : p.draft_catch_up) CHECK(t > 0.0);
     CHECK_NOTHROW(specdec::validate(p));
     // The planner takes it as it is.
     specdec::adaptive_gamma_options o;
@@ -938,6 +940,92 @@ TEST_CASE("The tree planner takes a sibling rank never tested as half the rank b
     // Once rank 2 is seen, its own estimate (0.3) counts, and rank 3 is half of it.
     feed_siblings(c, {0.8f, 0.3f}, 4);
     CHECK(c.expected_tokens(three) == Approx(1.0 + (1.0 - 0.2 * 0.7 * 0.85)));
+}
+
+TEST_CASE("measure_engine_profile times a draft model's catch-up on tokens it has not read", "[profile]") {
+    auto target = markov_model::random(8, 2, 7);
+    auto draft = markov_model::random(8, 2, 8);
+    // A draft model with a cache: a call reads the tokens beyond the longest common prefix of
+    // its context and the previous call's, 400 us each (one forward over them).
+    struct cached_draft {
+        markov_model* model;
+        std::vector<token_id> seen;
+        std::vector<std::size_t> read;  // tokens read per call
+        std::ptrdiff_t vocab_size() const { return model->vocab; }
+        Eigen::VectorXf next_logits(std::span<const token_id> context) {
+            std::size_t common = 0;
+            while (common < seen.size() && common < context.size() && seen[common] == context[common]) ++common;
+            const std::size_t fresh = context.size() - common;
+            read.push_back(fresh);
+            std::this_thread::sleep_for(std::chrono::microseconds(400 * fresh));
+            seen.assign(context.begin(), context.end());
+            return model->next_logits(context);
+        }
+    } d{&draft, {}, {}};
+    const std::vector<token_id> prompt{1, 2, 3};
+    const auto p = specdec::measure_engine_profile(d, target, prompt, {.max_positions = 5, .repeats = 3});
+    REQUIRE(p.draft_catch_up.size() == 4);
+    for (std::size_t n = 1; n <= 4; ++n) CHECK(p.draft_catch_up[n - 1] >= 400e-6 * static_cast<double>(n));
+    CHECK(p.draft_catch_up[3] > p.draft_catch_up[0]);
+    // Each timed catch-up call read exactly its n tokens: the calls after the draft steps read,
+    // in pairs per repetition, 0 (back to the prompt, cached) then n.
+    const std::size_t steps = d.read.size() - 4 * 3 * 2;
+    for (std::size_t n = 1; n <= 4; ++n)
+        for (std::size_t r = 0; r < 3; ++r) {
+            const std::size_t at = steps + 2 * (3 * (n - 1) + r);
+            CHECK(d.read[at] == 0);
+            CHECK(d.read[at + 1] == n);
+        }
+}
+
+TEST_CASE("A profile's catch-up table: stored and loaded, optional, checked, and what the planner charges",
+          "[profile][adaptive]") {
+    const specdec::engine_profile p{.target_pass = {1.0}, .draft_step = {0.3}, .draft_catch_up = {0.3, 0.31, 0.32}};
+    const std::string text = specdec::to_text(p);
+    CHECK_THAT(text, Catch::Contains("\ndraft_catch_up 0.2"));
+    CHECK(specdec::parse_engine_profile(text).draft_catch_up == p.draft_catch_up);
+    // Beyond a draft step: catching up on 2 tokens reads 3, 0.32 - 0.3 per sequence; beyond the
+    // table along its last slope (0.01 per token).
+    CHECK(p.catch_up_cost(0, 1) == 0.0);
+    CHECK(p.catch_up_cost(2, 1) == Approx(0.02));
+    CHECK(p.catch_up_cost(2, 4) == Approx(0.08));
+    CHECK(p.catch_up_cost(20, 1) == Approx(0.20));
+    // Without the table: a draft step per missed token, and no line in the text.
+    const specdec::engine_profile plain{.target_pass = {1.0}, .draft_step = {0.3, 0.4}};
+    CHECK(plain.catch_up_cost(5, 2) == Approx(5 * 0.4));
+    CHECK_THAT(specdec::to_text(plain), !Catch::Contains("draft_catch_up"));
+    CHECK(specdec::parse_engine_profile(specdec::to_text(plain)).draft_catch_up.empty());
+    // A one-entry table extends in proportion: a missed token costs that entry.
+    const specdec::engine_profile one{.target_pass = {1.0}, .draft_step = {0.3}, .draft_catch_up = {0.25}};
+    CHECK(one.catch_up_cost(4, 1) == Approx(1.0));
+    // Malformed lines, each named.
+    const std::string head = "specdec-engine-profile 1\ntarget_pass 1\ndraft_step 1\n";
+    CHECK_THAT(error_of(head + "draft_catch_up 1\ndraft_catch_up 2\n"),
+               Catch::Contains("line 5") && Catch::Contains("draft_catch_up appears twice"));
+    CHECK_THAT(error_of(head + "draft_catch_up\n"), Catch::Contains("line 4") && Catch::Contains("no entries"));
+    CHECK_THAT(error_of(head + "draft_catch_up 1 nan\n"), Catch::Contains("line 4") && Catch::Contains("entry 2"));
+    CHECK_THAT(error_of(head + "catch_up 1\n"), Catch::Contains("draft_catch_up") && Catch::Contains("catch_up"));
+    CHECK_THROWS_WITH(specdec::validate(specdec::engine_profile{.target_pass = {1.0}, .draft_step = {0.1},
+                                                                .draft_catch_up = {-1.0}}),
+                      Catch::Contains("draft_catch_up[0] = -1"));
+
+    // The planner: after 20 plain steps, with 20 tokens left, speculating again (γ = 1 at α 0.6:
+    // 1.6 tokens for 1.3 units) saves 0.1875 units per token, 3.9 in all. Catching up as 20 draft
+    // steps (6 units) eats it, so the plan stays plain; as the table says (0.2 units), it resumes.
+    const auto after_plain_steps = [](const specdec::engine_profile& prof) {
+        specdec::adaptive_gamma_options o;
+        o.profile = prof;
+        o.acceptance_prior = {0.6};
+        o.explore_every = 0;
+        specdec::gamma_controller c(4, o);
+        for (int i = 0; i < 20; ++i) c.observe({.gamma = 0, .drafted = 0, .emitted = 1});
+        return c.choose(20);
+    };
+    const specdec::engine_profile flat{.target_pass = {1.0, 1.0, 1.0, 1.0, 1.0}, .draft_step = {0.3}};
+    specdec::engine_profile flat_catch_up = flat;
+    flat_catch_up.draft_catch_up = {0.3, 0.31};
+    CHECK(after_plain_steps(flat) == 0);
+    CHECK(after_plain_steps(flat_catch_up) == 1);
 }
 
 TEST_CASE("A profile's tree passes: stored and loaded, optional, checked, and extended like the others",
