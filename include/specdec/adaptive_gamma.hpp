@@ -69,7 +69,8 @@ struct adaptive_gamma_options {
     /// Each observation is an expected acceptance (β, or a_k at the root), not a 0/1 outcome,
     /// so a few carry much of what many outcomes would: with a weight of 2 a fresh planner
     /// spent the first half of a 128-token generation below a high acceptance (planner_bench,
-    /// 64 batches: 0.92x the best fixed tree at draft noise 0.5, B = 1; 0.98x with 0.5).
+    /// 32 batches: 0.92x the best fixed tree at draft noise 0.5, B = 1; 0.98x with 0.5 and the
+    /// first step planned from the prior, see choose()).
     double prior_weight = 0.5;
     /// The acceptance known before the first step, e.g. from an earlier run of the pair: for a
     /// chain controller α_i by draft position (entry i − 1: decode_stats::estimated_acceptance
@@ -305,7 +306,7 @@ public:
                     drafted_steps_ < 4)) {
             g = warm;  // nothing known about acceptance yet, or no clean timing of a draft token
             // Known costs: the best plan under the priors pays more than the warm-up's short
-            // draft where speculation pays (planner_bench, 64 batches: +1-3% in most cells);
+            // draft where speculation pays (planner_bench, 64 batches, alone: up to +3%);
             // the warm-up only where that plan would not draft, so that acceptance is seen.
             if (!measures_time()) {
                 const std::size_t from_prior = best_plan(top, sequences_);
