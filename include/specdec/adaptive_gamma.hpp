@@ -63,9 +63,9 @@ struct adaptive_gamma_options {
     /// The choice shrinks each position's acceptance estimate with this many
     /// pseudo-observations, (n·α̂ + w·prior) / (n + w) after n observations, where the prior is
     /// 1/2 for the first draft position and the (shrunk) estimate of the position before for
-    /// the others. So the first few steps cannot switch speculation off for good (two rejected
-    /// warm-up drafts would otherwise estimate α = 0, and a policy at γ = 0 observes no more
-    /// drafts), and a deep position seen a few times leans on the shallower ones. 0: none.
+    /// the others. So one rejected warm-up draft does not estimate α = 0, and a deep position
+    /// seen a few times leans on the shallower ones. 0: none. (Where early drafts are all
+    /// rejected and the plan turns plain, exploring steps retry speculation: explore_every.)
     /// Each observation is an expected acceptance (β, or a_k at the root), not a 0/1 outcome,
     /// so a few carry much of what many outcomes would: with a weight of 2 a fresh planner
     /// spent the first half of a 128-token generation below a high acceptance (planner_bench,
@@ -306,9 +306,11 @@ public:
                     drafted_steps_ < 4)) {
             g = warm;  // nothing known about acceptance yet, or no clean timing of a draft token
             // Known costs: the best plan under the priors pays more than the warm-up's short
-            // draft where speculation pays (planner_bench, 64 batches, alone: up to +3%);
-            // the warm-up only where that plan would not draft, so that acceptance is seen.
-            if (!measures_time()) {
+            // draft where speculation pays (docs/adaptive-gamma.md, planning trees); the
+            // warm-up only where that plan would not draft, so that acceptance is seen, or
+            // where the draft model has plain steps' tokens to catch up on (the warm-up's short
+            // draft then costs least).
+            if (!measures_time() && lag_ == 0) {
                 const std::size_t from_prior = best_plan(top, sequences_);
                 if (from_prior != 0) g = from_prior;
             }
@@ -332,7 +334,8 @@ public:
             if (options_.explore_every != 0 && ++since_explore_ >= explore_interval_) {
                 const std::size_t other = neighbour(best, top);
                 const double extra = exploring_cost(other, best);
-                if (other != best && explored_ + extra <= options_.explore_budget * (total_ + extra)) {
+                if (other != best && std::isfinite(extra) &&
+                    explored_ + extra <= options_.explore_budget * (total_ + extra)) {
                     since_explore_ = 0;
                     explore_interval_ = std::min(std::max<std::size_t>(1, 2 * explore_interval_),
                                                  std::max(options_.max_explore_every, options_.explore_every));
@@ -726,7 +729,8 @@ private:
         for (const std::size_t x : shapes_[p]) nodes += level *= x;
         return b * (nodes + 1);
     }
-    /// The first plan when nothing is known: γ = 1, or a tree of one level of (up to) two
+    /// The first plan when nothing is known and costs are measured (with known costs: when the
+    /// best plan under the priors is a plain step): γ = 1, or a tree of one level of (up to) two
     /// children, so that a_1 and a_2 are seen.
     [[nodiscard]] std::size_t warm_plan() const {
         if (!plans_trees()) return 1;
@@ -896,7 +900,9 @@ private:
     /// target's mass, and is drawn from what they left of the draft's), and a rank is tested only
     /// when every earlier one was rejected, so it can stay unseen for many steps; taking it equal
     /// to the rank before made a fresh planner's first trees too wide (planner_bench, draft noise
-    /// 1.0, B = 1: 0.960x the best fixed shape; with 0.5, 1.012x, and every cell >= 0.979x).
+    /// 1.0, B = 1: 0.960x the best fixed shape; with 0.5, 1.012x, and every cell >= 0.979x;
+    /// measured then over 8 batches, with prior_weight 2 and before best trees). The shipped
+    /// pair's a_2 / a_1 is about 0.5 too (docs/trees.md: 0.372 / 0.696 at T = 0.7).
     static constexpr double unseen_rank_ratio = 0.5;
     /// a_k as the choice uses it: a_1 shrunk towards 1/2, each later rank towards the one before
     /// (prior_weight pseudo-observations), so that a rank seen a few times leans on the others;
@@ -961,7 +967,7 @@ private:
 
     /// The predicted time an exploring step at γ = `other` loses against one at `best`: its
     /// cost beyond what `best` needs for as many expected tokens, plus a draft model's catch-up
-    /// on the tokens of the plain steps since it last ran (about one draft step each).
+    /// on the tokens of the plain steps since it last ran (catch_up_cost()).
     [[nodiscard]] double exploring_cost(std::size_t other, std::size_t best) const {
         const double per_token = plan_cost(best, sequences_) / plan_tokens(best);
         double extra = std::max(0.0, plan_cost(other, sequences_) - plan_tokens(other) * per_token);

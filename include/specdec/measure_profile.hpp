@@ -106,10 +106,13 @@ struct profile_measurement {
 ///   `context` between calls, so each call runs m new positions);
 /// - tree_pass[m − 1], when the verifier has score_tree (a TreeVerifier): score_tree over a tree
 ///   of m − 1 nodes in two branches below the root, made of those draft tokens;
-/// - draft_catch_up[n − 1] for n = 1 .. max_positions − 1: a draft of one token at `context`
-///   plus the first n of those draft tokens, each timed call after an untimed draft of one token
-///   at `context` alone (so that a KV-cached drafter holds `context` and must read the n tokens:
-///   what it does after plain steps).
+/// - draft_catch_up[n − 1] for n = 1 .. the tokens of that draft (max_positions − 1 when it
+///   drafted them all): a draft of one token at `context` plus the first n of those tokens,
+///   each timed call after an untimed draft of one token at `context` alone (so that a
+///   KV-cached drafter holds `context` and must read the n tokens: what it does after plain
+///   steps) and a target pass (as a draft step is timed); the table ends before the first n at
+///   which the drafter proposes no token (a context window reached, a lookup that answers
+///   without the model), so that no entry times a call that drafted nothing.
 /// The models' caches end holding a prefix of `context` plus some draft tokens; a decoding
 /// call afterwards rolls them back as any step does.
 /// \throws std::invalid_argument for an empty context, max_positions < 2, repeats = 0, bad
@@ -158,20 +161,23 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
 
     // Catching up on n tokens the draft model has not read, n = 1 .. the draft's tokens.
     std::vector<token_id> grown;
-    for (std::size_t n = 1; n <= tokens.size(); ++n) {
+    bool drafted = true;
+    for (std::size_t n = 1; n <= tokens.size() && drafted; ++n) {
         grown.assign(context.begin(), context.end());
         grown.insert(grown.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
         times.clear();
-        for (std::size_t r = 0; r < m.repeats; ++r) {
+        for (std::size_t r = 0; r < m.repeats && drafted; ++r) {
             uniform_source uniforms(rng);
             detail::begin_draft(ws.draft, nullptr);
             detail::run_drafter(drafter, context, 1, m.sampling, uniforms, ws, where);  // back to `context`
+            detail::run_verifier(verifier, context, std::span<const token_id>{}, ws, vocab, where);
             detail::begin_draft(ws.draft, nullptr);
             const auto t0 = clock::now();
             detail::run_drafter(drafter, std::span<const token_id>(grown), 1, m.sampling, uniforms, ws, where);
             times.push_back(detail::seconds_since(t0));
+            drafted = detail::check_draft(ws.draft, 1, vocab, where) != 0;
         }
-        p.draft_catch_up.push_back(detail::median_of(times));
+        if (drafted) p.draft_catch_up.push_back(detail::median_of(times));
     }
 
     // The target passes, over 1 .. 1 + tokens.size() positions (one untimed call first).

@@ -221,7 +221,31 @@ TEST_CASE("A draft model idle during plain steps must pay its catch-up before sp
     CHECK(ctl.choose(10000) == 1);
 }
 
-TEST_CASE("The prior keeps two rejected warm-up drafts from switching speculation off", "[adaptive]") {
+TEST_CASE("With known costs and no acceptance seen, the first step is the best plan under the prior", "[adaptive]") {
+    // Cheap drafts and a flat pass: under the prior 1/2 the best chain is long, not the warm-up's
+    // gamma = 1. The default prior weight (no observation yet: the estimate is the prior).
+    specdec::adaptive_gamma_options o = known_costs(0.05);
+    o.prior_weight = specdec::adaptive_gamma_options{}.prior_weight;
+    specdec::gamma_controller chain(6, o);
+    const std::size_t first = chain.choose();
+    CHECK(first == chain.best_gamma(6));
+    CHECK(first > 1);
+    // A tree planner: its first plan is its best plan, not one level of two children.
+    specdec::gamma_controller tree(specdec::tree_plan_limits{.branching = {3, 2, 2, 1}}, o);
+    const std::size_t depth = tree.choose();
+    CHECK(depth > 1);
+    CHECK(tree.planned_shape().size() == depth);
+    // Where the best plan under the prior is a plain step (drafting costs as much as a pass),
+    // the warm-up still runs: gamma = 1, so that acceptance is seen.
+    specdec::adaptive_gamma_options dear = known_costs(1.0);
+    dear.prior_weight = o.prior_weight;
+    specdec::gamma_controller slow(6, dear);
+    CHECK(slow.best_gamma(6) == 0);
+    CHECK(slow.choose() == 1);
+}
+
+TEST_CASE("A prior of two pseudo-observations keeps two rejected warm-up drafts from switching speculation off",
+          "[adaptive]") {
     // Free drafting, passes cost 1 + 0.1 per extra position. Two β = 0 observations: without a
     // prior α̂ = 0 and γ = 0 is best for good; with a prior of 2 pseudo-observations at 1/2
     // the estimate used is 0.25 and γ = 1 still pays, so more drafts are observed. (The default,

@@ -1026,6 +1026,10 @@ TEST_CASE("A profile's catch-up table: stored and loaded, optional, checked, and
     flat_catch_up.draft_catch_up = {0.3, 0.31};
     CHECK(after_plain_steps(flat) == 0);
     CHECK(after_plain_steps(flat_catch_up) == 1);
+    // A table whose catch-up eats the gain (0.25 per missed token: 5.0 units) keeps it plain.
+    specdec::engine_profile steep_catch_up = flat;
+    steep_catch_up.draft_catch_up = {0.3, 0.55};
+    CHECK(after_plain_steps(steep_catch_up) == 0);
 }
 
 TEST_CASE("A profile's tree passes: stored and loaded, optional, checked, and extended like the others",
