@@ -142,7 +142,9 @@ const std::vector<std::vector<token_id>>& greedy() {
 /// engine over m positions in total spread over min(m, max_batch) sequences (the cost depends on
 /// the total, docs/batching.md), the median of 3 calls at each point of the routine's grid,
 /// linear between them; draft_step[n − 1], n = 1 .. max_batch, one draft_batch of the 15M-shape
-/// engine drafting 4 tokens for each of n sequences, divided by 4 (median of 3).
+/// engine drafting 4 tokens for each of n sequences, divided by 4 (median of 3);
+/// draft_catch_up[n − 1], n = 1 .. 8, one draft_batch of one sequence whose context ends in n
+/// tokens the draft engine has not read (median of 3).
 const specdec::engine_profile& measured_profile() {
     static const specdec::engine_profile profile = [] {
         const auto ps = prompts(max_batch);

@@ -239,6 +239,10 @@ struct batch_profile_measurement {
     std::size_t draft_tokens = 4;
     /// Each entry is the median of this many timed calls (after one untimed call). \pre >= 1.
     std::size_t repeats = 3;
+    /// The draft model's catch-up is timed for n = 1 .. catch_up_tokens tokens it has not read
+    /// (draft_catch_up's entries); 0 leaves the table empty (the planner then charges a draft
+    /// step per missed token).
+    std::size_t catch_up_tokens = 8;
     /// The draft's sampling settings for the measured drafts.
     sampling_config sampling{};
     /// Seed of sequence i's draws is seed + i.
@@ -276,6 +280,13 @@ inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
 /// - tree_pass[m − 1], when the verifier has score_tree_batch (a MultiSequenceTreeVerifier): one
 ///   score_tree_batch call over m positions in total, spread as above, each sequence's tree of
 ///   its positions − 1 nodes in two branches below the root; timed at the same points.
+/// - draft_catch_up[n − 1] for n = 1 .. catch_up_tokens: one draft_batch call for sequence 0
+///   alone, drafting one token at its context plus n of the drafted tokens, each timed call after
+///   an untimed one-token draft at the context alone (so that a KV-cached drafter holds the
+///   context and must read the n tokens: what it does after plain steps) and a target pass (as a
+///   draft step is timed); the table ends before the first n at which the drafter proposes no
+///   token, as measure_engine_profile's does. The planner charges S sequences S times one's
+///   catch-up (engine_profile::catch_up_cost).
 /// Costs in seconds of wall-clock time (steady_clock). The models' caches end holding some of
 /// these drafts; a decoding call afterwards rolls them back as any step does.
 /// \throws std::invalid_argument for no context, an empty context or a token out of range, a
@@ -398,6 +409,34 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
             [&](std::span<const tree_score_request> batch) { verifier.score_tree_batch(batch, out); },
             "score_tree_batch");
         detail::fill_from_grid(p.tree_pass, grid, tree_times);
+    }
+
+    // Catching up on n tokens the draft model has not read, n = 1 .. catch_up_tokens, for
+    // sequence 0 (its drafted tokens, repeated when n needs more of them).
+    const std::span<const token_id> start = context_of(0);
+    std::vector<token_id> grown;
+    const auto draft_one = [&](std::span<const token_id> context, double* seconds) {
+        blocks[0].clear();
+        drafts.clear();
+        drafts.push_back({0, context, 1, uniform_source(gens[0]), &blocks[0]});
+        const auto t0 = clock::now();
+        drafter.draft_batch(std::span<draft_request>(drafts), m.sampling);
+        if (seconds) *seconds = detail::seconds_since(t0);
+        return detail::check_draft(blocks[0], 1, vocab, where) != 0;
+    };
+    bool drafted = true;
+    for (std::size_t n = 1; n <= m.catch_up_tokens && drafted; ++n) {
+        grown.assign(start.begin(), start.end());
+        for (std::size_t j = 0; j < n; ++j) grown.push_back(proposed[0][j % proposed[0].size()]);
+        times.clear();
+        for (std::size_t r = 0; r < m.repeats && drafted; ++r) {
+            (void)draft_one(start, nullptr);  // back to the context alone
+            pass_before(1);
+            double s = 0;
+            drafted = draft_one(grown, &s);
+            times.push_back(s);
+        }
+        if (drafted) p.draft_catch_up.push_back(detail::median_of(times));
     }
     detail::floor_first_pass(p);
     validate(p, where);

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -314,16 +315,26 @@ TEST_CASE("measure_batch_profile times a multi-sequence pair's real calls: draft
     multi_markov_drafter d{&draft};
     const std::vector<std::vector<token_id>> prompts{{1, 2, 3}, {4, 5}};
     const auto p = specdec::measure_batch_profile(d, v, prompts,
-                                                  {.max_positions = 20, .max_sequences = 3, .draft_tokens = 2, .repeats = 2});
+                                                  {.max_positions = 20,
+                                                   .max_sequences = 3,
+                                                   .draft_tokens = 2,
+                                                   .repeats = 2,
+                                                   .catch_up_tokens = 3});
     REQUIRE(p.target_pass.size() == 20);
     REQUIRE(p.draft_step.size() == 3);
+    REQUIRE(p.draft_catch_up.size() == 3);
     CHECK_NOTHROW(specdec::validate(p));
     // First the passes before the draft calls (a draft is timed after a pass, as in decoding):
     // n = 1, 2, 3 sequences of one position each, before each of the 3 calls. Then the passes
     // timed: the grid 1, 2, 3, 4, 6, 8, 12, 16, 20, each once untimed and twice timed, over
-    // min(m, 3) sequences.
+    // min(m, 3) sequences. Last, a pass over one sequence's one position before each timed
+    // catch-up call (n = 1, 2, 3, twice each).
     const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8, 12, 16, 20};
-    REQUIRE(v.totals.size() == 9 + 3 * grid.size());
+    REQUIRE(v.totals.size() == 9 + 3 * grid.size() + 3 * 2);
+    for (std::size_t k = 9 + 3 * grid.size(); k < v.totals.size(); ++k) {
+        CHECK(v.totals[k] == 1);
+        CHECK(v.sizes[k] == 1);
+    }
     for (std::size_t k = 0; k < 9; ++k) {
         CHECK(v.totals[k] == k / 3 + 1);
         CHECK(v.sizes[k] == k / 3 + 1);
@@ -333,7 +344,9 @@ TEST_CASE("measure_batch_profile times a multi-sequence pair's real calls: draft
             CHECK(v.totals[9 + 3 * g + r] == grid[g]);
             CHECK(v.sizes[9 + 3 * g + r] == std::min<std::size_t>(grid[g], 3));
         }
-    CHECK(d.calls == 3 * 3);  // n = 1, 2, 3: one untimed and two timed calls each
+    // Drafts for n = 1, 2, 3 sequences: one untimed and two timed calls each; then each catch-up
+    // repetition's two calls (back to the context, then the timed one).
+    CHECK(d.calls == 3 * 3 + 3 * 2 * 2);
     // Timed entries at least the sleep, and between grid points on the line joining them.
     CHECK(p.target_pass[0] >= 200e-6);
     CHECK(p.target_pass[19] >= 20 * 200e-6);
@@ -976,6 +989,69 @@ TEST_CASE("measure_engine_profile times a draft model's catch-up on tokens it ha
             CHECK(d.read[at] == 0);
             CHECK(d.read[at + 1] == n);
         }
+}
+
+TEST_CASE("measure_batch_profile times a draft model's catch-up on tokens it has not read, through draft_batch",
+          "[profile][multi]") {
+    auto target = markov_model::random(8, 2, 7);
+    auto draft = markov_model::random(8, 2, 8);
+    // A multi-sequence draft model with a cache per slot: a call reads, for each request, the
+    // tokens beyond the longest common prefix of its context and that slot's previous context,
+    // 400 us each (one forward over them), and it proposes nothing once a context is longer
+    // than `window` tokens (a context window reached).
+    struct cached_multi_draft : multi_markov_drafter {
+        std::map<std::size_t, std::vector<token_id>> seen{};
+        std::vector<std::size_t> read{};  // tokens read per request, in call order
+        std::size_t window = 1000;
+        void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
+            std::size_t fresh_total = 0;
+            for (const auto& r : batch) {
+                auto& cached = seen[r.slot];
+                std::size_t common = 0;
+                while (common < cached.size() && common < r.context.size() && cached[common] == r.context[common])
+                    ++common;
+                read.push_back(r.context.size() - common);
+                fresh_total += r.context.size() - common;
+                cached.assign(r.context.begin(), r.context.end());
+            }
+            std::this_thread::sleep_for(std::chrono::microseconds(400 * fresh_total));
+            multi_markov_drafter::draft_batch(batch, sampling);
+            for (auto& r : batch)
+                if (r.context.size() > window) r.out->clear();
+        }
+    } d{{&draft}};
+    multi_markov_verifier v{{&target}};
+    const std::vector<std::vector<token_id>> prompts{{1, 2, 3}, {4, 5}};
+    const specdec::batch_profile_measurement m{
+        .max_positions = 4, .max_sequences = 2, .draft_tokens = 2, .repeats = 3, .catch_up_tokens = 5};
+    const auto p = specdec::measure_batch_profile(d, v, prompts, m);
+    REQUIRE(p.draft_catch_up.size() == 5);
+    for (std::size_t n = 1; n <= 5; ++n) CHECK(p.draft_catch_up[n - 1] >= 400e-6 * static_cast<double>(n));
+    CHECK(p.draft_catch_up[4] > p.draft_catch_up[0]);
+    // Each timed catch-up call read exactly its n tokens, for sequence 0 alone: the last calls
+    // read, in pairs per repetition, 0 (back to the prompt, cached) then n.
+    const std::size_t before = d.read.size() - 5 * 3 * 2;
+    for (std::size_t n = 1; n <= 5; ++n)
+        for (std::size_t r = 0; r < 3; ++r) {
+            const std::size_t at = before + 2 * (3 * (n - 1) + r);
+            CHECK(d.read[at] == 0);
+            CHECK(d.read[at + 1] == n);
+        }
+    // The planner charges it: catching up on 3 tokens of 2 sequences costs twice one's.
+    CHECK(p.catch_up_cost(3, 2) == Approx(2 * (p.draft_catch_up[3] - p.draft_catch_up[0])));
+
+    // A drafter that proposes nothing beyond a context of 5 tokens: the table ends before the
+    // first n that drafted nothing (the prompt {1, 2, 3} plus 3 tokens is 6).
+    cached_multi_draft windowed{{&draft}};
+    windowed.window = 5;
+    CHECK(specdec::measure_batch_profile(windowed, v, prompts, m).draft_catch_up.size() == 2);
+    // catch_up_tokens = 0: no table, and a draft step per missed token.
+    cached_multi_draft plain{{&draft}};
+    auto none = m;
+    none.catch_up_tokens = 0;
+    const auto q = specdec::measure_batch_profile(plain, v, prompts, none);
+    CHECK(q.draft_catch_up.empty());
+    CHECK(q.catch_up_cost(3, 2) == Approx(3 * q.draft_cost(2)));
 }
 
 TEST_CASE("A profile's catch-up table: stored and loaded, optional, checked, and what the planner charges",
