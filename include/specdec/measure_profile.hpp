@@ -159,14 +159,17 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     engine_profile p;
     p.draft_step = {detail::median_of(times)};
 
-    // Catching up on n tokens the draft model has not read, n = 1 .. the draft's tokens.
+    // Catching up on n tokens the draft model has not read, n = 1 .. the draft's tokens. Each
+    // table below is timed in rounds, each point once per round, so that a slow spell of the
+    // machine costs one call at several points, which their medians discard (see
+    // measure_batch_profile); `limit` drops the first n whose call drafted nothing, and above.
     std::vector<token_id> grown;
-    bool drafted = true;
-    for (std::size_t n = 1; n <= tokens.size() && drafted; ++n) {
-        grown.assign(context.begin(), context.end());
-        grown.insert(grown.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
-        times.clear();
-        for (std::size_t r = 0; r < m.repeats && drafted; ++r) {
+    std::size_t limit = tokens.size();
+    std::vector<std::vector<double>> at_point(limit);
+    for (std::size_t r = 0; r < m.repeats; ++r)
+        for (std::size_t n = 1; n <= limit; ++n) {
+            grown.assign(context.begin(), context.end());
+            grown.insert(grown.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
             uniform_source uniforms(rng);
             detail::begin_draft(ws.draft, nullptr);
             detail::run_drafter(drafter, context, 1, m.sampling, uniforms, ws, where);  // back to `context`
@@ -174,42 +177,43 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
             detail::begin_draft(ws.draft, nullptr);
             const auto t0 = clock::now();
             detail::run_drafter(drafter, std::span<const token_id>(grown), 1, m.sampling, uniforms, ws, where);
-            times.push_back(detail::seconds_since(t0));
-            drafted = detail::check_draft(ws.draft, 1, vocab, where) != 0;
+            const double s = detail::seconds_since(t0);
+            if (detail::check_draft(ws.draft, 1, vocab, where) != 0)
+                at_point[n - 1].push_back(s);
+            else
+                limit = n - 1;
         }
-        if (drafted) p.draft_catch_up.push_back(detail::median_of(times));
-    }
+    for (std::size_t n = 1; n <= limit; ++n) p.draft_catch_up.push_back(detail::median_of(at_point[n - 1]));
 
     // The target passes, over 1 .. 1 + tokens.size() positions (one untimed call first).
     const std::span<const token_id> draft(tokens);
     detail::run_verifier(verifier, context, draft.first(0), ws, vocab, where);
-    for (std::size_t k = 0; k <= draft.size(); ++k) {
-        times.clear();
-        for (std::size_t r = 0; r < m.repeats; ++r) {
+    at_point.assign(draft.size() + 1, {});
+    for (std::size_t r = 0; r < m.repeats; ++r)
+        for (std::size_t k = 0; k <= draft.size(); ++k) {
             const auto t0 = clock::now();
             detail::run_verifier(verifier, context, draft.first(k), ws, vocab, where);
-            times.push_back(detail::seconds_since(t0));
+            at_point[k].push_back(detail::seconds_since(t0));
         }
-        p.target_pass.push_back(detail::median_of(times));
-    }
+    for (auto& t : at_point) p.target_pass.push_back(detail::median_of(t));
     if constexpr (TreeVerifier<V>) {
         // Tree passes over 1 .. max_positions positions (one untimed call first).
-        draft_tree tree;
+        std::vector<draft_tree> trees(draft.size() + 1);
+        for (std::size_t k = 0; k <= draft.size(); ++k) detail::profile_tree(trees[k], draft, k, vocab);
         Eigen::MatrixXf scores;
-        for (std::size_t k = 0; k <= draft.size(); ++k) {
-            detail::profile_tree(tree, draft, k, vocab);
-            times.clear();
-            for (std::size_t r = k == 0 ? 0 : 1; r <= m.repeats; ++r) {
+        at_point.assign(draft.size() + 1, {});
+        for (std::size_t r = 0; r <= m.repeats; ++r)
+            for (std::size_t k = 0; k <= draft.size(); ++k) {
+                if (r == 0 && k > 0) continue;  // (only the very first call is not timed)
                 const auto t0 = clock::now();
-                verifier.score_tree(context, std::as_const(tree), scores);
+                verifier.score_tree(context, std::as_const(trees[k]), scores);
                 const double s = detail::seconds_since(t0);
                 if (scores.rows() != vocab || scores.cols() != static_cast<Eigen::Index>(k + 1))
                     detail::fail_invalid(where, ": score_tree returned ", scores.rows(), " x ", scores.cols(),
                                          "; expected vocab_size x (nodes + 1) = ", vocab, " x ", k + 1);
-                if (r > 0) times.push_back(s);  // (the very first call is not timed)
+                if (r > 0) at_point[k].push_back(s);
             }
-            p.tree_pass.push_back(detail::median_of(times));
-        }
+        for (auto& t : at_point) p.tree_pass.push_back(detail::median_of(t));
     }
     detail::floor_first_pass(p);
     validate(p, where);
@@ -314,7 +318,6 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
     std::vector<std::mt19937_64> gens;
     for (std::size_t i = 0; i < most; ++i) gens.emplace_back(m.seed + i);
     std::vector<draft_request> drafts;
-    std::vector<double> times;
     engine_profile p;
 
     // Drafts: for n sequences, one untimed call, then `repeats` timed ones, each after a target
@@ -331,59 +334,86 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         out.shape(static_cast<Eigen::Index>(vocab), batch);
         verifier.score_batch(batch, out);
     };
-    for (std::size_t n = 1; n <= most; ++n) {
-        times.clear();
-        for (std::size_t r = 0; r <= m.repeats; ++r) {
-            pass_before(n);
-            drafts.clear();
-            for (std::size_t i = 0; i < n; ++i) {
-                blocks[i].clear();
-                drafts.push_back({i, context_of(i), m.draft_tokens, uniform_source(gens[i]), &blocks[i]});
+    // (Rounds over n = 1 .. most, the first untimed, each point timed once per round, after an
+    // untimed draft for the same sequences and a pass: see the passes below.)
+    std::vector<std::vector<double>> draft_times(most);
+    const auto draft_for = [&](std::size_t n) {
+        drafts.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+            blocks[i].clear();
+            drafts.push_back({i, context_of(i), m.draft_tokens, uniform_source(gens[i]), &blocks[i]});
+        }
+        const auto t0 = clock::now();
+        drafter.draft_batch(std::span<draft_request>(drafts), m.sampling);
+        const double s = detail::seconds_since(t0);
+        std::size_t longest = 0;
+        for (std::size_t i = 0; i < n; ++i)
+            longest = std::max(longest, detail::check_draft(blocks[i], m.draft_tokens, vocab, where));
+        if (longest == 0)
+            detail::fail_invalid(where, ": the drafter proposed no tokens for ", n,
+                                 " sequences; measure at contexts where it drafts");
+        return s / static_cast<double>(longest);
+    };
+    for (std::size_t r = 0; r <= m.repeats; ++r)
+        for (std::size_t n = 1; n <= most; ++n) {
+            if (r > 0 && most > 1) {  // the sequences of the call before were others
+                pass_before(n);
+                (void)draft_for(n);
             }
-            const auto t0 = clock::now();
-            drafter.draft_batch(std::span<draft_request>(drafts), m.sampling);
-            const double s = detail::seconds_since(t0);
-            std::size_t longest = 0;
-            for (std::size_t i = 0; i < n; ++i)
-                longest = std::max(longest, detail::check_draft(blocks[i], m.draft_tokens, vocab, where));
-            if (longest == 0)
-                detail::fail_invalid(where, ": the drafter proposed no tokens for ", n,
-                                     " sequences; measure at contexts where it drafts");
+            pass_before(n);
+            const double s = draft_for(n);
             if (n == most && r == 0)
                 for (std::size_t i = 0; i < n; ++i) proposed[i] = blocks[i].tokens;
-            if (r > 0) times.push_back(s / static_cast<double>(longest));
+            if (r > 0) draft_times[n - 1].push_back(s);
         }
-        p.draft_step.push_back(detail::median_of(times));
-    }
+    for (auto& t : draft_times) p.draft_step.push_back(detail::median_of(t));
     // A sequence that proposed nothing scores another's tokens (the pass's cost is in its positions).
     for (auto& t : proposed)
         if (t.empty())
             for (const auto& other : proposed)
                 if (!other.empty()) t = other;
 
-    // Target passes at the grid points: one untimed call, then `repeats` timed ones.
+    // Target passes at the grid points: one untimed call at each, then `repeats` rounds, each
+    // timing one call at every point in turn, after an untimed one at that point whenever the
+    // pass before held another number of sequences (an engine may release the state of a
+    // sequence a pass leaves out and read its context again when it returns: timed, that would
+    // be a prefill). Interleaved, so that on a shared machine a slow spell of a second or two
+    // costs one call at several points, which their medians discard, where timing each point's
+    // calls back to back let it raise a run of neighbouring points and bend the curve the
+    // planner reads (measured on the 110M/15M llama2 batch engine: one profile in six had its
+    // 6-16 position passes 10-30% above the others', and planned plain steps where speculation
+    // paid 1.3x).
     const std::vector<std::size_t> grid = detail::profile_grid(m.max_positions);
     // Each grid point: `total` positions spread over min(total, most) sequences, sequence i
-    // given `positions` (its draft or tree + 1) by add(i, positions); one untimed pass, whose
-    // layout is checked, then `repeats` timed ones.
+    // given `positions` (its draft or tree + 1) by add(i, positions).
     const auto time_grid = [&](auto& batch_requests, auto add, auto pass, const char* call) {
-        std::vector<double> at_grid;
-        for (const std::size_t total : grid) {
+        using request = typename std::decay_t<decltype(batch_requests)>::value_type;
+        const auto requests_at = [&](std::size_t total) {
             const std::size_t k = std::min(total, most);
             batch_requests.clear();
             for (std::size_t i = 0; i < k; ++i) add(i, total / k + (i < total % k ? 1 : 0));
-            const std::span<const typename std::decay_t<decltype(batch_requests)>::value_type> batch(batch_requests);
+            const std::span<const request> batch(batch_requests);
             out.shape(static_cast<Eigen::Index>(vocab), batch);
+            return batch;
+        };
+        for (const std::size_t total : grid) {  // the untimed calls, whose layouts are checked
+            const auto batch = requests_at(total);
             pass(batch);
             detail::check_packed_layout(out, batch, static_cast<Eigen::Index>(vocab), where, call);
-            times.clear();
-            for (std::size_t r = 0; r < m.repeats; ++r) {
+        }
+        std::vector<std::vector<double>> at_point(grid.size());
+        std::size_t held = std::min(grid.back(), most);  // sequences of the pass before
+        for (std::size_t r = 0; r < m.repeats; ++r)
+            for (std::size_t g = 0; g < grid.size(); ++g) {
+                const auto batch = requests_at(grid[g]);
+                if (batch.size() != held) pass(batch);  // (untimed: sequences join or leave)
+                held = batch.size();
                 const auto t0 = clock::now();
                 pass(batch);
-                times.push_back(detail::seconds_since(t0));
+                at_point[g].push_back(detail::seconds_since(t0));
             }
-            at_grid.push_back(detail::median_of(times));
-        }
+        std::vector<double> at_grid;
+        for (auto& t : at_point) at_grid.push_back(detail::median_of(t));
         return at_grid;
     };
     std::vector<std::vector<token_id>> scored(most);
@@ -424,20 +454,23 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         if (seconds) *seconds = detail::seconds_since(t0);
         return detail::check_draft(blocks[0], 1, vocab, where) != 0;
     };
-    bool drafted = true;
-    for (std::size_t n = 1; n <= m.catch_up_tokens && drafted; ++n) {
-        grown.assign(start.begin(), start.end());
-        for (std::size_t j = 0; j < n; ++j) grown.push_back(proposed[0][j % proposed[0].size()]);
-        times.clear();
-        for (std::size_t r = 0; r < m.repeats && drafted; ++r) {
+    // (Rounds over n, each n timed once per round; `limit` drops the first n whose call drafted
+    // nothing, and every n above it.)
+    std::size_t limit = m.catch_up_tokens;
+    std::vector<std::vector<double>> catch_up_times(limit);
+    for (std::size_t r = 0; r < m.repeats; ++r)
+        for (std::size_t n = 1; n <= limit; ++n) {
+            grown.assign(start.begin(), start.end());
+            for (std::size_t j = 0; j < n; ++j) grown.push_back(proposed[0][j % proposed[0].size()]);
             (void)draft_one(start, nullptr);  // back to the context alone
             pass_before(1);
             double s = 0;
-            drafted = draft_one(grown, &s);
-            times.push_back(s);
+            if (draft_one(grown, &s))
+                catch_up_times[n - 1].push_back(s);
+            else
+                limit = n - 1;
         }
-        if (drafted) p.draft_catch_up.push_back(detail::median_of(times));
-    }
+    for (std::size_t n = 1; n <= limit; ++n) p.draft_catch_up.push_back(detail::median_of(catch_up_times[n - 1]));
     detail::floor_first_pass(p);
     validate(p, where);
     return p;

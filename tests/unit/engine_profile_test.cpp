@@ -324,29 +324,30 @@ TEST_CASE("measure_batch_profile times a multi-sequence pair's real calls: draft
     REQUIRE(p.draft_step.size() == 3);
     REQUIRE(p.draft_catch_up.size() == 3);
     CHECK_NOTHROW(specdec::validate(p));
-    // First the passes before the draft calls (a draft is timed after a pass, as in decoding):
-    // n = 1, 2, 3 sequences of one position each, before each of the 3 calls. Then the passes
-    // timed: the grid 1, 2, 3, 4, 6, 8, 12, 16, 20, each once untimed and twice timed, over
-    // min(m, 3) sequences. Last, a pass over one sequence's one position before each timed
-    // catch-up call (n = 1, 2, 3, twice each).
+    // The passes, in order (totals; each pass at the grid holds min(total, 3) sequences):
+    // - before each draft call (a draft is timed after a pass, as in decoding) of n = 1, 2, 3
+    //   sequences of one position each: a first round untimed, then two rounds in which each
+    //   timed call follows an untimed call and a pass for the same sequences (the call before
+    //   was for others);
+    // - at the grid 1, 2, 3, 4, 6, 8, 12, 16, 20: once untimed at each point, then two rounds
+    //   timing one pass at each point in turn, after an untimed one where the pass before held
+    //   another number of sequences (1, 2 and 3 after 3, 1 and 2);
+    // - before each timed catch-up call (n = 1, 2, 3, in two rounds), one sequence's one position.
     const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8, 12, 16, 20};
-    REQUIRE(v.totals.size() == 9 + 3 * grid.size() + 3 * 2);
-    for (std::size_t k = 9 + 3 * grid.size(); k < v.totals.size(); ++k) {
-        CHECK(v.totals[k] == 1);
-        CHECK(v.sizes[k] == 1);
+    std::vector<std::size_t> expected{1, 2, 3};
+    for (std::size_t r = 0; r < 2; ++r)
+        for (std::size_t n = 1; n <= 3; ++n) expected.insert(expected.end(), {n, n});
+    expected.insert(expected.end(), grid.begin(), grid.end());
+    for (std::size_t r = 0; r < 2; ++r) {
+        expected.insert(expected.end(), {1, 1, 2, 2, 3, 3});
+        expected.insert(expected.end(), grid.begin() + 3, grid.end());
     }
-    for (std::size_t k = 0; k < 9; ++k) {
-        CHECK(v.totals[k] == k / 3 + 1);
-        CHECK(v.sizes[k] == k / 3 + 1);
-    }
-    for (std::size_t g = 0; g < grid.size(); ++g)
-        for (std::size_t r = 0; r < 3; ++r) {
-            CHECK(v.totals[9 + 3 * g + r] == grid[g]);
-            CHECK(v.sizes[9 + 3 * g + r] == std::min<std::size_t>(grid[g], 3));
-        }
-    // Drafts for n = 1, 2, 3 sequences: one untimed and two timed calls each; then each catch-up
-    // repetition's two calls (back to the context, then the timed one).
-    CHECK(d.calls == 3 * 3 + 3 * 2 * 2);
+    expected.insert(expected.end(), 3 * 2, 1);
+    CHECK(v.totals == expected);
+    for (std::size_t k = 0; k < v.totals.size(); ++k) CHECK(v.sizes[k] == std::min<std::size_t>(v.totals[k], 3));
+    // Drafts for n = 1, 2, 3 sequences: a first untimed round, then two rounds of an untimed and a
+    // timed call each; then each catch-up call's two (back to the context, then the timed one).
+    CHECK(d.calls == 3 + 2 * 3 * 2 + 3 * 2 * 2);
     // Timed entries at least the sleep, and between grid points on the line joining them.
     CHECK(p.target_pass[0] >= 200e-6);
     CHECK(p.target_pass[19] >= 20 * 200e-6);
@@ -982,10 +983,10 @@ TEST_CASE("measure_engine_profile times a draft model's catch-up on tokens it ha
     CHECK(p.draft_catch_up[3] > p.draft_catch_up[0]);
     // Each timed catch-up call read exactly its n tokens: the calls after the draft steps read,
     // in pairs per repetition, 0 (back to the prompt, cached) then n.
-    const std::size_t steps = d.read.size() - 4 * 3 * 2;
+    const std::size_t steps = d.read.size() - 4 * 3 * 2;  // (in rounds over n = 1 .. 4)
     for (std::size_t n = 1; n <= 4; ++n)
         for (std::size_t r = 0; r < 3; ++r) {
-            const std::size_t at = steps + 2 * (3 * (n - 1) + r);
+            const std::size_t at = steps + 2 * (4 * r + (n - 1));
             CHECK(d.read[at] == 0);
             CHECK(d.read[at + 1] == n);
         }
@@ -1030,10 +1031,10 @@ TEST_CASE("measure_batch_profile times a draft model's catch-up on tokens it has
     CHECK(p.draft_catch_up[4] > p.draft_catch_up[0]);
     // Each timed catch-up call read exactly its n tokens, for sequence 0 alone: the last calls
     // read, in pairs per repetition, 0 (back to the prompt, cached) then n.
-    const std::size_t before = d.read.size() - 5 * 3 * 2;
+    const std::size_t before = d.read.size() - 5 * 3 * 2;  // (in rounds over n = 1 .. 5)
     for (std::size_t n = 1; n <= 5; ++n)
         for (std::size_t r = 0; r < 3; ++r) {
-            const std::size_t at = before + 2 * (3 * (n - 1) + r);
+            const std::size_t at = before + 2 * (5 * r + (n - 1));
             CHECK(d.read[at] == 0);
             CHECK(d.read[at + 1] == n);
         }
@@ -1241,11 +1242,11 @@ TEST_CASE("measure_engine_profile and measure_batch_profile time tree passes whe
     const std::vector<token_id> prompt{1, 2, 3};
     const auto p = specdec::measure_engine_profile(draft, v, prompt, {.max_positions = 5, .repeats = 3});
     REQUIRE(p.tree_pass.size() == 5);
-    // One untimed call, then 3 timed calls at each of 0 .. 4 nodes.
+    // One untimed call, then 3 rounds timing one call at each of 0 .. 4 nodes in turn.
     REQUIRE(v.nodes.size() == 1 + 5 * 3);
     CHECK(v.nodes[0] == 0);
-    for (std::size_t k = 0; k < 5; ++k)
-        for (std::size_t r = 0; r < 3; ++r) CHECK(v.nodes[1 + 3 * k + r] == k);
+    for (std::size_t r = 0; r < 3; ++r)
+        for (std::size_t k = 0; k < 5; ++k) CHECK(v.nodes[1 + 5 * r + k] == k);
     CHECK(v.last_parents == std::vector<std::int32_t>{-1, -1, 0, 1});  // two branches below the root
     CHECK(p.tree_pass[0] >= 400e-6);
     CHECK(p.tree_pass[4] >= 5 * 400e-6);
@@ -1282,9 +1283,14 @@ TEST_CASE("measure_engine_profile and measure_batch_profile time tree passes whe
                                                   {.max_positions = 8, .max_sequences = 2, .draft_tokens = 2, .repeats = 2});
     REQUIRE(q.tree_pass.size() == 8);
     const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8};
-    REQUIRE(mv.totals.size() == 3 * grid.size());  // each point once untimed, twice timed
-    for (std::size_t g = 0; g < grid.size(); ++g)
-        for (std::size_t r = 0; r < 3; ++r) CHECK(mv.totals[3 * g + r] == grid[g]);
+    // Each point once untimed, then two rounds timing one call at each point in turn, after an
+    // untimed one where the pass before held another number of sequences (at 1 and 2 positions).
+    std::vector<std::size_t> expected(grid.begin(), grid.end());
+    for (std::size_t r = 0; r < 2; ++r) {
+        expected.insert(expected.end(), {1, 1, 2, 2});
+        expected.insert(expected.end(), grid.begin() + 2, grid.end());
+    }
+    CHECK(mv.totals == expected);
     CHECK(q.tree_pass[7] >= 8 * 300e-6);
     CHECK(q.tree_pass[4] == Approx(q.tree_pass[3] + (q.tree_pass[5] - q.tree_pass[3]) / 2));
     // Without score_tree_batch: no tree_pass.
