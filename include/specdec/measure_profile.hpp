@@ -320,9 +320,9 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
     std::vector<draft_request> drafts;
     engine_profile p;
 
-    // Drafts: for n sequences, one untimed call, then `repeats` timed ones, each after a target
-    // pass over the same sequences (one position each), as in decoding, where every draft call
-    // follows a pass: a large target evicts the draft's weights from the caches, and a draft
+    // Drafts: for n sequences, a first untimed call, then `repeats` timed ones, each after a
+    // target pass over the same sequences (one position each), as in decoding, where every draft
+    // call follows a pass: a large target evicts the draft's weights from the caches, and a draft
     // timed back to back with itself would be timed warm.
     std::vector<std::vector<token_id>> proposed(most);
     std::vector<score_request> requests;
