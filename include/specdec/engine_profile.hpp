@@ -61,7 +61,8 @@ struct engine_profile {
     /// pays far less than L draft steps. The planner charges resuming speculation after L plain
     /// steps catch_up_cost(L, sequences) (adaptive_gamma_options::profile). Optional: empty, a
     /// missed token costs a draft step (the conservative guess). Otherwise each entry finite and
-    /// >= 0. measure_engine_profile() fills it; measure_batch_profile() leaves it empty.
+    /// >= 0. measure_engine_profile() and measure_batch_profile()
+    /// fill it (the latter unless told catch_up_tokens = 0).
     std::vector<double> draft_catch_up{};
 
     /// The cost of a target pass over `positions` (>= 1) positions: the table's entry;

@@ -88,7 +88,9 @@ struct profile_measurement {
     /// Target passes over 1 .. max_positions positions are timed (one sequence's γ + 1; the
     /// profile extends beyond along the last slope). \pre >= 2.
     std::size_t max_positions = 9;
-    /// Each entry is the median of this many timed calls (after one untimed call). \pre >= 1.
+    /// Each entry is the median of this many timed calls, timed in rounds (one call at each
+    /// point in turn, after one untimed call); a median discards a call that a slow spell of the
+    /// machine delayed from 3 on. \pre >= 1.
     std::size_t repeats = 7;
     /// The draft's sampling settings for the measured drafts.
     sampling_config sampling{};
@@ -101,8 +103,9 @@ struct profile_measurement {
 /// - draft_step[0]: a draft of max_positions − 1 tokens, timed as one call, divided by its
 ///   tokens (so a drafter's per-call overhead is spread over them, as in a long step); each
 ///   timed call follows a target pass, as a draft does in decoding (not timed warm);
-/// - target_pass[m − 1] for m = 1 .. max_positions: the verifier scoring `context` plus the
-///   first m − 1 of those draft tokens, as a step does (a KV-cached engine rolls back to
+/// - target_pass[m − 1] for m = 1 .. 1 + the tokens of that draft (max_positions when it
+///   drafted them all): the verifier scoring `context` plus the first m − 1 of them, as a step
+///   does (a KV-cached engine rolls back to
 ///   `context` between calls, so each call runs m new positions);
 /// - tree_pass[m − 1], when the verifier has score_tree (a TreeVerifier): score_tree over a tree
 ///   of m − 1 nodes in two branches below the root, made of those draft tokens;
@@ -113,9 +116,11 @@ struct profile_measurement {
 ///   steps) and a target pass (as a draft step is timed); the table ends before the first n at
 ///   which the drafter proposes no token (a context window reached, a lookup that answers
 ///   without the model), so that no entry times a call that drafted nothing.
+/// Each table is timed in rounds, one call at each point in turn, and each entry is its point's
+/// median (see measure_batch_profile).
 /// The models' caches end holding a prefix of `context` plus some draft tokens; a decoding
 /// call afterwards rolls them back as any step does.
-/// \throws std::invalid_argument for an empty context, max_positions < 2, repeats = 0, bad
+/// \throws std::invalid_argument for an empty context, max_positions < 2 or above 2^20, repeats = 0, bad
 ///         sampling settings, or a drafter that proposes no tokens at this context (nothing to
 ///         time); what the adapters throw propagates.
 template <Drafter D, Verifier V>
@@ -125,6 +130,9 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     if (context.empty()) detail::fail_invalid(where, ": the context is empty; pass a prompt (BOS at least)");
     if (m.max_positions < 2)
         detail::fail_invalid(where, ": max_positions = ", m.max_positions, "; at least 2 (a draft token and the bonus)");
+    if (m.max_positions > detail::max_profile_entries)
+        detail::fail_invalid(where, ": max_positions = ", m.max_positions, "; a profile table holds at most ",
+                             detail::max_profile_entries, " entries");
     if (m.repeats == 0) detail::fail_invalid(where, ": repeats = 0; at least 1 is needed");
     validate(m.sampling, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
@@ -241,16 +249,20 @@ struct batch_profile_measurement {
     /// Tokens each sequence is asked to draft in a timed draft call; the entry is the call's time
     /// divided by the most tokens one sequence drafted. \pre >= 1.
     std::size_t draft_tokens = 4;
-    /// Each entry is the median of this many timed calls (after one untimed call). \pre >= 1.
+    /// Each entry is the median of this many timed calls, timed in rounds (one call at each
+    /// point in turn: see measure_batch_profile); a median discards a call that a slow spell of
+    /// the machine delayed from 3 on. \pre >= 1.
     std::size_t repeats = 3;
-    /// The draft model's catch-up is timed for n = 1 .. catch_up_tokens tokens it has not read
-    /// (draft_catch_up's entries); 0 leaves the table empty (the planner then charges a draft
-    /// step per missed token).
-    std::size_t catch_up_tokens = 8;
     /// The draft's sampling settings for the measured drafts.
     sampling_config sampling{};
     /// Seed of sequence i's draws is seed + i.
     std::uint64_t seed = 1;
+    /// The draft model's catch-up is timed for n = 1 .. catch_up_tokens tokens it has not read
+    /// (draft_catch_up's entries); 0 leaves the table empty (the planner then charges a draft
+    /// step per missed token). The contexts must leave room for catch_up_tokens + 1 more tokens
+    /// in the draft model's window: what an adapter throws at its window propagates.
+    /// \pre <= 2^20 (a profile table's largest size).
+    std::size_t catch_up_tokens = 8;
 };
 
 namespace detail {
@@ -291,10 +303,15 @@ inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
 ///   draft step is timed); the table ends before the first n at which the drafter proposes no
 ///   token, as measure_engine_profile's does. The planner charges S sequences S times one's
 ///   catch-up (engine_profile::catch_up_cost).
+/// Each table is timed in rounds: a first untimed call at each point, then `repeats` rounds that
+/// time one call at each point in turn; each entry is its point's median. A timed call follows
+/// an untimed one for the same sequences whenever the call before held others (an engine may
+/// release the state of a sequence a call leaves out and read its context again when it
+/// returns), and each timed draft call follows a pass, as in decoding.
 /// Costs in seconds of wall-clock time (steady_clock). The models' caches end holding some of
 /// these drafts; a decoding call afterwards rolls them back as any step does.
 /// \throws std::invalid_argument for no context, an empty context or a token out of range, a
-///         setting below its minimum, models of different vocabularies, bad sampling settings,
+///         setting below its minimum or above 2^20 (max_positions, catch_up_tokens), models of different vocabularies, bad sampling settings,
 ///         a drafter that proposes no tokens, or a malformed draft block or packed layout (the
 ///         adapters' own bugs, named); what the adapters throw propagates.
 template <MultiSequenceDrafter D, MultiSequenceVerifier V>
@@ -305,6 +322,9 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
     if (m.max_positions < 1 || m.max_sequences < 1 || m.draft_tokens < 1 || m.repeats < 1)
         detail::fail_invalid(where, ": max_positions = ", m.max_positions, ", max_sequences = ", m.max_sequences,
                              ", draft_tokens = ", m.draft_tokens, ", repeats = ", m.repeats, "; each must be at least 1");
+    if (m.max_positions > detail::max_profile_entries || m.catch_up_tokens > detail::max_profile_entries)
+        detail::fail_invalid(where, ": max_positions = ", m.max_positions, ", catch_up_tokens = ", m.catch_up_tokens,
+                             "; a profile table holds at most ", detail::max_profile_entries, " entries");
     validate(m.sampling, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
     for (const auto& c : contexts) {
@@ -335,7 +355,8 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         verifier.score_batch(batch, out);
     };
     // (Rounds over n = 1 .. most, the first untimed, each point timed once per round, after an
-    // untimed draft for the same sequences and a pass: see the passes below.)
+    // untimed draft for the same sequences and a pass where the call before held others, i.e.
+    // whenever most > 1: see the passes below.)
     std::vector<std::vector<double>> draft_times(most);
     const auto draft_for = [&](std::size_t n) {
         drafts.clear();

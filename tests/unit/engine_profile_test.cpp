@@ -1055,6 +1055,69 @@ TEST_CASE("measure_batch_profile times a draft model's catch-up on tokens it has
     CHECK(q.catch_up_cost(3, 2) == Approx(3 * q.draft_cost(2)));
 }
 
+TEST_CASE("measure_batch_profile times no call that follows a change of sequences, and stops a catch-up table "
+          "at a later round's failure",
+          "[profile][multi]") {
+    auto target = markov_model::random(8, 2, 7);
+    auto draft = markov_model::random(8, 2, 8);
+    // Adapters that pay 30 ms whenever a call's sequences differ from the call before (an
+    // engine that releases a sequence a call leaves out and reads its context again when it
+    // returns), and 200 us per position (a pass) or per call (a draft) otherwise.
+    struct prefilling_verifier : multi_markov_verifier {
+        std::size_t held = 0;
+        void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+            std::size_t positions = 0;
+            for (const auto& r : batch) positions += r.draft.size() + 1;
+            std::this_thread::sleep_for(std::chrono::microseconds(200 * positions + (batch.size() != held ? 30000 : 0)));
+            held = batch.size();
+            multi_markov_verifier::score_batch(batch, out);
+        }
+    } v{{&target}};
+    struct prefilling_drafter : multi_markov_drafter {
+        std::size_t held = 0;
+        std::size_t window = 1000, window_from_call = 0;  // no tokens beyond `window` from that call on
+        void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
+            std::this_thread::sleep_for(std::chrono::microseconds(200 + (batch.size() != held ? 30000 : 0)));
+            held = batch.size();
+            multi_markov_drafter::draft_batch(batch, sampling);
+            if (calls > window_from_call)
+                for (auto& r : batch)
+                    if (r.context.size() > window) r.out->clear();
+        }
+    } d{{&draft}};
+    const std::vector<std::vector<token_id>> prompts{{1, 2, 3}, {4, 5}};
+    const specdec::batch_profile_measurement m{
+        .max_positions = 8, .max_sequences = 3, .draft_tokens = 2, .repeats = 3, .catch_up_tokens = 3};
+    const auto p = specdec::measure_batch_profile(d, v, prompts, m);
+    // Every entry is far below the 30 ms of a call after a change (a timed call that followed one
+    // would put its point's median above it: each point has one call after a change per round).
+    REQUIRE(p.target_pass.size() == 8);
+    for (const double t : p.target_pass) CHECK(t < 0.015);
+    REQUIRE(p.draft_step.size() == 3);
+    for (const double t : p.draft_step) CHECK(t < 0.0075);  // (a draft step is the call / 2 tokens)
+    REQUIRE(p.draft_catch_up.size() == 3);
+    for (const double t : p.draft_catch_up) CHECK(t < 0.015);
+
+    // One sequence: no call is added for a change of sequences (there is none). Drafts: one
+    // untimed and 3 timed; catch-up: 3 rounds of 3, two calls each.
+    prefilling_drafter one{{&draft}};
+    auto single = m;
+    single.max_sequences = 1;
+    (void)specdec::measure_batch_profile(one, v, prompts, single);
+    CHECK(one.calls == 1 + 3 + 3 * 3 * 2);
+
+    // A drafter that proposes nothing beyond a context of 5 tokens only after its 14th call: the
+    // first catch-up round (calls 5-10, after 4 draft calls; two calls per n) drafts at every n,
+    // the second fails at n = 3 (call 16, at the prompt {1, 2, 3} plus 3 tokens): the table keeps
+    // n = 1, 2, each the median of its three rounds.
+    prefilling_drafter late{{&draft}};
+    late.window = 5;
+    late.window_from_call = 4 + 3 * 2 + 2 * 2;
+    const auto q = specdec::measure_batch_profile(late, v, prompts, single);
+    CHECK(q.draft_catch_up.size() == 2);
+    for (const double t : q.draft_catch_up) CHECK(t < 0.015);
+}
+
 TEST_CASE("A profile's catch-up table: stored and loaded, optional, checked, and what the planner charges",
           "[profile][adaptive]") {
     const specdec::engine_profile p{.target_pass = {1.0}, .draft_step = {0.3}, .draft_catch_up = {0.3, 0.31, 0.32}};
