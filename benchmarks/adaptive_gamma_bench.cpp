@@ -183,13 +183,24 @@ void bm_decode(benchmark::State& state, double alpha, int gamma, std::string key
         benchmark::Counter(static_cast<double>(new_tokens) * static_cast<double>(state.iterations()),
                            benchmark::Counter::kIsRate);
     if (gamma < 0) state.counters["mean_gamma"] = steps > 0 ? gamma_sum / steps : 0;
+    // Tokens per step (per target pass), for comparison with i.i.d. acceptance's prediction
+    // (1 − α^(γ+1)) / (1 − α) (Leviathan et al., Eq. 1).
+    if (gamma != 0 && steps > 0)
+        state.counters["tokens_per_step"] =
+            static_cast<double>(new_tokens) * static_cast<double>(state.iterations()) / steps;
     if (gamma == -2) {
-        // What the kept controller believes: α_1, and the expected cost of a step at γ = 0, 1, 4.
+        // What the kept controller believes: α_1, and the expected cost of a step at γ = 0, 1, 4,
         const auto& c = *kept[key];
         state.counters["alpha1"] = c.acceptance(1);
         state.counters["cost0_ms"] = 1e3 * c.expected_cost(0);
         state.counters["cost1_ms"] = 1e3 * c.expected_cost(1);
         state.counters["cost4_ms"] = 1e3 * c.expected_cost(4);
+        // and beyond the lengths it plans most (at high α): α_6, a step at γ = 6, and the
+        // predicted speedups of γ = 4 and 6 over plain steps.
+        state.counters["alpha6"] = c.acceptance(6);
+        state.counters["cost6_ms"] = 1e3 * c.expected_cost(6);
+        state.counters["pred4"] = c.predicted_speedup(4, 1);
+        state.counters["pred6"] = c.predicted_speedup(6, 1);
     }
 }
 
