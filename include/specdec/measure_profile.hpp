@@ -65,6 +65,19 @@ inline void profile_tree(draft_tree& tree, std::span<const token_id> tokens, std
     }
 }
 
+/// The points at which measure_batch_profile() times passes, and both routines catch-up: 1, 2,
+/// 3, then 4, 6, 8, 12, 16, 24, ... below max_positions, then max_positions.
+inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
+    std::vector<std::size_t> grid;
+    for (std::size_t m = 1; m <= 3 && m < max_positions; ++m) grid.push_back(m);
+    for (std::size_t m = 4; m < max_positions; m *= 2) {
+        grid.push_back(m);
+        if (m + m / 2 < max_positions) grid.push_back(m + m / 2);
+    }
+    grid.push_back(max_positions);
+    return grid;
+}
+
 /// Fills table[m − 1] for m = 1 .. grid.back() from the times at the grid's points, linearly
 /// between them.
 inline void fill_from_grid(std::vector<double>& table, const std::vector<std::size_t>& grid,
@@ -79,6 +92,19 @@ inline void fill_from_grid(std::vector<double>& table, const std::vector<std::si
         const double f = static_cast<double>(total - grid[hi - 1]) / static_cast<double>(grid[hi] - grid[hi - 1]);
         table.push_back(at_grid[hi - 1] + f * (at_grid[hi] - at_grid[hi - 1]));
     }
+}
+
+
+/// Fills `table` from the first `kept` points of `grid` (each the median of its times), linearly
+/// between them; empty when none is kept.
+inline void fill_kept(std::vector<double>& table, std::vector<std::size_t> grid,
+                      std::vector<std::vector<double>>& times, std::size_t kept) {
+    table.clear();
+    if (kept == 0) return;
+    grid.resize(kept);
+    std::vector<double> at_grid;
+    for (std::size_t g = 0; g < kept; ++g) at_grid.push_back(median_of(times[g]));
+    fill_from_grid(table, grid, at_grid);
 }
 
 }  // namespace detail
@@ -96,6 +122,14 @@ struct profile_measurement {
     sampling_config sampling{};
     /// Seed of the draws of the measured drafts (their tokens are what the target then scores).
     std::uint64_t seed = 1;
+    /// The draft model's catch-up is timed for n = 1 .. catch_up_tokens tokens it has not read
+    /// (draft_catch_up's entries), at 1, 2, 3, 4, 6, 8, 12, 16, 24, ... and catch_up_tokens, linear
+    /// between: after L plain steps the draft model has L + 1 tokens to read, and the planner
+    /// explores every 16 to 256 steps. 0 leaves the table empty (the planner then charges a draft
+    /// step per missed token). The context must leave room for catch_up_tokens + 1 more tokens in
+    /// the draft model's window: what an adapter throws at its window propagates.
+    /// \pre <= 2^20 (a profile table's largest size).
+    std::size_t catch_up_tokens = 64;
 };
 
 /// Measures what the pair costs on this machine, at `context` (a prompt of realistic length:
@@ -109,18 +143,20 @@ struct profile_measurement {
 ///   `context` between calls, so each call runs m new positions);
 /// - tree_pass[m − 1], when the verifier has score_tree (a TreeVerifier): score_tree over a tree
 ///   of m − 1 nodes in two branches below the root, made of those draft tokens;
-/// - draft_catch_up[n − 1] for n = 1 .. the tokens of that draft (max_positions − 1 when it
-///   drafted them all): a draft of one token at `context` plus the first n of those tokens,
-///   each timed call after an untimed draft of one token at `context` alone (so that a
-///   KV-cached drafter holds `context` and must read the n tokens: what it does after plain
-///   steps) and a target pass (as a draft step is timed); the table ends before the first n at
-///   which the drafter proposes no token (a context window reached, a lookup that answers
-///   without the model), so that no entry times a call that drafted nothing.
+/// - draft_catch_up[n − 1] for n = 1 .. catch_up_tokens: a draft of one token at `context`
+///   plus n of those draft tokens (repeated when n needs more of them), timed at the points of
+///   profile_measurement::catch_up_tokens and linear between, each timed call after an untimed
+///   draft of one token at `context` alone (so that a KV-cached drafter holds `context` and must
+///   read the n tokens: what it does after plain steps) and a target pass (as a draft step is
+///   timed); the table ends at the last point before the first at which the drafter proposes no
+///   token (a context window reached, a lookup that answers without the model), so that no
+///   entry times a call that drafted nothing.
 /// Each table is timed in rounds, one call at each point in turn, and each entry is its point's
 /// median (see measure_batch_profile).
 /// The models' caches end holding a prefix of `context` plus some draft tokens; a decoding
 /// call afterwards rolls them back as any step does.
-/// \throws std::invalid_argument for an empty context, max_positions < 2 or above 2^20, repeats = 0, bad
+/// \throws std::invalid_argument for an empty context, max_positions < 2, max_positions or
+///         catch_up_tokens above 2^20, repeats = 0, bad
 ///         sampling settings, or a drafter that proposes no tokens at this context (nothing to
 ///         time); what the adapters throw propagates.
 template <Drafter D, Verifier V>
@@ -130,9 +166,9 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     if (context.empty()) detail::fail_invalid(where, ": the context is empty; pass a prompt (BOS at least)");
     if (m.max_positions < 2)
         detail::fail_invalid(where, ": max_positions = ", m.max_positions, "; at least 2 (a draft token and the bonus)");
-    if (m.max_positions > detail::max_profile_entries)
-        detail::fail_invalid(where, ": max_positions = ", m.max_positions, "; a profile table holds at most ",
-                             detail::max_profile_entries, " entries");
+    if (m.max_positions > detail::max_profile_entries || m.catch_up_tokens > detail::max_profile_entries)
+        detail::fail_invalid(where, ": max_positions = ", m.max_positions, ", catch_up_tokens = ", m.catch_up_tokens,
+                             "; a profile table holds at most ", detail::max_profile_entries, " entries");
     if (m.repeats == 0) detail::fail_invalid(where, ": repeats = 0; at least 1 is needed");
     validate(m.sampling, where);
     const std::ptrdiff_t vocab = detail::checked_vocab(drafter, verifier, where);
@@ -167,17 +203,20 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
     engine_profile p;
     p.draft_step = {detail::median_of(times)};
 
-    // Catching up on n tokens the draft model has not read, n = 1 .. the draft's tokens. Each
-    // table below is timed in rounds, each point once per round, so that a slow spell of the
-    // machine costs one call at several points, which their medians discard (see
-    // measure_batch_profile); `limit` drops the first n whose call drafted nothing, and above.
+    // Catching up on n tokens the draft model has not read, at the points of catch_up_tokens.
+    // Each table below is timed in rounds, each point once per round, so that a slow spell of
+    // the machine costs one call at several points, which their medians discard (see
+    // measure_batch_profile); `kept` drops the first point whose call drafted nothing, and those
+    // above it.
+    std::vector<std::size_t> catch_up_grid;
+    if (m.catch_up_tokens > 0) catch_up_grid = detail::profile_grid(m.catch_up_tokens);
     std::vector<token_id> grown;
-    std::size_t limit = tokens.size();
-    std::vector<std::vector<double>> at_point(limit);
+    std::size_t kept = catch_up_grid.size();
+    std::vector<std::vector<double>> at_point(kept);
     for (std::size_t r = 0; r < m.repeats; ++r)
-        for (std::size_t n = 1; n <= limit; ++n) {
+        for (std::size_t g = 0; g < kept; ++g) {
             grown.assign(context.begin(), context.end());
-            grown.insert(grown.end(), tokens.begin(), tokens.begin() + static_cast<std::ptrdiff_t>(n));
+            for (std::size_t j = 0; j < catch_up_grid[g]; ++j) grown.push_back(tokens[j % tokens.size()]);
             uniform_source uniforms(rng);
             detail::begin_draft(ws.draft, nullptr);
             detail::run_drafter(drafter, context, 1, m.sampling, uniforms, ws, where);  // back to `context`
@@ -187,11 +226,11 @@ engine_profile measure_engine_profile(D& drafter, V& verifier, std::span<const t
             detail::run_drafter(drafter, std::span<const token_id>(grown), 1, m.sampling, uniforms, ws, where);
             const double s = detail::seconds_since(t0);
             if (detail::check_draft(ws.draft, 1, vocab, where) != 0)
-                at_point[n - 1].push_back(s);
+                at_point[g].push_back(s);
             else
-                limit = n - 1;
+                kept = g;
         }
-    for (std::size_t n = 1; n <= limit; ++n) p.draft_catch_up.push_back(detail::median_of(at_point[n - 1]));
+    detail::fill_kept(p.draft_catch_up, catch_up_grid, at_point, kept);
 
     // The target passes, over 1 .. 1 + tokens.size() positions (one untimed call first).
     const std::span<const token_id> draft(tokens);
@@ -258,29 +297,15 @@ struct batch_profile_measurement {
     /// Seed of sequence i's draws is seed + i.
     std::uint64_t seed = 1;
     /// The draft model's catch-up is timed for n = 1 .. catch_up_tokens tokens it has not read
-    /// (draft_catch_up's entries); 0 leaves the table empty (the planner then charges a draft
-    /// step per missed token). The contexts must leave room for catch_up_tokens + 1 more tokens
-    /// in the draft model's window: what an adapter throws at its window propagates.
-    /// \pre <= 2^20 (a profile table's largest size).
-    std::size_t catch_up_tokens = 8;
+    /// (draft_catch_up's entries), at 1, 2, 3, 4, 6, 8, 12, 16, 24, ... and catch_up_tokens,
+    /// linear between: after L plain steps the draft model has L + 1 tokens to read, and the
+    /// planner explores every 16 to 256 steps. 0 leaves the table empty (the planner then
+    /// charges a draft step per missed token). The contexts must leave room for catch_up_tokens
+    /// + 1 more tokens in the draft model's window: what an adapter throws at its window
+    /// propagates. \pre <= 2^20 (a profile table's largest size).
+    std::size_t catch_up_tokens = 64;
 };
 
-namespace detail {
-
-/// The pass sizes measure_batch_profile() times: 1, 2, 3, then 4, 6, 8, 12, 16, 24, ... below
-/// max_positions, then max_positions.
-inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
-    std::vector<std::size_t> grid;
-    for (std::size_t m = 1; m <= 3 && m < max_positions; ++m) grid.push_back(m);
-    for (std::size_t m = 4; m < max_positions; m *= 2) {
-        grid.push_back(m);
-        if (m + m / 2 < max_positions) grid.push_back(m + m / 2);
-    }
-    grid.push_back(max_positions);
-    return grid;
-}
-
-}  // namespace detail
 
 /// Measures what a multi-sequence pair costs on this machine, through the calls batch_decoder
 /// makes (draft_batch, score_batch), for sequences whose contexts are `contexts` (sequence i
@@ -297,12 +322,13 @@ inline std::vector<std::size_t> profile_grid(std::size_t max_positions) {
 ///   score_tree_batch call over m positions in total, spread as above, each sequence's tree of
 ///   its positions − 1 nodes in two branches below the root; timed at the same points.
 /// - draft_catch_up[n − 1] for n = 1 .. catch_up_tokens: one draft_batch call for sequence 0
-///   alone, drafting one token at its context plus n of the drafted tokens, each timed call after
-///   an untimed one-token draft at the context alone (so that a KV-cached drafter holds the
-///   context and must read the n tokens: what it does after plain steps) and a target pass (as a
-///   draft step is timed); the table ends before the first n at which the drafter proposes no
-///   token, as measure_engine_profile's does. The planner charges S sequences S times one's
-///   catch-up (engine_profile::catch_up_cost).
+///   alone, drafting one token at its context plus n of the drafted tokens (repeated when n
+///   needs more of them), timed at the points of catch_up_tokens, linear between, each timed
+///   call after an untimed one-token draft at the context alone (so that a KV-cached drafter
+///   holds the context and must read the n tokens: what it does after plain steps) and a target
+///   pass (as a draft step is timed); the table ends at the last point before the first at which
+///   the drafter proposes no token, as measure_engine_profile's does. The planner charges S
+///   sequences S times one's catch-up (engine_profile::catch_up_cost).
 /// Each table is timed in rounds: a first untimed call at each point, then `repeats` rounds that
 /// time one call at each point in turn; each entry is its point's median. A timed call follows
 /// an untimed one for the same sequences whenever the call before held others (an engine may
@@ -462,8 +488,8 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         detail::fill_from_grid(p.tree_pass, grid, tree_times);
     }
 
-    // Catching up on n tokens the draft model has not read, n = 1 .. catch_up_tokens, for
-    // sequence 0 (its drafted tokens, repeated when n needs more of them).
+    // Catching up on n tokens the draft model has not read, at the points of catch_up_tokens,
+    // for sequence 0 (its drafted tokens, repeated when n needs more of them).
     const std::span<const token_id> start = context_of(0);
     std::vector<token_id> grown;
     const auto draft_one = [&](std::span<const token_id> context, double* seconds) {
@@ -475,23 +501,25 @@ engine_profile measure_batch_profile(D& drafter, V& verifier, std::span<const st
         if (seconds) *seconds = detail::seconds_since(t0);
         return detail::check_draft(blocks[0], 1, vocab, where) != 0;
     };
-    // (Rounds over n, each n timed once per round; `limit` drops the first n whose call drafted
-    // nothing, and every n above it.)
-    std::size_t limit = m.catch_up_tokens;
-    std::vector<std::vector<double>> catch_up_times(limit);
+    // (Rounds over the points, each timed once per round; `kept` drops the first point whose
+    // call drafted nothing, and every point above it.)
+    std::vector<std::size_t> catch_up_grid;
+    if (m.catch_up_tokens > 0) catch_up_grid = detail::profile_grid(m.catch_up_tokens);
+    std::size_t kept = catch_up_grid.size();
+    std::vector<std::vector<double>> catch_up_times(kept);
     for (std::size_t r = 0; r < m.repeats; ++r)
-        for (std::size_t n = 1; n <= limit; ++n) {
+        for (std::size_t g = 0; g < kept; ++g) {
             grown.assign(start.begin(), start.end());
-            for (std::size_t j = 0; j < n; ++j) grown.push_back(proposed[0][j % proposed[0].size()]);
+            for (std::size_t j = 0; j < catch_up_grid[g]; ++j) grown.push_back(proposed[0][j % proposed[0].size()]);
             (void)draft_one(start, nullptr);  // back to the context alone
             pass_before(1);
             double s = 0;
             if (draft_one(grown, &s))
-                catch_up_times[n - 1].push_back(s);
+                catch_up_times[g].push_back(s);
             else
-                limit = n - 1;
+                kept = g;
         }
-    for (std::size_t n = 1; n <= limit; ++n) p.draft_catch_up.push_back(detail::median_of(catch_up_times[n - 1]));
+    detail::fill_kept(p.draft_catch_up, catch_up_grid, catch_up_times, kept);
     detail::floor_first_pass(p);
     validate(p, where);
     return p;

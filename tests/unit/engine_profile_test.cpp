@@ -278,7 +278,7 @@ TEST_CASE("measure_engine_profile times the pair's real calls: a draft token, an
     CHECK(p.target_pass[4] >= 1500e-6);
     CHECK(p.target_pass[4] > p.target_pass[0]);
     CHECK(p.draft_step[0] > 0.0);
-    REQUIRE(p.draft_catch_up.size() == 4);  // catching up on 1 .. max_positions - 1 tokens
+    REQUIRE(p.draft_catch_up.size() == 64);  // catching up on 1 .. 64 tokens (the default)
     for (const double t : p.draft_catch_up) CHECK(t > 0.0);
     CHECK_NOTHROW(specdec::validate(p));
     // The planner takes it as it is.
@@ -977,7 +977,8 @@ TEST_CASE("measure_engine_profile times a draft model's catch-up on tokens it ha
         }
     } d{&draft, {}, {}};
     const std::vector<token_id> prompt{1, 2, 3};
-    const auto p = specdec::measure_engine_profile(d, target, prompt, {.max_positions = 5, .repeats = 3});
+    const auto p =
+        specdec::measure_engine_profile(d, target, prompt, {.max_positions = 5, .repeats = 3, .catch_up_tokens = 4});
     REQUIRE(p.draft_catch_up.size() == 4);
     for (std::size_t n = 1; n <= 4; ++n) CHECK(p.draft_catch_up[n - 1] >= 400e-6 * static_cast<double>(n));
     CHECK(p.draft_catch_up[3] > p.draft_catch_up[0]);
@@ -990,6 +991,24 @@ TEST_CASE("measure_engine_profile times a draft model's catch-up on tokens it ha
             CHECK(d.read[at] == 0);
             CHECK(d.read[at + 1] == n);
         }
+
+    // Beyond the draft's tokens (repeated), at the grid 1, 2, 3, 4, 6, 8, 12, linear between.
+    d.read.clear();
+    const auto q =
+        specdec::measure_engine_profile(d, target, prompt, {.max_positions = 3, .repeats = 3, .catch_up_tokens = 12});
+    REQUIRE(q.draft_catch_up.size() == 12);
+    const std::vector<std::size_t> grid{1, 2, 3, 4, 6, 8, 12};
+    const std::size_t first = d.read.size() - grid.size() * 3 * 2;
+    for (std::size_t r = 0; r < 3; ++r)
+        for (std::size_t g = 0; g < grid.size(); ++g) {
+            CHECK(d.read[first + 2 * (grid.size() * r + g)] == 0);
+            CHECK(d.read[first + 2 * (grid.size() * r + g) + 1] == grid[g]);
+        }
+    CHECK(q.draft_catch_up[11] >= 400e-6 * 12);
+    CHECK(q.draft_catch_up[4] == Approx((q.draft_catch_up[3] + q.draft_catch_up[5]) / 2));
+    CHECK(q.draft_catch_up[9] == Approx(q.draft_catch_up[7] + (q.draft_catch_up[11] - q.draft_catch_up[7]) / 2));
+    CHECK_THROWS_WITH(specdec::measure_engine_profile(d, target, prompt, {.catch_up_tokens = (std::size_t{1} << 20) + 1}),
+                      Catch::Contains("catch_up_tokens = 1048577"));
 }
 
 TEST_CASE("measure_batch_profile times a draft model's catch-up on tokens it has not read, through draft_batch",
