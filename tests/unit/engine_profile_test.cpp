@@ -1040,7 +1040,7 @@ TEST_CASE("measure_batch_profile times a draft model's catch-up on tokens it has
                 if (r.context.size() > window) r.out->clear();
         }
     } d{{&draft}};
-    multi_markov_verifier v{{&target}};
+    multi_markov_verifier v{&target};
     const std::vector<std::vector<token_id>> prompts{{1, 2, 3}, {4, 5}};
     const specdec::batch_profile_measurement m{
         .max_positions = 4, .max_sequences = 2, .draft_tokens = 2, .repeats = 3, .catch_up_tokens = 5};
