@@ -54,7 +54,7 @@ struct adaptive_gamma_options {
     /// within this fraction of the predicted cost of all steps. So a pair for which
     /// speculation does not pay, with a draft as slow as its target, soon stops exploring
     /// and decodes at about the target's speed, while a cheap drafter keeps being tried.
-    double explore_budget = 0.05;
+    double explore_budget = 0.02;
     /// Estimates are running means of their first `window` observations, then exponential
     /// moving averages with weight 1 / window, so that they follow a text whose
     /// predictability changes. A time above 3x its estimate (after 4 observations) counts as
@@ -107,6 +107,16 @@ struct adaptive_gamma_options {
     /// out while that raises the batch's expected tokens per unit of cost. Exact either way
     /// (the lengths depend on the past only). false: every sequence drafts the chosen γ.
     bool per_sequence = true;
+    /// A batch that drains: batch_decoder's sequences run to their token budgets and are not
+    /// replaced as they finish. In a batch of chain steps, a step that would speculate is made
+    /// a plain step for every sequence when plain steps are predicted to finish the batch
+    /// sooner than its plan (ragged or not) held to the end (gamma_controller::drain_to_plain):
+    /// speculation lets well drafted sequences finish first, and the rest then share each
+    /// pass's fixed cost among fewer sequences. Exact either way (the choice depends on the
+    /// past and the budgets only). false: each step maximizes the batch's tokens per unit of
+    /// time, what a serving loop that adds a sequence whenever one finishes needs (also where
+    /// sequences mostly end at stop tokens long before their budgets).
+    bool drain = true;
 };
 
 namespace detail {
@@ -293,6 +303,7 @@ public:
     /// positions speculates less than one sequence would.
     std::size_t choose(std::size_t limit = std::numeric_limits<std::size_t>::max(), std::size_t sequences = 1) {
         sequences_ = std::max<std::size_t>(sequences, 1);
+        exploring_ = false;
         const std::size_t top = std::min(gamma_max_, limit);
         const std::size_t warm = warm_plan();
         const bool known_acceptance = !options_.acceptance_prior.empty() ||
@@ -314,6 +325,7 @@ public:
                 const std::size_t from_prior = best_plan(top, sequences_);
                 if (from_prior != 0) g = from_prior;
             }
+            exploring_ = true;  // nothing known yet: the step is there to be observed, drain_to_plain keeps it
         } else if (measures_time() && !pass_measured(sequences_, plan_tree_pass(0))) {
             g = 0;
         } else {
@@ -341,6 +353,7 @@ public:
                                                  std::max(options_.max_explore_every, options_.explore_every));
                     explored_ += extra;
                     g = other;
+                    exploring_ = true;
                 }
             }
         }
@@ -554,6 +567,8 @@ public:
         std::span<const double> expected{};      ///< Σ β at each draft position (0-based)
         std::span<const std::size_t> reached{};  ///< steps that tested each draft position
         std::size_t limit = 0;                   ///< the longest draft this sequence may take
+        /// The tokens this sequence still needs to reach its budget (drain_to_plain()); 0: unknown.
+        std::size_t remaining = 0;
     };
 
     /// Ragged plans: a draft length γ_i in [1, min(gamma, limit_i)] for each sequence of a chain
@@ -579,18 +594,7 @@ public:
         const std::size_t n = std::min(sequences.size(), out.size());
         for (std::size_t i = 0; i < n; ++i) out[i] = std::min(gamma, sequences[i].limit);
         if (gamma == 0 || n < 1 || plans_trees()) return;
-        // α_{i,k}, k = 1..gamma, row-major.
-        ragged_alpha_.assign(n * gamma, 0.0);
-        for (std::size_t i = 0; i < n; ++i) {
-            const auto& q = sequences[i];
-            for (std::size_t k = 0; k < gamma; ++k) {
-                const double pooled = shrunk_acceptance(k + 1);
-                const double sum = k < q.expected.size() ? q.expected[k] : 0.0;
-                const double count = k < q.reached.size() ? static_cast<double>(q.reached[k]) : 0.0;
-                ragged_alpha_[i * gamma + k] =
-                    std::clamp((sum + per_sequence_prior * pooled) / (count + per_sequence_prior), 0.0, 1.0);
-            }
-        }
+        fill_sequence_acceptance(gamma, sequences.first(n));
         // reach(i, g): Π_{k≤g} α_{i,k}, the expected tokens position g adds for sequence i.
         const auto reach = [&](std::size_t i, std::size_t g) {
             double r = 1.0;
@@ -657,11 +661,88 @@ public:
         if (u_tokens / cost_of(u_longest, u_positions, n) >= value)
             for (std::size_t i = 0; i < n; ++i) out[i] = std::min({uniform, gamma, sequences[i].limit});
     }
+
+    /// Draining (adaptive_gamma_options::drain): whether plain steps for every sequence are
+    /// predicted to finish the batch sooner than the chain plan `plan` (γ_i per sequence, e.g.
+    /// plan_sequences()' ragged plan) held until each sequence reaches its budget; if so, records
+    /// the step as a plain one (choices(), and for the estimates) and returns true: the caller
+    /// then runs a plain step. Sequence i needs r_i = sequences[i].remaining tokens and makes
+    /// E_i(γ_i) per step (Eq. 1 with its own acceptance, as plan_sequences() estimates it; 1 for
+    /// a plain step), so it finishes after r_i / E_i steps; between two finishes, each step
+    /// costs what a step of the sequences still running costs (max γ_i draft calls, a pass over
+    /// Σ(γ_i + 1) positions). The plan also pays the draft model's catch-up after plain steps.
+    /// The batch's time is the sum. False, and nothing recorded, when the option is off, on an
+    /// exploring or warm-up step (they are there to be observed), for a tree planner, when a remaining count is unknown (0) or when every
+    /// γ_i is 0. Depends on the past and the budgets only, so exactness holds either way.
+    bool drain_to_plain(std::span<const sequence_acceptance> sequences, std::span<const std::size_t> plan) {
+        const std::size_t n = std::min(sequences.size(), plan.size());
+        if (!options_.drain || exploring_ || plans_trees() || n == 0) return false;
+        std::size_t gamma = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            if (sequences[i].remaining == 0) return false;
+            gamma = std::max(gamma, plan[i]);
+        }
+        if (gamma == 0) return false;
+        fill_sequence_acceptance(gamma, sequences.first(n));
+        drain_order_.clear();
+        for (std::size_t i = 0; i < n; ++i) {
+            double tokens = 0.0, reach = 1.0;
+            for (std::size_t g = 0; g <= plan[i]; ++g) {
+                if (g > 0) reach *= ragged_alpha_[i * gamma + g - 1];
+                tokens += reach;
+            }
+            drain_order_.push_back({static_cast<double>(sequences[i].remaining) / tokens, i});
+        }
+        // Time to drain: segments between finishes, in order of the finishing step.
+        const auto drain_time = [&](bool speculate) {
+            if (!speculate)
+                for (auto& [finish, i] : drain_order_) finish = static_cast<double>(sequences[i].remaining);
+            std::sort(drain_order_.begin(), drain_order_.end());
+            double time = 0.0, done = 0.0;
+            for (std::size_t k = 0; k < n; ++k) {
+                std::size_t calls = 0, positions = 0;
+                for (std::size_t j = k; j < n; ++j) {
+                    const std::size_t g = speculate ? plan[drain_order_[j].second] : 0;
+                    calls = std::max(calls, g);
+                    positions += g + 1;
+                }
+                time += (drain_order_[k].first - done) * cost_of(calls, positions, n - k);
+                done = drain_order_[k].first;
+            }
+            return time;
+        };
+        const double speculating = catch_up_cost() + drain_time(true);
+        if (!(drain_time(false) < speculating)) return false;  // (a cost that is not a number: keep the plan)
+        --chosen_[plan_depth(planned_)];
+        ++chosen_[0];
+        planned_ = 0;
+        ++drained_;
+        return true;
+    }
+    /// How many steps drain_to_plain() made plain steps (they count as γ = 0 in choices()).
+    [[nodiscard]] std::size_t drained_steps() const noexcept { return drained_; }
+
     /// Pseudo-observations of the batch's acceptance in plan_sequences()' per-sequence estimates.
     static constexpr double per_sequence_prior = 8.0;
 
 private:
     using estimate = detail::running_estimate;
+
+    /// ragged_alpha_[i · gamma + k − 1]: sequence i's acceptance at draft position k = 1..gamma,
+    /// its own estimate shrunk towards the batch's (plan_sequences()).
+    void fill_sequence_acceptance(std::size_t gamma, std::span<const sequence_acceptance> sequences) const {
+        ragged_alpha_.assign(sequences.size() * gamma, 0.0);
+        for (std::size_t i = 0; i < sequences.size(); ++i) {
+            const auto& q = sequences[i];
+            for (std::size_t k = 0; k < gamma; ++k) {
+                const double pooled = shrunk_acceptance(k + 1);
+                const double sum = k < q.expected.size() ? q.expected[k] : 0.0;
+                const double count = k < q.reached.size() ? static_cast<double>(q.reached[k]) : 0.0;
+                ragged_alpha_[i * gamma + k] =
+                    std::clamp((sum + per_sequence_prior * pooled) / (count + per_sequence_prior), 0.0, 1.0);
+            }
+        }
+    }
 
     static std::size_t checked_depth(const tree_plan_limits& limits) {
         if (limits.branching.empty())
@@ -1095,6 +1176,9 @@ private:
     std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)
     std::size_t planned_ = 0;        // the plan of the last choose()
     mutable std::vector<double> ragged_alpha_{};      // plan_sequences' scratch
+    std::vector<std::pair<double, std::size_t>> drain_order_{};  // drain_to_plain's: finishing step, sequence
+    bool exploring_ = false;                           // the last choose() chose an exploring or warm-up step
+    std::size_t drained_ = 0;                          // steps drain_to_plain() made plain
 };
 
 }  // namespace specdec

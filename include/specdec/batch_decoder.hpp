@@ -807,16 +807,26 @@ public:
             // estimates then hold the others' acceptance (a poorly drafted sequence left last
             // would otherwise draft as long as the batch's mean acceptance pays).
             if (items_.size() > 1) had_many_ = true;
-            if (!tree_ && planned > 0 && had_many_ && controller_->options().per_sequence) {
+            const auto& adaptive = controller_->options();
+            if (!tree_ && planned > 0 && had_many_ && (adaptive.per_sequence || adaptive.drain)) {
                 ragged_.clear();
                 for (const auto& it : items_) {
                     const entry& e = *entries_[it.slot];
                     ragged_.push_back({.expected = e.stats.expected_accepted_at_position,
                                        .reached = e.stats.reached_at_position,
-                                       .limit = std::min(longest_, e.budget.max_new_tokens - e.generated - 1)});
+                                       .limit = std::min(longest_, e.budget.max_new_tokens - e.generated - 1),
+                                       .remaining = e.budget.max_new_tokens - e.generated});
                 }
                 ragged_gamma_.resize(items_.size());
-                controller_->plan_sequences(longest_, ragged_, ragged_gamma_, planned);
+                if (adaptive.per_sequence) controller_->plan_sequences(longest_, ragged_, ragged_gamma_, planned);
+                else
+                    for (std::size_t i = 0; i < items_.size(); ++i) ragged_gamma_[i] = items_[i].gamma;
+                // A batch that drains (adaptive_gamma_options::drain): plain steps where they
+                // are predicted to finish every sequence sooner than this plan.
+                if (controller_->drain_to_plain(ragged_, ragged_gamma_)) {
+                    planned = 0;
+                    std::fill(ragged_gamma_.begin(), ragged_gamma_.end(), std::size_t{0});
+                }
                 for (std::size_t i = 0; i < items_.size(); ++i) items_[i].gamma = ragged_gamma_[i];
             }
         }

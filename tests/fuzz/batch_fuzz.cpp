@@ -608,6 +608,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         const bool prior_invalid = fuzz::window_and_prior(in, a);  // window 0 is invalid
         a.explore_budget = (policy & 8u) ? 1.5 : 0.05;  // 1.5 is invalid
         a.per_sequence = (policy & 16u) != 0;
+        a.drain = (in.byte() & 1u) != 0;
         adaptive_invalid = adaptive_invalid || a.window == 0 || a.explore_budget > 1.0 || prior_invalid;
         if ((policy & 32u) && st.w.longest > 0) {
             // A controller of the caller's: make_controller's, or one of another length.

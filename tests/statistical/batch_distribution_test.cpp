@@ -7,6 +7,10 @@
 // trees (a plain drafter and a TreeVerifier, one score_tree pass per sequence and step) under
 // both tree schemes, with the same options, and planned trees whose chain plans run as chain
 // steps (drafted for the whole batch in one draft_batch call, verified by block verification).
+// A draining batch (adaptive_gamma_options::drain: steps made plain where plain steps are
+// predicted to finish the batch sooner) runs 24 tokens per sequence so that each sequence's own
+// acceptance counts; its last 4 tokens are tested against their exact law (a forward pass over
+// the model's states, exact_window_distribution).
 //
 // Method (as tests/statistical/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
@@ -15,8 +19,8 @@
 // case; Pearson's chi-square test of each sequence's 4-token outputs against its exact
 // distribution (cells with expected count < 5 pooled). A test fails when p < 1e-4; the
 // chi-square approximation makes a correct implementation fail one such test about 1-2 times
-// in 10^4 (distribution_test.cpp's simulation), so with the 60 tests below (10 cases, 2 schemes,
-// 3 sequences) about 0.9% of runs of correct code would fail one (the seeds are fixed: a run is
+// in 10^4 (distribution_test.cpp's simulation), so with the 66 tests below (11 cases, 2 schemes,
+// 3 sequences) about 1% of runs of correct code would fail one (the seeds are fixed: a run is
 // reproducible).
 // The negative controls run the same tests on deliberately wrong procedures, which must fail
 // (p < 1e-4): a verifier that scores every sequence against the first sequence's context (a KV
@@ -24,7 +28,8 @@
 // samples with the draft's own settings but reports q at the target's settings (draft-side
 // sampling verified against the wrong q); a tree drafter whose nodes report a uniform q instead
 // of the distribution they were drawn from (every sequence must be caught); the same wrong q
-// in the chain plans of a tree planner, drafted for the batch with draft_batch.
+// in the chain plans of a tree planner, drafted for the batch with draft_batch; the wrong slot's
+// context again in the last tokens of a draining batch.
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
@@ -329,6 +334,129 @@ TEST_CASE("Every sequence of a multi-sequence batch has the target's distributio
     const specdec::engine_profile profile{.target_pass = {1, 1, 1, 1, 1, 1, 1.6, 2.2, 2.8}, .draft_step = {0.05}};
     check_case({.gamma = 3, .sampling = {.temperature = 1.0f}, .policy = specdec::gamma_policy::adaptive, .seed = 35,
                 .profile = profile});
+}
+
+namespace {
+
+/// Tokens per sequence in the draining batch cases: long enough for each sequence's own
+/// acceptance estimate to count (ragged plans shrink it with 8 pseudo-observations of the
+/// batch's); the test reads the last kLength of them.
+constexpr int kDrainLength = 24;
+
+/// The draining batch cases: 3 sequences of kDrainLength tokens (the third joining after the
+/// first step), the adaptive policy with ragged plans from a CPU-like profile (a pass's
+/// positions cost), a controller kept for 250 batches; returns, per sequence, the test of its
+/// last kLength tokens against their exact law (exact_window_distribution) and adds the steps
+/// the drain rule made plain to `drained`.
+template <class D, class V>
+std::vector<gof_result> run_drain_case(const markov_model& target, D& drafter, V& verifier,
+                                       specdec::verification_scheme scheme, std::uint64_t seed, std::size_t samples,
+                                       std::size_t& drained, std::vector<std::size_t>& rejected_at) {
+    const specdec::sampling_config sampling{.temperature = 1.0f};
+    specdec::engine_profile profile{.draft_step = {0.05}};
+    for (std::size_t m = 1; m <= 16; ++m) profile.target_pass.push_back(0.5 + 0.3 * static_cast<double>(m));
+    specdec::decode_options o{.step = specdec::chain{.gamma = 3, .scheme = scheme},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .sampling = sampling,
+                              .budget = {.max_new_tokens = kDrainLength}};
+    o.length.adaptive.profile = profile;
+    rejected_at.assign(3, 0);
+    o.on_step = [&](const specdec::step_event& e) {
+        if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
+    };
+    std::optional<specdec::gamma_controller> own;
+    using decoder = decltype(specdec::batch_decoder(drafter, verifier, o));
+    std::optional<decoder> dec;
+    const int vocab = target.vocab;
+    std::vector<std::vector<std::size_t>> counts(kPrompts.size());
+    std::vector<std::vector<double>> exact;
+    for (std::size_t k = 0; k < kPrompts.size(); ++k) {
+        exact.push_back(exact_window_distribution(target, kPrompts[k], kDrainLength, kLength, sampling));
+        counts[k].assign(exact[k].size(), 0);
+    }
+    std::mt19937_64 master(seed);
+    std::vector<std::size_t> ids(kPrompts.size());
+    for (std::size_t s = 0; s < samples; ++s) {
+        if (s % 250 == 0) {
+            if (own) drained += own->drained_steps();
+            own.emplace(specdec::make_controller(o));
+            o.length.controller = &*own;
+            dec.emplace(drafter, verifier, o);
+        }
+        ids[0] = dec->add(kPrompts[0], std::mt19937_64(master()));
+        ids[1] = dec->add(kPrompts[1], std::mt19937_64(master()));
+        dec->step();
+        ids[2] = dec->add(kPrompts[2], std::mt19937_64(master()));  // joins a running batch
+        dec->run();
+        for (std::size_t k = 0; k < kPrompts.size(); ++k) {
+            const auto r = dec->take(ids[k]);
+            REQUIRE(r.tokens.size() == static_cast<std::size_t>(kDrainLength));
+            ++counts[k][encode(std::span(r.tokens).last(static_cast<std::size_t>(kLength)), vocab)];
+        }
+    }
+    if (own) drained += own->drained_steps();
+    std::vector<gof_result> out;
+    for (std::size_t k = 0; k < kPrompts.size(); ++k) out.push_back(chi_square_test(counts[k], exact[k]));
+    return out;
+}
+
+/// A draft that disagrees with `target`: its logits negated (an acceptance of about 0.3).
+markov_model poor_draft(const markov_model& target) {
+    markov_model m = target;
+    for (auto& x : m.table) x = -x;
+    return m;
+}
+
+/// The first two prompts' sequences drafted by the target itself (every draft accepted), the
+/// third (the one that joins late) by the draft model: sequences whose acceptance differs, as
+/// the drain rule weighs it.
+struct prompt_split_drafter {
+    multi_markov_drafter exact, other;
+    std::ptrdiff_t vocab_size() const { return other.vocab_size(); }
+    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
+        for (auto& r : batch) (r.context.front() != kPrompts[2].front() ? exact : other).draft_batch(std::span(&r, 1), s);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("Every sequence of a draining multi-sequence batch has the target's distribution when steps are made plain",
+          "[statistical][batch][multi][adaptive][profile][drain]") {
+    // Two sequences drafted perfectly, the late one poorly: whether plain steps finish the batch
+    // sooner (adaptive_gamma_options::drain) turns on the sequences' own acceptance so far and
+    // the tokens each still needs, so steps are made plain at changing points of a few batches.
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = poor_draft(target);
+    for (const auto scheme : kSchemes) {
+        INFO(name(scheme));
+        prompt_split_drafter drafter{{&target}, {&draft}};
+        multi_markov_verifier verifier{&target};
+        std::size_t drained = 0;
+        std::vector<std::size_t> rejected_at;
+        const auto results =
+            run_drain_case(target, drafter, verifier, scheme, 39, samples_per_case(), drained, rejected_at);
+        INFO("steps made plain for the draining batch: " << drained << " in " << samples_per_case() << " batches");
+        INFO("rejections at draft positions 1, 2, 3: " << rejected_at[0] << ", " << rejected_at[1] << ", " << rejected_at[2]);
+        check_results(results, {});
+        // The rule binds where speculation barely pays and the batch is uneven: here about 1,500
+        // steps of 60,000 batches (the test's log), each changing how the rest of its batch runs.
+        CHECK(drained > samples_per_case() / 100);
+        CHECK(rejected_at[0] > samples_per_case() / 100);  // steps speculate too
+    }
+}
+
+TEST_CASE("Negative control: scoring against another sequence's context is detected in the last tokens of a draining "
+          "batch",
+          "[statistical][batch][multi][adaptive][drain][negative]") {
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = poor_draft(target);
+    prompt_split_drafter drafter{{&target}, {&draft}};
+    wrong_slot_verifier verifier{{&target}};
+    std::size_t drained = 0;
+    std::vector<std::size_t> rejected_at;
+    const auto results = run_drain_case(target, drafter, verifier, specdec::verification_scheme::block, 41,
+                                        samples_per_case(), drained, rejected_at);
+    check_caught(results, 1);
 }
 
 TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution with draft-side sampling",

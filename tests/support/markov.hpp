@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <random>
 #include <span>
@@ -186,6 +187,43 @@ inline std::vector<double> exact_sequence_distribution(markov_model model, std::
         }
     };
     rec(rec, 0, 0, 1.0);
+    return out;
+}
+
+/// Exact probability of every value of the last `window` tokens of a continuation of `prompt`
+/// of length `length` (window <= length) when sampling from `model` with settings `s`; index as
+/// exact_sequence_distribution's. A forward pass over the model's states (its last `order`
+/// tokens, token 0 before the start of the context, as row_of reads them) up to the window,
+/// then enumeration of the window from each state.
+inline std::vector<double> exact_window_distribution(markov_model model, const std::vector<token_id>& prompt,
+                                                     int length, int window, const specdec::sampling_config& s) {
+    if (model.order < 1 || window < 0 || window > length) throw std::invalid_argument("exact_window_distribution");
+    const auto order = static_cast<std::size_t>(model.order);
+    const auto state_of = [&](std::span<const token_id> context) {
+        std::vector<token_id> st(order, 0);
+        for (std::size_t k = 1; k <= order && k <= context.size(); ++k) st[order - k] = context[context.size() - k];
+        return st;
+    };
+    std::map<std::vector<token_id>, double> states{{state_of(prompt), 1.0}};
+    for (int step = 0; step < length - window; ++step) {
+        std::map<std::vector<token_id>, double> next;
+        for (const auto& [st, prob] : states) {
+            const auto p = ref_standardize(model.next_logits(st), s);
+            for (int t = 0; t < model.vocab; ++t) {
+                if (p[static_cast<std::size_t>(t)] == 0.0) continue;
+                std::vector<token_id> to(st.begin() + 1, st.end());
+                to.push_back(t);
+                next[to] += prob * p[static_cast<std::size_t>(t)];
+            }
+        }
+        states = std::move(next);
+    }
+    std::vector<double> out;
+    for (const auto& [st, prob] : states) {
+        const auto part = exact_sequence_distribution(model, st, window, s);
+        if (out.empty()) out.assign(part.size(), 0.0);
+        for (std::size_t i = 0; i < part.size(); ++i) out[i] += prob * part[i];
+    }
     return out;
 }
 

@@ -148,6 +148,7 @@ TEST_CASE("Warm-up, then exploration at a doubling interval within the budget", 
         specdec::adaptive_gamma_options o = known_costs(1.0);
         o.explore_every = 2;
         o.max_explore_every = 2;  // an exploring step every other step, but for the budget
+        o.explore_budget = 0.05;
         const std::vector<float> beta{0.5f};
         const auto explore_count = [&](const specdec::adaptive_gamma_options& opts) {
             specdec::gamma_controller ctl(3, opts);

@@ -882,6 +882,8 @@ TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, 
                                   .budget = {.max_new_tokens = 200}};
         o.length.adaptive.profile = linear;
         o.length.adaptive.per_sequence = ragged;
+        // Each step's own plan, not the batch's finish (the drain rule has its own tests below).
+        o.length.adaptive.drain = false;
         specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
         const auto a = dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(1));
         const auto b = dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(2));
@@ -924,6 +926,7 @@ TEST_CASE("Ragged plans: the last sequence left of a batch plans from its own ac
         o.length.adaptive.explore_every = 0;
         o.length.adaptive.window = 100000;  // running means: the batch's estimates keep sequence 0's steps
         o.length.adaptive.per_sequence = ragged;
+        o.length.adaptive.drain = false;  // each step's own plan (the drain rule has its own tests)
         std::size_t steps = 0, asked = 0;
         bool alone = false;
         o.on_step = [&](const specdec::step_event& e) {
@@ -939,6 +942,172 @@ TEST_CASE("Ragged plans: the last sequence left of a batch plans from its own ac
     const double ragged = lone_mean_gamma(true), uniform = lone_mean_gamma(false);
     INFO("sequence 1 alone, mean gamma asked: ragged plans " << ragged << ", one gamma " << uniform);
     CHECK(ragged < uniform - 0.5);
+}
+
+namespace {
+
+/// A CPU-like engine (planner_bench's): a pass over m positions costs 0.5 + 0.05 m, a draft call
+/// 0.05 at any batch.
+specdec::engine_profile cpu_like() {
+    specdec::engine_profile p;
+    for (std::size_t m = 1; m <= 64; ++m) p.target_pass.push_back(0.5 + 0.05 * static_cast<double>(m));
+    p.draft_step = {0.05, 0.05};
+    return p;
+}
+
+/// A multi_markov_verifier that adds what each pass would cost on `profile` (its pass over the
+/// batch's positions and a draft call per position of the longest draft) to `time`.
+struct costed_verifier {
+    multi_markov_verifier inner;
+    const specdec::engine_profile* profile;
+    double time = 0.0;
+    std::ptrdiff_t vocab_size() const { return inner.vocab_size(); }
+    void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+        std::size_t positions = 0, longest = 0;
+        for (const auto& r : batch) positions += r.draft.size() + 1, longest = std::max(longest, r.draft.size());
+        time += profile->pass_cost(positions) + static_cast<double>(longest) * profile->draft_cost(batch.size());
+        inner.score_batch(batch, out);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("A draining batch: plain steps where they finish the batch sooner than speculation", "[profile][ragged][drain]") {
+    // Sequence 0 is drafted well (α = 0.9 at every position, seen 40 times), sequence 1 poorly
+    // (0.1), 100 tokens to go each, on a CPU-like engine (the figures below take 0.9 and 0.1;
+    // shrunk towards the batch's 0.5 they are about 0.83 and 0.17, to the same conclusion). Per step, speculating pays (chain of 4 and of 1:
+    // 5.2 expected tokens for 0.5 + 0.05·7 + 4·0.05 = 1.05 units, 4.95 per unit, against 2 for
+    // 0.6, 3.33 per unit); but sequence 0 would finish after about 24 such steps and sequence 1
+    // would then go on alone for about 67 more at 0.65 each: 69 units in all, against 100 plain
+    // steps of both at 0.6, 60 units.
+    const std::vector<double> good_sum(4, 0.9 * 40), bad_sum(4, 0.1 * 40);
+    const std::vector<std::size_t> seen(4, 40);
+    using acceptance = specdec::gamma_controller::sequence_acceptance;
+    const acceptance mixed[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
+                                {.expected = bad_sum, .reached = seen, .limit = 4, .remaining = 100}};
+    std::vector<std::size_t> gammas(2);
+    specdec::gamma_controller c(4, {.explore_every = 0, .profile = cpu_like()});
+    feed(c, 0.5, 50);
+    REQUIRE(c.choose(99, 2) > 0);  // per step, speculating pays
+    c.plan_sequences(4, mixed, gammas, 0);
+    INFO("ragged plan " << gammas[0] << ", " << gammas[1]);
+    REQUIRE(gammas[0] > gammas[1]);
+    const auto before = c.choices()[0];
+    CHECK(c.drain_to_plain(mixed, gammas));
+    CHECK(c.drained_steps() == 1);
+    CHECK(c.choices()[0] == before + 1);  // recorded as a plain step
+
+    // Both drafted well: they finish together, and speculating is faster to the end too.
+    const acceptance both_good[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
+                                    {.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100}};
+    REQUIRE(c.choose(99, 2) > 0);
+    c.plan_sequences(4, both_good, gammas, 0);
+    CHECK_FALSE(c.drain_to_plain(both_good, gammas));
+    // The poorly drafted sequence almost done: it holds up nothing.
+    const acceptance bad_almost_done[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
+                                          {.expected = bad_sum, .reached = seen, .limit = 1, .remaining = 2}};
+    REQUIRE(c.choose(99, 2) > 0);
+    c.plan_sequences(4, bad_almost_done, gammas, 0);
+    CHECK_FALSE(c.drain_to_plain(bad_almost_done, gammas));
+    // A remaining count not known, or a plan of 0: nothing to decide.
+    const acceptance unknown[] = {{.expected = good_sum, .reached = seen, .limit = 4},
+                                  {.expected = bad_sum, .reached = seen, .limit = 4, .remaining = 100}};
+    const std::vector<std::size_t> plan{4, 1}, none{0, 0};
+    CHECK_FALSE(c.drain_to_plain(unknown, plan));
+    CHECK_FALSE(c.drain_to_plain(mixed, none));
+    CHECK(c.drained_steps() == 1);
+    // The option off.
+    specdec::gamma_controller off(4, {.explore_every = 0, .profile = cpu_like(), .drain = false});
+    feed(off, 0.5, 50);
+    REQUIRE(off.choose(99, 2) > 0);
+    CHECK_FALSE(off.drain_to_plain(mixed, plan));
+    CHECK(off.drained_steps() == 0);
+}
+
+namespace {
+
+/// A per-slot drafter: even slots draft from `good`, odd ones from `poor`. When `time` is set,
+/// adds a draft model's catch-up to it as the profile prices it (a draft step per token it has
+/// not read, for the call's longest lag): the tokens a sequence gained since its last draft
+/// call beyond what that call proposed and the bonus token, i.e. its plain steps' tokens.
+struct parity_drafter {
+    markov_model* good;
+    markov_model* poor;
+    multi_markov_drafter a{good}, b{poor};
+    double* time = nullptr;
+    const specdec::engine_profile* profile = nullptr;
+    std::map<std::size_t, std::size_t> seen{};  // slot: the context length its last call left read
+    std::ptrdiff_t vocab_size() const { return good->vocab; }
+    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& s) {
+        std::size_t lag = 0;
+        for (auto& r : batch) {
+            if (const auto it = seen.find(r.slot); it != seen.end() && r.context.size() > it->second)
+                lag = std::max(lag, r.context.size() - it->second);
+            (r.slot % 2 == 0 ? a : b).draft_batch(std::span(&r, 1), s);
+            seen[r.slot] = r.context.size() + r.out->tokens.size() + 1;
+        }
+        if (time != nullptr) *time += profile->catch_up_cost(lag, batch.size());
+    }
+};
+
+}  // namespace
+
+TEST_CASE("A draining batch finishes sooner on a CPU-like engine, reproducibly", "[profile][ragged][drain][multi]") {
+    // Eight sequences, 128 tokens each: four drafted by the target's table plus a little noise,
+    // four by the table plus much noise (planner_bench's ragged batch, on its CPU-like engine). The verifier
+    // adds up what each step costs on the engine. Per step, speculating pays while the batch is
+    // full; held to the end it leaves the poorly drafted pair to finish alone.
+    auto target = markov_model::random(16, 2, 41);
+    auto near = target;
+    std::mt19937_64 g(5);
+    std::normal_distribution<float> noise(0.0f, 0.5f);
+    std::normal_distribution<float> much(0.0f, 3.0f);
+    auto other = target;
+    for (auto& x : near.table) x += noise(g);
+    for (auto& x : other.table) x += much(g);
+    const specdec::engine_profile cpu = cpu_like();
+    const auto run = [&](bool drain, bool ragged, std::uint64_t seed) {
+        costed_verifier v{{&target}, &cpu};
+        parity_drafter d{&near, &other, {&near}, {&other}, &v.time, &cpu};
+        specdec::decode_options o{.step = specdec::chain{.gamma = 4},
+                                  .length = {.policy = specdec::gamma_policy::adaptive},
+                                  .sampling = {.temperature = 1.0f},
+                                  .budget = {.max_new_tokens = 128}};
+        o.length.adaptive.profile = cpu;
+        o.length.adaptive.drain = drain;
+        o.length.adaptive.per_sequence = ragged;
+        specdec::gamma_controller controller = specdec::make_controller(o);
+        o.length.controller = &controller;
+        specdec::batch_decoder<parity_drafter, costed_verifier, std::mt19937_64> dec(d, v, o);
+        std::vector<std::size_t> ids;
+        for (token_id t = 0; t < 8; ++t) ids.push_back(dec.add(std::vector<token_id>{t, 1}, std::mt19937_64(seed + static_cast<std::uint64_t>(t))));
+        dec.run();
+        struct out {
+            double time;
+            std::size_t drained;
+            std::vector<std::vector<token_id>> tokens;
+        };
+        out r{v.time, controller.drained_steps(), {}};
+        for (const auto id : ids) r.tokens.push_back(dec.take(id).tokens);
+        return r;
+    };
+    for (const bool ragged : {true, false}) {
+        double drained_time = 0.0, per_step_time = 0.0;
+        std::size_t drained_steps = 0;
+        for (std::uint64_t seed = 1; seed <= 40; seed += 4) {
+            const auto drained = run(true, ragged, seed), per_step = run(false, ragged, seed);
+            drained_time += drained.time;
+            per_step_time += per_step.time;
+            drained_steps += drained.drained;
+            CHECK(per_step.drained == 0);
+            if (seed == 1) CHECK(run(true, ragged, seed).tokens == drained.tokens);  // counts, budgets, a fixed profile
+        }
+        INFO((ragged ? "ragged plans" : "one gamma") << ": time draining " << drained_time << " (" << drained_steps
+                                                     << " steps made plain), per step " << per_step_time
+                                                     << ", plain steps " << 10 * 128 * cpu.pass_cost(8));
+        CHECK(drained_steps > 0);
+        CHECK(drained_time < per_step_time);
+    }
 }
 
 TEST_CASE("The tree planner takes a sibling rank never tested as half the rank before it", "[adaptive][tree]") {
