@@ -545,7 +545,7 @@ public:
         if (best == 0) {
             std::snprintf(buf, sizeof buf, "speculation off for %s: a draft step costs %.2f plain steps; best predicted %.2fx (gamma %zu); %s",
                           who.c_str(), c, predicted_speedup(runner, b), runner, source);
-            return buf;
+            return std::string(buf) + explain_drain();
         }
         std::snprintf(buf, sizeof buf, "gamma %zu for %s: predicted %.2fx plain steps (acceptance", best, who.c_str(),
                       predicted_speedup(best, b));
@@ -555,7 +555,7 @@ public:
             out += buf;
         }
         std::snprintf(buf, sizeof buf, "; a draft step costs %.2f plain steps; %s)", c, source);
-        return out + buf;
+        return out + buf + explain_drain();
     }
     /// How many times choose() returned each γ (index γ).
     [[nodiscard]] std::span<const std::size_t> choices() const noexcept { return chosen_; }
@@ -712,7 +712,10 @@ public:
             return time;
         };
         const double speculating = catch_up_cost() + drain_time(true);
-        if (!(drain_time(false) < speculating)) return false;  // (a cost that is not a number: keep the plan)
+        const double plain = drain_time(false);
+        if (!(plain < speculating)) return false;  // (a cost that is not a number: keep the plan)
+        drain_plain_ = plain;
+        drain_plan_ = speculating;
         --chosen_[plan_depth(planned_)];
         ++chosen_[0];
         planned_ = 0;
@@ -721,6 +724,17 @@ public:
     }
     /// How many steps drain_to_plain() made plain steps (they count as γ = 0 in choices()).
     [[nodiscard]] std::size_t drained_steps() const noexcept { return drained_; }
+    /// explain()'s clause on drain_to_plain(): empty until it made a step plain, then how many
+    /// and the last one's predicted times to finish the batch (plain steps against the plan).
+    [[nodiscard]] std::string explain_drain() const {
+        if (drained_ == 0) return {};
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "; %zu step%s made plain for a draining batch (the last: plain steps predicted to finish it "
+                      "in %.3g, the plan in %.3g)",
+                      drained_, drained_ == 1 ? "" : "s", drain_plain_, drain_plan_);
+        return buf;
+    }
 
     /// Pseudo-observations of the batch's acceptance in plan_sequences()' per-sequence estimates.
     static constexpr double per_sequence_prior = 8.0;
@@ -1179,6 +1193,7 @@ private:
     std::vector<std::pair<double, std::size_t>> drain_order_{};  // drain_to_plain's: finishing step, sequence
     bool exploring_ = false;                           // the last choose() chose an exploring or warm-up step
     std::size_t drained_ = 0;                          // steps drain_to_plain() made plain
+    double drain_plain_ = 0.0, drain_plan_ = 0.0;      // its last predicted times to finish: plain, the plan
 };
 
 }  // namespace specdec

@@ -993,9 +993,14 @@ TEST_CASE("A draining batch: plain steps where they finish the batch sooner than
     INFO("ragged plan " << gammas[0] << ", " << gammas[1]);
     REQUIRE(gammas[0] > gammas[1]);
     const auto before = c.choices()[0];
+    CHECK(c.explain(2).find("draining") == std::string::npos);
     CHECK(c.drain_to_plain(mixed, gammas));
     CHECK(c.drained_steps() == 1);
     CHECK(c.choices()[0] == before + 1);  // recorded as a plain step
+    // explain() says so, with the predicted times to finish (about 60 and 69 units, above).
+    INFO(c.explain(2));
+    CHECK(c.explain(2).find("1 step made plain for a draining batch (the last: plain steps predicted to finish it in ") !=
+          std::string::npos);
 
     // Both drafted well: they finish together, and speculating is faster to the end too.
     const acceptance both_good[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
