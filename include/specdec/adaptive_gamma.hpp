@@ -672,8 +672,10 @@ public:
     /// costs what a step of the sequences still running costs (max γ_i draft calls, a pass over
     /// Σ(γ_i + 1) positions). The plan also pays the draft model's catch-up after plain steps.
     /// The batch's time is the sum. False, and nothing recorded, when the option is off, on an
-    /// exploring or warm-up step (they are there to be observed), for a tree planner, when a remaining count is unknown (0) or when every
-    /// γ_i is 0. Depends on the past and the budgets only, so exactness holds either way.
+    /// exploring or warm-up step (they are there to be observed), for a tree planner, when a
+    /// remaining count is unknown (0) or when every γ_i is 0. Depends on the past and the
+    /// budgets only, so exactness holds either way. O(n²) in the n sequences, no allocation
+    /// once its scratch has grown.
     bool drain_to_plain(std::span<const sequence_acceptance> sequences, std::span<const std::size_t> plan) {
         const std::size_t n = std::min(sequences.size(), plan.size());
         if (!options_.drain || exploring_ || plans_trees() || n == 0) return false;
