@@ -1221,7 +1221,8 @@ TEST_CASE("measure_batch_profile times a draft model's catch-up on tokens it has
     const auto p = specdec::measure_batch_profile(d, v, prompts, m);
     REQUIRE(p.draft_catch_up.size() == 5);
     for (std::size_t n = 1; n <= 5; ++n) CHECK(p.draft_catch_up[n - 1] >= 400e-6 * static_cast<double>(n));
-    CHECK(p.draft_catch_up[4] > p.draft_catch_up[0]);
+    // (No upper bound or order between entries: under the sanitizers a one-token entry has
+    // measured above the four-token one. What each entry timed is checked by its reads.)
     // Each timed catch-up call read exactly its n tokens, for sequence 0 alone: the last calls
     // read, in pairs per repetition, 0 (back to the prompt, cached) then n.
     const std::size_t before = d.read.size() - 5 * 3 * 2;  // (in rounds over n = 1 .. 5)
