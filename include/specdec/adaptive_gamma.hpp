@@ -108,9 +108,10 @@ struct adaptive_gamma_options {
     /// (the lengths depend on the past only). false: every sequence drafts the chosen γ.
     bool per_sequence = true;
     /// A batch that drains: batch_decoder's sequences run to their token budgets and are not
-    /// replaced as they finish. In a batch of chain steps, a step that would speculate is made
-    /// a plain step for every sequence when plain steps are predicted to finish the batch
-    /// sooner than its plan (ragged or not) held to the end (gamma_controller::drain_to_plain):
+    /// replaced as they finish. In a batch, a step that would speculate (a chain, ragged or
+    /// not, or a tree planner's tree) is made a plain step for every sequence when plain steps
+    /// are predicted to finish the batch sooner than its plan held to the end
+    /// (gamma_controller::drain_to_plain):
     /// speculation lets well drafted sequences finish first, and the rest then share each
     /// pass's fixed cost among fewer sequences. Exact either way (the choice depends on the
     /// past and the budgets only). false: each step maximizes the batch's tokens per unit of
@@ -569,6 +570,10 @@ public:
         std::size_t limit = 0;                   ///< the longest draft this sequence may take
         /// The tokens this sequence still needs to reach its budget (drain_to_plain()); 0: unknown.
         std::size_t remaining = 0;
+        /// A tree planner's drain_to_plain(): the sequence's own acceptance by sibling rank, as
+        /// decode_stats keeps it (expected_accepted_at_sibling, reached_at_sibling).
+        std::span<const double> sibling_expected{};
+        std::span<const std::size_t> sibling_reached{};  ///< see sibling_expected
     };
 
     /// Ragged plans: a draft length γ_i in [1, min(gamma, limit_i)] for each sequence of a chain
@@ -663,35 +668,44 @@ public:
     }
 
     /// Draining (adaptive_gamma_options::drain): whether plain steps for every sequence are
-    /// predicted to finish the batch sooner than the chain plan `plan` (γ_i per sequence, e.g.
-    /// plan_sequences()' ragged plan) held until each sequence reaches its budget; if so, records
-    /// the step as a plain one (choices(), and for the estimates) and returns true: the caller
-    /// then runs a plain step. Sequence i needs r_i = sequences[i].remaining tokens and makes
-    /// E_i(γ_i) per step (Eq. 1 with its own acceptance, as plan_sequences() estimates it; 1 for
-    /// a plain step), so it finishes after r_i / E_i steps; between two finishes, each step
-    /// costs what a step of the sequences still running costs (max γ_i draft calls, a pass over
-    /// Σ(γ_i + 1) positions). The plan also pays the draft model's catch-up after plain steps.
-    /// The batch's time is the sum. False, and nothing recorded, when the option is off, on an
-    /// exploring or warm-up step (they are there to be observed), for a tree planner, when a
-    /// remaining count is unknown (0) or when every γ_i is 0. Depends on the past and the
-    /// budgets only, so exactness holds either way. O(n²) in the n sequences, no allocation
-    /// once its scratch has grown.
+    /// predicted to finish the batch sooner than the step's plan held until each sequence
+    /// reaches its budget; if so, records the step as a plain one (choices(), and for the
+    /// estimates) and returns true: the caller then runs a plain step. Call it after choose()
+    /// and before observe() (batch_decoder does so). The plan: for a chain controller, `plan`
+    /// (γ_i per sequence, e.g. plan_sequences()' ragged plan); for a tree planner, the tree
+    /// choose() chose, the same for every sequence (`plan` is not read). Sequence i needs r_i =
+    /// sequences[i].remaining tokens and makes E_i per step (a chain: Eq. 1 with its own
+    /// acceptance, as plan_sequences() estimates it; a tree: planned_tree_tokens(), from its
+    /// own acceptance by sibling rank; 1 for a plain step), so it finishes after r_i / E_i
+    /// steps; between two finishes, each step costs what a step of the sequences still running
+    /// costs (a chain: max γ_i draft calls, a pass over Σ(γ_i + 1) positions; a tree: the
+    /// plan's cost at that many sequences). The plan also pays the draft model's catch-up
+    /// after plain steps. The batch's time is the sum (drain_prediction()). False, and nothing
+    /// recorded, when the option is off, on an exploring or warm-up step (they are there to be
+    /// observed), when a remaining count is unknown (0) or when the plan drafts nothing.
+    /// Depends on the past and the budgets only, so exactness holds either way. O(n²) in the n
+    /// sequences, no allocation once its scratch has grown.
     bool drain_to_plain(std::span<const sequence_acceptance> sequences, std::span<const std::size_t> plan) {
-        const std::size_t n = std::min(sequences.size(), plan.size());
-        if (!options_.drain || exploring_ || plans_trees() || n == 0) return false;
+        const bool trees = plans_trees();
+        const std::size_t n = trees ? sequences.size() : std::min(sequences.size(), plan.size());
+        if (!options_.drain || exploring_ || n == 0) return false;
         std::size_t gamma = 0;
         for (std::size_t i = 0; i < n; ++i) {
             if (sequences[i].remaining == 0) return false;
-            gamma = std::max(gamma, plan[i]);
+            if (!trees) gamma = std::max(gamma, plan[i]);
         }
-        if (gamma == 0) return false;
-        fill_sequence_acceptance(gamma, sequences.first(n));
+        if (trees ? planned_ == 0 : gamma == 0) return false;
+        if (!trees) fill_sequence_acceptance(gamma, sequences.first(n));
         drain_order_.clear();
         for (std::size_t i = 0; i < n; ++i) {
             double tokens = 0.0, reach = 1.0;
-            for (std::size_t g = 0; g <= plan[i]; ++g) {
-                if (g > 0) reach *= ragged_alpha_[i * gamma + g - 1];
-                tokens += reach;
+            if (trees) {
+                tokens = planned_tree_tokens(sequences[i]);
+            } else {
+                for (std::size_t g = 0; g <= plan[i]; ++g) {
+                    if (g > 0) reach *= ragged_alpha_[i * gamma + g - 1];
+                    tokens += reach;
+                }
             }
             drain_order_.push_back({static_cast<double>(sequences[i].remaining) / tokens, i});
         }
@@ -702,28 +716,87 @@ public:
             std::sort(drain_order_.begin(), drain_order_.end());
             double time = 0.0, done = 0.0;
             for (std::size_t k = 0; k < n; ++k) {
-                std::size_t calls = 0, positions = 0;
-                for (std::size_t j = k; j < n; ++j) {
-                    const std::size_t g = speculate ? plan[drain_order_[j].second] : 0;
-                    calls = std::max(calls, g);
-                    positions += g + 1;
+                double cost;
+                if (trees) {
+                    cost = speculate ? planned_cost(n - k) : plan_cost(0, n - k);
+                } else {
+                    std::size_t calls = 0, positions = 0;
+                    for (std::size_t j = k; j < n; ++j) {
+                        const std::size_t g = speculate ? plan[drain_order_[j].second] : 0;
+                        calls = std::max(calls, g);
+                        positions += g + 1;
+                    }
+                    cost = cost_of(calls, positions, n - k);
                 }
-                time += (drain_order_[k].first - done) * cost_of(calls, positions, n - k);
+                time += (drain_order_[k].first - done) * cost;
                 done = drain_order_[k].first;
             }
             return time;
         };
         const double speculating = catch_up_cost() + drain_time(true);
         const double plain = drain_time(false);
+        drain_last_ = {plain, speculating};
         if (!(plain < speculating)) return false;  // (a cost that is not a number: keep the plan)
         drain_plain_ = plain;
         drain_plan_ = speculating;
-        --chosen_[plan_depth(planned_)];
+        --chosen_[trees && is_best(planned_) ? planned_best_.depth : plan_depth(planned_)];
         ++chosen_[0];
         planned_ = 0;
         ++drained_;
         return true;
     }
+    /// A tree planner's expected tokens of the plan chosen at the last choose() for one
+    /// sequence of a batch, from the sequence's own acceptance by sibling rank: a_{i,k} =
+    /// (sibling_expected[k − 1] + w · a_k) / (sibling_reached[k − 1] + w), its own estimate
+    /// shrunk towards the batch's a_k (shrunk_sibling(k), as the choice uses it) with w =
+    /// per_sequence_prior pseudo-observations (as plan_sequences() shrinks β for chains). Then,
+    /// for a shape uniform per depth, 1 + Σ_d Π_{j≤d} P(b_j) (expected_tokens(branching)); for a
+    /// best tree, 1 + the summed probabilities of reaching and accepting each node under the
+    /// rank weights (as best trees' E[tokens] is computed). Only depths up to `q.limit` count
+    /// (0: every depth), as a step cuts the tree at the tokens the sequence still needs. A
+    /// sequence with no observation of its own gets the batch's estimate. 0 for a chain
+    /// controller; 1 for a plain plan. drain_to_plain() weighs these.
+    [[nodiscard]] double planned_tree_tokens(const sequence_acceptance& q) const {
+        if (!plans_trees()) return 0.0;
+        const std::size_t limit = q.limit == 0 ? std::numeric_limits<std::size_t>::max() : q.limit;
+        const auto a = [&](std::size_t k) {
+            const double pooled = shrunk_sibling(k);
+            const double sum = k - 1 < q.sibling_expected.size() ? q.sibling_expected[k - 1] : 0.0;
+            const double count = k - 1 < q.sibling_reached.size() ? static_cast<double>(q.sibling_reached[k - 1]) : 0.0;
+            return std::clamp((sum + per_sequence_prior * pooled) / (count + per_sequence_prior), 0.0, 1.0);
+        };
+        if (!is_best(planned_)) {
+            double total = 1.0, run = 1.0;
+            const auto& shape = shapes_[planned_];
+            for (std::size_t d = 0; d < shape.size() && d < limit; ++d) {
+                double fail = 1.0;
+                for (std::size_t k = 1; k <= shape[d] && k <= sibling_.size(); ++k) fail *= 1.0 - a(k);
+                run *= 1.0 - fail;
+                total += run;
+            }
+            return total;
+        }
+        detail::rank_weights_of(a, sibling_.size(), drain_weights_);
+        // (probability of reaching and accepting the node, its depth), breadth first
+        drain_reach_.assign(1, {1.0, 0});
+        double total = 1.0;
+        const auto& children = planned_best_.children;
+        for (std::size_t i = 0; i < children.size() && i < drain_reach_.size(); ++i)
+            for (std::size_t r = 0; r < children[i]; ++r) {
+                const auto [reach, depth] = drain_reach_[i];
+                const double p = reach * (r < drain_weights_.size() ? drain_weights_[r] : 0.0);
+                drain_reach_.push_back({p, depth + 1});
+                if (depth + 1 <= limit) total += p;
+            }
+        return total;
+    }
+    /// Predicted times to finish a draining batch, in the cost unit (drain_prediction()).
+    struct drain_times {
+        double plain = std::numeric_limits<double>::quiet_NaN();  ///< with plain steps for every sequence
+        double plan = std::numeric_limits<double>::quiet_NaN();   ///< with the step's plan held to the end
+    };
+    /// drain_to_plain()'s last comparison, whether or not it made the step plain (NaN before any).
+    [[nodiscard]] drain_times drain_prediction() const noexcept { return drain_last_; }
     /// How many steps drain_to_plain() made plain steps (they count as γ = 0 in choices()).
     [[nodiscard]] std::size_t drained_steps() const noexcept { return drained_; }
     /// explain()'s clause on drain_to_plain(): empty until it made a step plain, then how many
@@ -738,7 +811,8 @@ public:
         return buf;
     }
 
-    /// Pseudo-observations of the batch's acceptance in plan_sequences()' per-sequence estimates.
+    /// Pseudo-observations of the batch's acceptance in the per-sequence estimates of
+    /// plan_sequences(), drain_to_plain() and planned_tree_tokens().
     static constexpr double per_sequence_prior = 8.0;
 
 private:
@@ -818,6 +892,13 @@ private:
             return tree_cost(t.nodes, t.parents, t.depth, t.chain, b);
         }
         return expected_cost(std::span<const std::size_t>(shapes_[p]), b);
+    }
+    /// The cost of the plan chosen at the last choose() for b sequences (a best tree's from the
+    /// copy choose() kept, which observe() does not rebuild).
+    [[nodiscard]] double planned_cost(std::size_t b) const {
+        if (plans_trees() && is_best(planned_))
+            return tree_cost(planned_best_.nodes, planned_best_.parents, planned_best_.depth, planned_best_.chain, b);
+        return plan_cost(planned_, b);
     }
     [[nodiscard]] std::size_t plan_positions(std::size_t p, std::size_t b) const {
         if (!plans_trees()) return b * (p + 1);
@@ -947,6 +1028,7 @@ private:
             planned_best_.children.reserve(best_tree_nodes_ + 1);
             planned_best_.widest.reserve(best_depths_);
             reach_.reserve(best_tree_nodes_ + 1);
+            drain_reach_.reserve(best_tree_nodes_ + 1);
         }
         if (best_.empty()) return;
         detail::rank_weights_of([this](std::size_t k) { return shrunk_sibling(k); }, sibling_.size(), rank_weights_);
@@ -1055,11 +1137,11 @@ private:
                 if (speedup(p) > speedup(runner)) runner = p;
             std::snprintf(buf, sizeof buf, "speculation off for %s: best predicted %.2fx (%s); sibling acceptance ",
                           who.c_str(), speedup(runner), name(runner).c_str());
-            return buf + ranks + "; " + source;
+            return buf + ranks + "; " + source + explain_drain();
         }
         std::snprintf(buf, sizeof buf, "%s for %s: predicted %.2fx plain steps (sibling acceptance ", name(best).c_str(),
                       who.c_str(), speedup(best));
-        return buf + ranks + "; " + source + ")";
+        return buf + ranks + "; " + source + ")" + explain_drain();
     }
 
     /// The predicted time an exploring step at γ = `other` loses against one at `best`: its
@@ -1189,6 +1271,10 @@ private:
     std::size_t best_depths_ = 0;          // their depth limits, 1 to this
     detail::best_tree_table table_{};      // refresh_best_trees' scratch
     std::vector<double> rank_weights_{}, reach_{};
+    // planned_tree_tokens()' scratch: rank weights; each node's probability and depth
+    mutable std::vector<double> drain_weights_{};
+    mutable std::vector<std::pair<double, std::size_t>> drain_reach_{};
+    drain_times drain_last_{};  // drain_to_plain()'s last comparison
     std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)
     std::size_t planned_ = 0;        // the plan of the last choose()
     mutable std::vector<double> ragged_alpha_{};      // plan_sequences' scratch

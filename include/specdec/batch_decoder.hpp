@@ -767,6 +767,14 @@ public:
         std::size_t planned = longest_;
         if (controller_) {
             planned = controller_->choose(limit, items_.size());
+            if (items_.size() > 1) had_many_ = true;
+            const auto& adaptive = controller_->options();
+            // A tree planner's batch that drains (adaptive_gamma_options::drain): a plain step
+            // where plain steps are predicted to finish every sequence sooner than the tree.
+            if (tree_ && planned > 0 && had_many_ && adaptive.drain) {
+                fill_ragged();
+                if (controller_->drain_to_plain(ragged_, {})) planned = 0;
+            }
             bool as_chain = false;
             if (tree_) {
                 // The plan: a shape uniform per depth, or a best tree's children list (then its
@@ -806,17 +814,8 @@ public:
             // for a sequence left alone once the batch had several, since the controller's
             // estimates then hold the others' acceptance (a poorly drafted sequence left last
             // would otherwise draft as long as the batch's mean acceptance pays).
-            if (items_.size() > 1) had_many_ = true;
-            const auto& adaptive = controller_->options();
             if (!tree_ && planned > 0 && had_many_ && (adaptive.per_sequence || adaptive.drain)) {
-                ragged_.clear();
-                for (const auto& it : items_) {
-                    const entry& e = *entries_[it.slot];
-                    ragged_.push_back({.expected = e.stats.expected_accepted_at_position,
-                                       .reached = e.stats.reached_at_position,
-                                       .limit = std::min(longest_, e.budget.max_new_tokens - e.generated - 1),
-                                       .remaining = e.budget.max_new_tokens - e.generated});
-                }
+                fill_ragged();
                 ragged_gamma_.resize(items_.size());
                 if (adaptive.per_sequence) controller_->plan_sequences(longest_, ragged_, ragged_gamma_, planned);
                 else
@@ -891,6 +890,20 @@ private:
         std::unique_ptr<detail::tree_workspace> tws;  // tree steps only
         detail::step_extras extras;
     };
+
+    // What the controller's per-sequence plans read of each sequence of items_.
+    void fill_ragged() {
+        ragged_.clear();
+        for (const auto& it : items_) {
+            const entry& e = *entries_[it.slot];
+            ragged_.push_back({.expected = e.stats.expected_accepted_at_position,
+                               .reached = e.stats.reached_at_position,
+                               .limit = std::min(longest_, e.budget.max_new_tokens - e.generated - 1),
+                               .remaining = e.budget.max_new_tokens - e.generated,
+                               .sibling_expected = e.stats.expected_accepted_at_sibling,
+                               .sibling_reached = e.stats.reached_at_sibling});
+        }
+    }
 
     entry& at(std::size_t id, const char* fn) const {
         if (!contains(id))

@@ -8,9 +8,10 @@
 // both tree schemes, with the same options, and planned trees whose chain plans run as chain
 // steps (drafted for the whole batch in one draft_batch call, verified by block verification).
 // A draining batch (adaptive_gamma_options::drain: steps made plain where plain steps are
-// predicted to finish the batch sooner) runs 24 tokens per sequence so that each sequence's own
-// acceptance counts; its last 4 tokens are tested against their exact law (a forward pass over
-// the model's states, exact_window_distribution).
+// predicted to finish the batch sooner), of chains or of the tree planner's plans, runs 24
+// tokens per sequence so that each sequence's own acceptance counts; its last 4 tokens are
+// tested against their exact law (a forward pass over the model's states,
+// exact_window_distribution).
 //
 // Method (as tests/statistical/distribution_test.cpp): small random Markov models (V = 4, logits depending
 // on the previous two tokens); 3 sequences per batch with different prompts, the third joining
@@ -19,7 +20,7 @@
 // case; Pearson's chi-square test of each sequence's 4-token outputs against its exact
 // distribution (cells with expected count < 5 pooled). A test fails when p < 1e-4; the
 // chi-square approximation makes a correct implementation fail one such test about 1-2 times
-// in 10^4 (distribution_test.cpp's simulation), so with the 66 tests below (11 cases, 2 schemes,
+// in 10^4 (distribution_test.cpp's simulation), so with the 72 tests below (12 cases, 2 schemes,
 // 3 sequences) about 1% of runs of correct code would fail one (the seeds are fixed: a run is
 // reproducible).
 // The negative controls run the same tests on deliberately wrong procedures, which must fail
@@ -29,7 +30,8 @@
 // sampling verified against the wrong q); a tree drafter whose nodes report a uniform q instead
 // of the distribution they were drawn from (every sequence must be caught); the same wrong q
 // in the chain plans of a tree planner, drafted for the batch with draft_batch; the wrong slot's
-// context again in the last tokens of a draining batch.
+// context again in the last tokens of a draining batch; in a draining batch of the tree
+// planner's plans, its trees scored after the context without its last token.
 
 #include "support/catch.hpp"
 #include "support/markov.hpp"
@@ -343,26 +345,41 @@ namespace {
 /// batch's); the test reads the last kLength of them.
 constexpr int kDrainLength = 24;
 
+/// A CPU-like profile: a pass of m positions costs 0.5 + per_position · m, a draft call `draft`.
+specdec::engine_profile linear_profile(double per_position, double draft) {
+    specdec::engine_profile profile{.draft_step = {draft}};
+    for (std::size_t m = 1; m <= 32; ++m) profile.target_pass.push_back(0.5 + per_position * static_cast<double>(m));
+    return profile;
+}
+
+/// The draining tree cases' engine: a position costs 0.1, a draft call 0.01 (the tree planner
+/// mostly plans chains here, which run as chain steps, and trees now and then).
+const specdec::engine_profile kTreeDrainProfile = linear_profile(0.1, 0.01);
+
 /// The draining batch cases: 3 sequences of kDrainLength tokens (the third joining after the
-/// first step), the adaptive policy with ragged plans from a CPU-like profile (a pass's
-/// positions cost), a controller kept for 250 batches; returns, per sequence, the test of its
-/// last kLength tokens against their exact law (exact_window_distribution) and adds the steps
-/// the drain rule made plain to `drained`.
-template <class D, class V>
-std::vector<gof_result> run_drain_case(const markov_model& target, D& drafter, V& verifier,
-                                       specdec::verification_scheme scheme, std::uint64_t seed, std::size_t samples,
+/// first step), the adaptive policy planning from `profile` (a CPU-like one: a pass's positions
+/// cost) with a controller kept for 250 batches: chains of up to 3 with ragged plans, or, for a
+/// tree_verification_scheme, the tree planner within 2,1,1. Returns, per sequence, the test of
+/// its last kLength tokens against their exact law (exact_window_distribution); adds the steps
+/// the drain rule made plain to `drained`, and counts rejections per draft position or tree
+/// depth in `rejected_at`.
+template <class D, class V, class Scheme>
+std::vector<gof_result> run_drain_case(const markov_model& target, D& drafter, V& verifier, Scheme scheme,
+                                       const specdec::engine_profile& profile, std::uint64_t seed, std::size_t samples,
                                        std::size_t& drained, std::vector<std::size_t>& rejected_at) {
     const specdec::sampling_config sampling{.temperature = 1.0f};
-    specdec::engine_profile profile{.draft_step = {0.05}};
-    for (std::size_t m = 1; m <= 16; ++m) profile.target_pass.push_back(0.5 + 0.3 * static_cast<double>(m));
-    specdec::decode_options o{.step = specdec::chain{.gamma = 3, .scheme = scheme},
-                              .length = {.policy = specdec::gamma_policy::adaptive},
+    specdec::decode_options o{.length = {.policy = specdec::gamma_policy::adaptive},
                               .sampling = sampling,
                               .budget = {.max_new_tokens = kDrainLength}};
+    if constexpr (std::is_same_v<Scheme, specdec::tree_verification_scheme>)
+        o.step = specdec::tree{.shape = {.branching = {2, 1, 1}}, .scheme = scheme};
+    else
+        o.step = specdec::chain{.gamma = 3, .scheme = scheme};
     o.length.adaptive.profile = profile;
     rejected_at.assign(3, 0);
     o.on_step = [&](const specdec::step_event& e) {
-        if (e.accepted < e.draft.size()) ++rejected_at[e.accepted];
+        const std::size_t drafted = e.tree ? static_cast<std::size_t>(e.tree->max_depth()) : e.draft.size();
+        if (e.accepted < drafted) ++rejected_at[e.accepted];
     };
     std::optional<specdec::gamma_controller> own;
     using decoder = decltype(specdec::batch_decoder(drafter, verifier, o));
@@ -418,6 +435,47 @@ struct prompt_split_drafter {
     }
 };
 
+/// The target's table plus noise (N(0, 1) per logit): a draft accepted about half the time.
+markov_model near_draft(const markov_model& target) {
+    markov_model m = target;
+    std::mt19937_64 g(7);
+    std::normal_distribution<float> noise(0.0f, 1.0f);
+    for (auto& x : m.table) x += noise(g);
+    return m;
+}
+
+/// prompt_split_drafter that also drafts trees (next_logits, one parent at a time) from the
+/// same split: `exact` for the first two prompts, `other` for the third. Under the tree
+/// planner, the plans that are chains run as chain steps for the batch (draft_batch).
+struct split_chain_and_tree_drafter {
+    prompt_split_drafter chains;
+    markov_model* exact = nullptr;
+    markov_model* other = nullptr;
+    std::size_t tree_calls = 0;  // next_logits calls: tree plans
+    std::ptrdiff_t vocab_size() const { return exact->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        ++tree_calls;
+        return (context.front() != kPrompts[2].front() ? exact : other)->next_logits(context);
+    }
+    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
+        chains.draft_batch(batch, sampling);
+    }
+};
+
+/// The verifier of the draining tree control: WRONG on purpose. It scores each tree after the
+/// context without its last token (a cache one token behind); chain steps are scored right.
+struct stale_tree_verifier {
+    multi_markov_verifier chains;
+    tree_markov trees;
+    std::ptrdiff_t vocab_size() const { return trees.vocab_size(); }
+    void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
+        chains.score_batch(batch, out);
+    }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        trees.score_tree(context.first(context.size() - 1), tree, out);
+    }
+};
+
 }  // namespace
 
 TEST_CASE("Every sequence of a draining multi-sequence batch has the target's distribution when steps are made plain",
@@ -434,7 +492,8 @@ TEST_CASE("Every sequence of a draining multi-sequence batch has the target's di
         std::size_t drained = 0;
         std::vector<std::size_t> rejected_at;
         const auto results =
-            run_drain_case(target, drafter, verifier, scheme, 39, samples_per_case(), drained, rejected_at);
+            run_drain_case(target, drafter, verifier, scheme, linear_profile(0.3, 0.05), 39, samples_per_case(),
+                           drained, rejected_at);
         INFO("steps made plain for the draining batch: " << drained << " in " << samples_per_case() << " batches");
         INFO("rejections at draft positions 1, 2, 3: " << rejected_at[0] << ", " << rejected_at[1] << ", " << rejected_at[2]);
         check_results(results, {});
@@ -454,9 +513,57 @@ TEST_CASE("Negative control: scoring against another sequence's context is detec
     wrong_slot_verifier verifier{{&target}};
     std::size_t drained = 0;
     std::vector<std::size_t> rejected_at;
-    const auto results = run_drain_case(target, drafter, verifier, specdec::verification_scheme::block, 41,
-                                        samples_per_case(), drained, rejected_at);
+    const auto results = run_drain_case(target, drafter, verifier, specdec::verification_scheme::block,
+                                        linear_profile(0.3, 0.05), 41, samples_per_case(), drained, rejected_at);
     check_caught(results, 1);
+}
+
+TEST_CASE("Every sequence of a draining batch of planned token trees has the target's distribution when steps are "
+          "made plain",
+          "[statistical][batch][tree][adaptive][profile][drain]") {
+    // The tree planner within 2,1,1 on a CPU-like engine, the first two prompts drafted by a
+    // draft accepted about half the time, the late one poorly: whether plain steps finish the
+    // batch sooner turns on each sequence's own acceptance by sibling rank and the tokens it
+    // still needs (for the chains the planner plans too: a chain is a tree of one child per
+    // node). Trees are drafted now and then (about 0.2 drafting calls per batch).
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = poor_draft(target);
+    auto near = near_draft(target);
+    for (const auto scheme : kTreeSchemes) {
+        INFO(name(scheme));
+        split_chain_and_tree_drafter drafter{{{&near}, {&draft}}, &near, &draft};
+        chain_and_tree_verifier verifier{multi_markov_verifier{&target}, tree_markov{&target}};
+        std::size_t drained = 0;
+        std::vector<std::size_t> rejected_at;
+        const auto results = run_drain_case(target, drafter, verifier, scheme, kTreeDrainProfile, 43,
+                                            samples_per_case(), drained, rejected_at);
+        INFO("steps made plain for the draining batch: " << drained << " in " << samples_per_case() << " batches");
+        INFO("tree drafting calls: " << drafter.tree_calls << "; chain steps' draft_batch calls: "
+                                     << drafter.chains.exact.calls + drafter.chains.other.calls);
+        INFO("rejections at depths 1, 2, 3: " << rejected_at[0] << ", " << rejected_at[1] << ", " << rejected_at[2]);
+        check_results(results, {});
+        CHECK(drained > samples_per_case() / 100);
+        CHECK(drafter.tree_calls > samples_per_case() / 20);  // trees are drafted, not only chains
+    }
+}
+
+TEST_CASE("Negative control: trees scored after a stale context are detected in the last tokens of a draining batch "
+          "of planned token trees",
+          "[statistical][batch][tree][adaptive][drain][negative]") {
+    // Only the tree steps are wrong. The two sequences drafted about half right get trees
+    // planned now and then, and must be caught (the run's log: p of about 1e-17 and 1e-181);
+    // the poorly drafted one mostly runs chains and plain steps, and is not tested here.
+    auto target = markov_model::random(4, 2, 21);
+    auto draft = poor_draft(target);
+    auto near = near_draft(target);
+    split_chain_and_tree_drafter drafter{{{&near}, {&draft}}, &near, &draft};
+    stale_tree_verifier verifier{multi_markov_verifier{&target}, tree_markov{&target}};
+    std::size_t drained = 0;
+    std::vector<std::size_t> rejected_at;
+    auto results = run_drain_case(target, drafter, verifier, specdec::tree_verification_scheme::traversal,
+                                  kTreeDrainProfile, 44, samples_per_case(), drained, rejected_at);
+    results.pop_back();
+    check_caught(results, 0);
 }
 
 TEST_CASE("Every sequence of a multi-sequence batch has the target's distribution with draft-side sampling",

@@ -1029,6 +1029,102 @@ TEST_CASE("A draining batch: plain steps where they finish the batch sooner than
     CHECK(off.drained_steps() == 0);
 }
 
+TEST_CASE("A draining batch of a tree planner: plain steps where they finish the batch sooner than its trees",
+          "[profile][tree][drain]") {
+    // The tree planner's plan is one tree for every sequence; whether it finishes the batch
+    // sooner than plain steps turns on each sequence's own acceptance by sibling rank
+    // (decode_stats' reached_at_sibling, expected_accepted_at_sibling). Sequence 0 accepts the
+    // first child 9 times in 10, sequence 1 once in 10 (and a second child as rarely), 100
+    // tokens to go each, on an engine whose pass costs 0.5 and 0.02 per position (a draft call
+    // 0.05), where a tree of two children pays for the batch's acceptance.
+    specdec::engine_profile engine{.draft_step = {0.05}};
+    for (std::size_t m = 1; m <= 64; ++m) engine.target_pass.push_back(0.5 + 0.02 * static_cast<double>(m));
+    const std::vector<double> good_sum{0.9 * 40, 0.5 * 4}, bad_sum{0.1 * 40, 0.1 * 36};
+    const std::vector<std::size_t> good_seen{40, 4}, bad_seen{40, 36};
+    using acceptance = specdec::gamma_controller::sequence_acceptance;
+    const auto sequence = [](const std::vector<double>& sum, const std::vector<std::size_t>& seen, std::size_t left) {
+        return acceptance{.limit = 4, .remaining = left, .sibling_expected = sum, .sibling_reached = seen};
+    };
+    const acceptance mixed[] = {sequence(good_sum, good_seen, 100), sequence(bad_sum, bad_seen, 100)};
+    specdec::adaptive_gamma_options o{.explore_every = 0, .profile = engine};
+    for (const bool best_trees : {true, false}) {
+        INFO((best_trees ? "best trees" : "shapes uniform per depth"));
+        specdec::gamma_controller c(specdec::tree_plan_limits{.branching = {2, 1, 1, 1}, .best_trees = best_trees}, o);
+        feed_siblings(c, {0.6f, 0.3f}, 50);
+        REQUIRE(c.choose(99, 2) > 0);  // per step, the batch's acceptance pays for a tree
+        INFO(c.explain(2));
+        REQUIRE(c.planned_shape().front() == 2);
+        // Each sequence's expected tokens of the plan, by hand: the batch's a_1, a_2 as the
+        // choice uses them (from its own E[tokens] of a chain of 1 and of two children), each
+        // sequence's own shrunk towards them with per_sequence_prior pseudo-observations.
+        const double w = specdec::gamma_controller::per_sequence_prior;
+        const double a1 = c.expected_tokens(std::vector<std::size_t>{1}) - 1.0;
+        const double a2 = 1.0 - (2.0 - c.expected_tokens(std::vector<std::size_t>{2})) / (1.0 - a1);
+        const auto tokens = [&](const std::vector<double>& sum, const std::vector<std::size_t>& seen, std::size_t depth) {
+            const double s1 = (sum[0] + w * a1) / (static_cast<double>(seen[0]) + w);
+            const double s2 = (sum[1] + w * a2) / (static_cast<double>(seen[1]) + w);
+            const double w1 = s1, w2 = (1.0 - s1) * s2;  // the rank weights
+            if (best_trees) {  // children 2,1: two children of the root, one under the first
+                REQUIRE(std::vector<std::size_t>(c.planned_children().begin(), c.planned_children().end()) ==
+                        std::vector<std::size_t>{2, 1});
+                return 1.0 + w1 + w2 + (depth > 1 ? w1 * w1 : 0.0);
+            }
+            REQUIRE(std::vector<std::size_t>(c.planned_shape().begin(), c.planned_shape().end()) ==
+                    std::vector<std::size_t>{2, 1});
+            const double p2 = w1 + w2;  // one of two children accepted
+            return 1.0 + p2 + (depth > 1 ? p2 * s1 : 0.0);
+        };
+        const double good = tokens(good_sum, good_seen, 4), bad = tokens(bad_sum, bad_seen, 4);
+        CHECK(c.planned_tree_tokens(mixed[0]) == Approx(good).epsilon(1e-12));
+        CHECK(c.planned_tree_tokens(mixed[1]) == Approx(bad).epsilon(1e-12));
+        // A step cuts the tree at the tokens the sequence still needs.
+        acceptance one_deep = mixed[0];
+        one_deep.limit = 1;
+        CHECK(c.planned_tree_tokens(one_deep) == Approx(tokens(good_sum, good_seen, 1)).epsilon(1e-12));
+        // No observation of its own: the batch's estimate, as the choice has it.
+        CHECK(c.planned_tree_tokens({.limit = 4}) ==
+              Approx(best_trees ? 1.0 + a1 + (1.0 - a1) * a2 + a1 * a1
+                                : c.expected_tokens(std::vector<std::size_t>{2, 1}))
+                  .epsilon(1e-12));
+        const auto before = c.choices()[0];
+        CHECK(c.drain_to_plain(mixed, {}));
+        CHECK(c.drained_steps() == 1);
+        // The predicted times, by hand: plain steps of both, 100 at a pass over 2 positions;
+        // the plan, both until the good one is done (100 / E_good steps), then the poor one
+        // alone (100 / E_bad − 100 / E_good steps at one sequence's cost of the tree).
+        const auto plan_cost = [&](std::size_t b) {
+            return best_trees ? c.tree_cost(3, 2, 2, false, b) : c.expected_cost(std::vector<std::size_t>{2, 1}, b);
+        };
+        REQUIRE(good > bad);
+        CHECK(c.drain_prediction().plain == Approx(100.0 * engine.pass_cost(2)).epsilon(1e-12));
+        CHECK(c.drain_prediction().plan ==
+              Approx(100.0 / good * plan_cost(2) + (100.0 / bad - 100.0 / good) * plan_cost(1)).epsilon(1e-12));
+        CHECK(c.choices()[0] == before + 1);
+        CHECK(c.explain(2).find("1 step made plain for a draining batch") != std::string::npos);
+        // Both drafted well: speculating is faster to the end too.
+        const acceptance both_good[] = {sequence(good_sum, good_seen, 100), sequence(good_sum, good_seen, 100)};
+        REQUIRE(c.choose(99, 2) > 0);
+        CHECK_FALSE(c.drain_to_plain(both_good, {}));
+        // The poorly drafted sequence almost done: it holds up nothing.
+        const acceptance bad_almost_done[] = {sequence(good_sum, good_seen, 100), sequence(bad_sum, bad_seen, 2)};
+        REQUIRE(c.choose(99, 2) > 0);
+        CHECK_FALSE(c.drain_to_plain(bad_almost_done, {}));
+        // The sequences' own acceptance is what decides: without it (the batch's for both,
+        // equal budgets) they would finish together, and per step the tree pays.
+        const acceptance no_own[] = {{.limit = 4, .remaining = 100}, {.limit = 4, .remaining = 100}};
+        CHECK_FALSE(c.drain_to_plain(no_own, {}));
+        CHECK(c.drained_steps() == 1);
+        // A plain plan, or the option off: nothing to decide.
+        specdec::gamma_controller off(specdec::tree_plan_limits{.branching = {2, 1, 1, 1}, .best_trees = best_trees},
+                                      {.explore_every = 0, .profile = engine, .drain = false});
+        feed_siblings(off, {0.6f, 0.3f}, 50);
+        REQUIRE(off.choose(99, 2) > 0);
+        CHECK_FALSE(off.drain_to_plain(mixed, {}));
+        REQUIRE(c.choose(0, 2) == 0);
+        CHECK_FALSE(c.drain_to_plain(mixed, {}));
+    }
+}
+
 namespace {
 
 /// A per-slot drafter: even slots draft from `good`, odd ones from `poor`. When `time` is set,
