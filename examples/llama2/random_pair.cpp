@@ -74,6 +74,7 @@ struct arguments {
     std::filesystem::path stats_json;  // --stats-json: the run's summary as JSON
     std::filesystem::path profile;          // --profile: plan --gamma auto from this engine profile
     std::filesystem::path measure_profile;  // --measure-profile: measure it first, save it here
+    bool no_drain = false;  // --no-drain: each step's plan for itself, to the batch's end
 };
 
 /// A CLI11 validator for a whole number in [low, high], naming the bounds in its message.
@@ -142,6 +143,10 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
                    "median timings of draft_batch and score_batch calls, outside the timed runs), save it to FILE, "
                    "and plan from it")
         ->excludes("--profile");
+    app.add_flag("--no-drain", a.no_drain,
+                 "with --gamma auto: plan each step for its own tokens per unit of time to the batch's end, "
+                 "instead of making steps plain where plain steps are predicted to finish the batch sooner "
+                 "(adaptive_gamma_options::drain = false: what a serving loop that refills its batch needs)");
     if (auto rc = specdec_examples::parse_command_line(app, argc, argv)) return *rc;
     a.adaptive = gamma == "auto";
     if (app.count("--siblings") != 0 && a.tree.empty()) {
@@ -158,6 +163,12 @@ std::variant<arguments, int> parse(int argc, char** argv, std::size_t max_tokens
     if ((!a.profile.empty() || !a.measure_profile.empty()) && !a.adaptive) {
         std::fputs("specdec-random-pair: --profile and --measure-profile plan the steps of --gamma auto; add --gamma "
                    "auto\nRun with --help for more information.\n",
+                   stderr);
+        return 2;
+    }
+    if (a.no_drain && !a.adaptive) {
+        std::fputs("specdec-random-pair: --no-drain changes how --gamma auto plans a batch's steps; add --gamma auto\n"
+                   "Run with --help for more information.\n",
                    stderr);
         return 2;
     }
@@ -221,6 +232,7 @@ struct speculative_run {
     double seconds = 0.0;
     std::size_t passes = 0;
     specdec::decode_stats totals;  // the sequences' counters added up (steps: per sequence)
+    std::string explained;         // --gamma auto: the planner's account of its choice at the end
     double draft_seconds = 0.0;    // inside the draft model's passes
     std::uint64_t draft_passes = 0;
 };
@@ -245,6 +257,7 @@ specdec::decode_options speculative_options(const arguments& a, specdec::step_re
     if (!a.tree.empty())
         o.step = specdec::tree{.shape = {.branching = a.tree}, .estimate_sibling_acceptance = trace != nullptr};
     o.length.adaptive.profile = profile;
+    o.length.adaptive.drain = !a.no_drain;
     if (trace) o.on_step = std::ref(*trace);
     return o;
 }
@@ -319,6 +332,7 @@ speculative_run decode_speculative(const std::shared_ptr<const llama2::checkpoin
     r.seconds = seconds_since(t0);
     r.draft_seconds = timed.seconds;
     r.draft_passes = timed.passes;
+    if (const specdec::gamma_controller* c = dec.controller()) r.explained = c->explain(a.batch);
     auto& t = r.totals;
     for (const auto id : ids) {
         auto out = dec.take(id);
@@ -412,6 +426,7 @@ void print_report(const report& r) {
         for (std::size_t g = 0; g < st.steps_at_gamma.size(); ++g)
             if (st.steps_at_gamma[g] != 0) std::printf(" %zu:%zu", g, st.steps_at_gamma[g]);
         std::printf(" (of %zu steps)\n", st.steps);
+        std::printf("plan: %s\n", r.spec.explained.c_str());
         if (!a.measure_profile.empty())
             std::printf("planned from the engine profile measured before the runs, saved to %s\n",
                         a.measure_profile.string().c_str());
