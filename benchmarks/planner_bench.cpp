@@ -34,7 +34,9 @@
 // of the prompt's token, so one LanguageModel drafts both), on two virtual engines, the
 // accelerator above and a CPU-like one whose pass costs 0.5 + 0.05 per position, for B = 2..16:
 //   ragged/<engine>/B:b/plain, chain:G (G = 1..6), uniform (the adaptive policy, one γ for the
-//   batch), per_sequence (the adaptive policy with ragged plans), each from the engine's profile.
+//   batch), per_sequence (the adaptive policy with ragged plans), tree_planner and
+//   tree_planner_no_drain (the tree planner within 2,2,1,1, with and without the drain rule),
+//   each from the engine's profile.
 //   Counter full_batch_tokens_per_unit: the same rate over the steps before the batch's first
 //   sequence finished (while every sequence is in the batch), summed over the batches.
 // Time is virtual (UseManualTime): tokens_per_unit is generated tokens per virtual unit.
@@ -255,6 +257,14 @@ void register_ragged() {
         a.length.adaptive.per_sequence = ragged;
         cs.push_back({ragged ? "per_sequence" : "uniform", a});
     }
+    // The tree planner within 2,2,1,1 (one tree for every sequence of a step), with the drain
+    // rule (its plans weighed by each sequence's own acceptance by sibling rank) and without.
+    for (const bool drain : {true, false}) {
+        specdec::decode_options t{.step = specdec::tree{.shape = {.branching = {2, 2, 1, 1}}},
+                                  .length = {.policy = specdec::gamma_policy::adaptive}};
+        t.length.adaptive.drain = drain;
+        cs.push_back({drain ? "tree_planner" : "tree_planner_no_drain", t});
+    }
     for (const std::string engine : {"accelerator", "cpu"}) {
         const specdec::engine_profile prof = engine == "cpu" ? cpu_like() : accelerator();
         for (const std::size_t batch : {2u, 4u, 8u, 16u}) {
@@ -289,20 +299,23 @@ void register_ragged() {
 
 void print_ragged_summary() {
     std::printf("\n| engine | B | plain | best fixed chain (in hindsight) | adaptive, one gamma | adaptive, ragged | "
-                "ragged / one gamma | ragged / best fixed | the same while the batch is full |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+                "ragged / one gamma | ragged / best fixed | the same while the batch is full | tree planner | "
+                "tree planner, drain off | tree planner / drain off |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     std::map<std::pair<std::string, std::size_t>, std::map<std::string, double>> by;
     for (const auto& [k, v] : ragged_results) by[{std::get<0>(k), std::get<1>(k)}][std::get<2>(k)] = v;
     for (const auto& [key, rows] : by) {
         double best = 0;
         std::string best_name;
         for (const auto& [name, rate] : rows)
-            if (name != "uniform" && name != "per_sequence" && rate > best) best = rate, best_name = name;
+            if ((name == "plain" || name.starts_with("chain:")) && rate > best) best = rate, best_name = name;
         const double uniform = rows.at("uniform"), ragged = rows.at("per_sequence");
         const auto full = [&](const std::string& name) { return ragged_full.at({key.first, key.second, name}); };
-        std::printf("| %s | %zu | %.3f | %s %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", key.first.c_str(), key.second,
-                    rows.at("plain"), best_name.c_str(), best, uniform, ragged, ragged / uniform, ragged / best,
-                    full("per_sequence") / full(best_name));
+        const double tree = rows.at("tree_planner"), tree_off = rows.at("tree_planner_no_drain");
+        std::printf("| %s | %zu | %.3f | %s %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                    key.first.c_str(), key.second, rows.at("plain"), best_name.c_str(), best, uniform, ragged,
+                    ragged / uniform, ragged / best, full("per_sequence") / full(best_name), tree, tree_off,
+                    tree / tree_off);
     }
 }
 
