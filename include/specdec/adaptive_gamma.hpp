@@ -763,7 +763,7 @@ public:
             const double pooled = shrunk_sibling(k);
             const double sum = k - 1 < q.sibling_expected.size() ? q.sibling_expected[k - 1] : 0.0;
             const double count = k - 1 < q.sibling_reached.size() ? static_cast<double>(q.sibling_reached[k - 1]) : 0.0;
-            return std::clamp((sum + per_sequence_prior * pooled) / (count + per_sequence_prior), 0.0, 1.0);
+            return own_estimate(sum, count, pooled);
         };
         if (!is_best(planned_)) {
             double total = 1.0, run = 1.0;
@@ -818,6 +818,14 @@ public:
 private:
     using estimate = detail::running_estimate;
 
+    /// A sequence's own estimate from `sum` over `count` observations, shrunk towards the batch's
+    /// `pooled` with per_sequence_prior pseudo-observations, within [0, 1]; a sum that is not a
+    /// number gives `pooled`.
+    [[nodiscard]] static double own_estimate(double sum, double count, double pooled) {
+        const double v = (sum + per_sequence_prior * pooled) / (count + per_sequence_prior);
+        return std::isnan(v) ? pooled : std::clamp(v, 0.0, 1.0);
+    }
+
     /// ragged_alpha_[i · gamma + k − 1]: sequence i's acceptance at draft position k = 1..gamma,
     /// its own estimate shrunk towards the batch's (plan_sequences()).
     void fill_sequence_acceptance(std::size_t gamma, std::span<const sequence_acceptance> sequences) const {
@@ -828,8 +836,7 @@ private:
                 const double pooled = shrunk_acceptance(k + 1);
                 const double sum = k < q.expected.size() ? q.expected[k] : 0.0;
                 const double count = k < q.reached.size() ? static_cast<double>(q.reached[k]) : 0.0;
-                ragged_alpha_[i * gamma + k] =
-                    std::clamp((sum + per_sequence_prior * pooled) / (count + per_sequence_prior), 0.0, 1.0);
+                ragged_alpha_[i * gamma + k] = own_estimate(sum, count, pooled);
             }
         }
     }

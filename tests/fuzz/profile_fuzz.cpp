@@ -14,7 +14,9 @@
 //     a fourth, draft_catch_up (may be empty), written with to_text() and parsed back.
 // Bit 2 of the mode byte (value 4): a parsed profile also goes to a gamma_controller (a chain's
 // and a tree planner, whose chains run as chain steps or not), which plans a few steps from it,
-// observing tree passes and chain passes.
+// observing tree passes and chain passes; at each, per-sequence plans for a batch whose own
+// estimates come from the input, edge values included (plan_sequences, planned_tree_tokens,
+// drain_to_plain).
 //
 // Invariants: parse_engine_profile either returns a profile that passes validate() (target_pass
 // and draft_step non-empty, tree_pass and draft_catch_up empty or not, every entry finite and
@@ -147,6 +149,75 @@ void check_profile(const specdec::engine_profile& p) {
     }
 }
 
+/// A sum of β or a_k as a caller might pass it: usual values, or edge ones (negative, above
+/// its count, NaN, infinite, huge).
+double fuzzed_sum(fuzz::input& in, std::size_t count) {
+    const unsigned v = in.byte();
+    switch (v % 8u) {
+        case 0: return std::numeric_limits<double>::quiet_NaN();
+        case 1: return (v & 8u) ? std::numeric_limits<double>::infinity() : -std::numeric_limits<double>::infinity();
+        case 2: return -1.0;
+        case 3: return 1e300;
+        case 4: return static_cast<double>(count) + 3.0;
+        default: return static_cast<double>(count) * static_cast<double>(v) / 255.0;
+    }
+}
+
+/// Per-sequence plans for a batch of 1..4 sequences with fuzzed own estimates (the values
+/// batch_decoder passes from decode_stats, or a caller's, edge values included): ragged plans
+/// stay within [1, min(γ, limit_i)] (all 0 for γ = 0); a tree planner's planned_tree_tokens
+/// is in [1, nodes + 1] and not NaN; drain_to_plain never throws, and when it makes a step
+/// plain its two predicted times are numbers with plain the smaller.
+void plan_sequences_with(specdec::gamma_controller& chain, specdec::gamma_controller& tree, std::size_t g,
+                         std::size_t d, fuzz::input& in) {
+    using acceptance = specdec::gamma_controller::sequence_acceptance;
+    const std::size_t n = 1 + in.byte() % 4u;
+    std::vector<std::vector<double>> sums(n), sibling_sums(n);
+    std::vector<std::vector<std::size_t>> counts(n), sibling_counts(n);
+    std::vector<acceptance> seqs(n);
+    for (std::size_t i = 0; i < n; ++i) {
+        const std::size_t positions = in.byte() % 8u, ranks = in.byte() % 4u;
+        for (std::size_t k = 0; k < positions; ++k) {
+            counts[i].push_back(in.byte() % 50u);
+            sums[i].push_back(fuzzed_sum(in, counts[i].back()));
+        }
+        for (std::size_t k = 0; k < ranks; ++k) {
+            sibling_counts[i].push_back(in.byte() % 50u);
+            sibling_sums[i].push_back(fuzzed_sum(in, sibling_counts[i].back()));
+        }
+        seqs[i] = {.expected = sums[i], .reached = counts[i], .limit = in.byte() % 8u,
+                   .remaining = in.byte() % 200u, .sibling_expected = sibling_sums[i],
+                   .sibling_reached = sibling_counts[i]};
+    }
+    std::vector<std::size_t> plan(n);
+    chain.plan_sequences(g, seqs, plan, (in.byte() & 1u) ? g : 0);
+    for (std::size_t i = 0; i < n; ++i) {
+        if (g == 0) FUZZ_CHECK(plan[i] == 0);
+        else FUZZ_CHECK(plan[i] <= std::min(g, seqs[i].limit) && (plan[i] >= 1 || seqs[i].limit == 0));
+    }
+    std::size_t nodes = 0, level = 1;
+    for (const std::size_t b : tree.planned_shape()) nodes += level *= b;
+    if (!tree.planned_children().empty()) {
+        nodes = 0;
+        for (const std::size_t k : tree.planned_children()) nodes += k;
+    }
+    for (const auto& q : seqs) {
+        const double t = tree.planned_tree_tokens(q);
+        FUZZ_CHECK(t >= 1.0 && t <= static_cast<double>(nodes) + 1.0 + 1e-9);
+        FUZZ_CHECK(chain.planned_tree_tokens(q) == 0.0);
+    }
+    if (chain.drain_to_plain(seqs, plan)) {
+        const auto times = chain.drain_prediction();
+        FUZZ_CHECK(times.plain < times.plan);
+    }
+    if (tree.drain_to_plain(seqs, {})) {
+        FUZZ_CHECK(d > 0);
+        FUZZ_CHECK(tree.planned_shape().empty());
+        const auto times = tree.drain_prediction();
+        FUZZ_CHECK(times.plain < times.plan);
+    }
+}
+
 /// A controller planning from the profile: lengths within the limits asked.
 void plan_with(const specdec::engine_profile& p, fuzz::input& in) {
     specdec::adaptive_gamma_options a;
@@ -169,6 +240,7 @@ void plan_with(const specdec::engine_profile& p, fuzz::input& in) {
         // What the steps measured (no times: the profile's costs are used).
         acceptance.assign(std::max(g, d), 0.0f);
         for (float& a : acceptance) a = static_cast<float>(in.byte()) / 255.0f;
+        plan_sequences_with(chain, tree, g, d, in);
         chain.observe({.gamma = g, .drafted = g, .emitted = 1, .acceptance = std::span<const float>(acceptance).first(g),
                        .positions = sequences * (g + 1), .first = k == 0});
         tree.observe({.gamma = d, .drafted = d, .emitted = 1,
