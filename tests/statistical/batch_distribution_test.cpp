@@ -445,32 +445,19 @@ markov_model near_draft(const markov_model& target) {
 }
 
 /// prompt_split_drafter that also drafts trees (next_logits, one parent at a time) from the
-/// same split: `exact` for the first two prompts, `other` for the third. Under the tree
+/// same split: `model` for the first two prompts, `other` for the third. Under the tree
 /// planner, the plans that are chains run as chain steps for the batch (draft_batch).
-struct split_chain_and_tree_drafter {
-    prompt_split_drafter chains;
-    markov_model* exact = nullptr;
+struct split_chain_and_tree_drafter : chain_and_tree_drafter<prompt_split_drafter> {
     markov_model* other = nullptr;
-    std::size_t tree_calls = 0;  // next_logits calls: tree plans
-    std::ptrdiff_t vocab_size() const { return exact->vocab; }
     Eigen::VectorXf next_logits(std::span<const token_id> context) {
         ++tree_calls;
-        return (context.front() != kPrompts[2].front() ? exact : other)->next_logits(context);
-    }
-    void draft_batch(std::span<specdec::draft_request> batch, const specdec::sampling_config& sampling) {
-        chains.draft_batch(batch, sampling);
+        return (context.front() != kPrompts[2].front() ? model : other)->next_logits(context);
     }
 };
 
 /// The verifier of the draining tree control: WRONG on purpose. It scores each tree after the
 /// context without its last token (a cache one token behind); chain steps are scored right.
-struct stale_tree_verifier {
-    multi_markov_verifier chains;
-    tree_markov trees;
-    std::ptrdiff_t vocab_size() const { return trees.vocab_size(); }
-    void score_batch(std::span<const specdec::score_request> batch, specdec::packed_logits& out) {
-        chains.score_batch(batch, out);
-    }
+struct stale_tree_verifier : chain_and_tree_verifier {
     void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
         trees.score_tree(context.first(context.size() - 1), tree, out);
     }
@@ -531,7 +518,7 @@ TEST_CASE("Every sequence of a draining batch of planned token trees has the tar
     auto near = near_draft(target);
     for (const auto scheme : kTreeSchemes) {
         INFO(name(scheme));
-        split_chain_and_tree_drafter drafter{{{&near}, {&draft}}, &near, &draft};
+        split_chain_and_tree_drafter drafter{{{{&near}, {&draft}}, &near}, &draft};
         chain_and_tree_verifier verifier{multi_markov_verifier{&target}, tree_markov{&target}};
         std::size_t drained = 0;
         std::vector<std::size_t> rejected_at;
@@ -556,8 +543,8 @@ TEST_CASE("Negative control: trees scored after a stale context are detected in 
     auto target = markov_model::random(4, 2, 21);
     auto draft = poor_draft(target);
     auto near = near_draft(target);
-    split_chain_and_tree_drafter drafter{{{&near}, {&draft}}, &near, &draft};
-    stale_tree_verifier verifier{multi_markov_verifier{&target}, tree_markov{&target}};
+    split_chain_and_tree_drafter drafter{{{{&near}, {&draft}}, &near}, &draft};
+    stale_tree_verifier verifier{{multi_markov_verifier{&target}, tree_markov{&target}}};
     std::size_t drained = 0;
     std::vector<std::size_t> rejected_at;
     auto results = run_drain_case(target, drafter, verifier, specdec::tree_verification_scheme::traversal,
