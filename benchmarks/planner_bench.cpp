@@ -187,13 +187,19 @@ double run_clocked(Draft draft, markov target, const specdec::engine_profile& pr
             positions += e.draft.size() + 1;
         }
     };
-    // The virtual engine drafts a level of every sequence's tree in one call: tell the tree
-    // planner so (a fresh controller per batch, as the decoder would make).
+    // The virtual engine drafts every sequence's tree together, a call per level (a drafter
+    // that scores a level at once, as `markov` does) or per parent (a plain next_logits model,
+    // as mixed_draft is): tell the tree planner so (a fresh controller per batch, as the
+    // decoder would make).
+    constexpr bool per_parent =
+        !specdec::TreeDrafter<Draft> && !specdec::BlockDrafter<Draft> && !specdec::TreeVerifier<Draft>;
     std::optional<specdec::gamma_controller> planner;
     if (o.length.policy == specdec::gamma_policy::adaptive && std::holds_alternative<specdec::tree>(o.step)) {
         const auto& shape = std::get<specdec::tree>(o.step).shape;
         planner.emplace(specdec::tree_plan_limits{.branching = shape.branching,
                                                   .max_nodes = shape.max_nodes,
+                                                  .draft_calls = per_parent ? specdec::tree_draft_calls::per_parent
+                                                                            : specdec::tree_draft_calls::per_level,
                                                   .drafts_per_sequence = false,
                                                   .best_trees = best_trees},
                         o.length.adaptive);
