@@ -494,13 +494,6 @@ void multi_step(D& drafter, V& verifier, std::span<multi_item<G>> items, const s
     executor.parallel_for(items.size(), job);
 }
 
-/// The exception of the lowest-numbered item that failed, if any.
-template <class G>
-void rethrow_first(std::span<multi_item<G>> items) {
-    for (const auto& it : items)
-        if (it.error) std::rethrow_exception(it.error);
-}
-
 /// Whether batch_decoder runs a tree planner's chain plans as chain steps: the drafter has a
 /// chain call, and the verifier scores a chain in one call (score, score_batch), or has no tree
 /// call that would (a plain model scores a chain tree one node at a time, as a chain).
@@ -561,7 +554,8 @@ public:
 
     /// (Internal: speculative_decode's, whose errors then name it.)
     batch_decoder(detail::entry_point names, D& drafter, V& verifier, decode_options options, std::size_t threads)
-        : drafter_(drafter), verifier_(verifier), options_(std::move(options)), ws_(threads), where_(names) {
+        : drafter_(drafter), verifier_(verifier), options_(std::move(options)), ws_(checked_threads(threads, names)),
+          where_(names) {
         [[maybe_unused]] constexpr bool diagnosed = detail::diagnose_decoder_call<D, V, G>();
         const char* where = where_.construct;
         tree_ = std::holds_alternative<tree>(options_.step);
@@ -679,12 +673,14 @@ public:
         e->sequence.assign(prompt.begin(), prompt.end());
         e->prompt = prompt.size();
         e->done = budget.max_new_tokens == 0;
+        if (e->done) e->stop = stop_reason::max_new_tokens;  // (exactly 0 tokens)
         e->budget = std::move(budget);
         if (tree_) {
             e->tws = std::make_unique<detail::tree_workspace>();
             std::get<tree>(options_.step).shape.cut(longest_, e->tws->shape);
             e->tws->accepted.reserve(longest_);  // the longest accepted path, so committing never allocates
         }
+        e->stats.steps_at_gamma.reserve(longest_ + 1);  // (settle() then never allocates)
         if (id == entries_.size()) entries_.emplace_back();
         entries_[id] = std::move(e);
         return id;
@@ -713,8 +709,10 @@ public:
     /// Sequence `id`'s generator (it has advanced by what the sequence drew).
     [[nodiscard]] G& rng(std::size_t id) { return at(id, "rng").rng; }
 
-    /// Removes sequence `id` from the batch (finished or not) and returns what it generated;
-    /// the other sequences are not disturbed, and the id becomes free.
+    /// Removes sequence `id` from the batch (finished or not) and returns what it generated
+    /// (`stop`: stop_reason::unfinished for a sequence taken before it finished); the other
+    /// sequences are not disturbed, and the id becomes free (an on_step callback may take a
+    /// sequence: its event of the current step, if not yet run, is then skipped).
     /// \throws std::invalid_argument for an id not in the batch.
     decode_result take(std::size_t id) {
         entry& e = at(id, "take");
@@ -722,14 +720,14 @@ public:
         r.tokens.assign(e.sequence.begin() + static_cast<std::ptrdiff_t>(e.prompt), e.sequence.end());
         r.stats = std::move(e.stats);
         r.stop = e.stop;
-        entries_[id].reset();
+        release(id);
         return r;
     }
-    /// Removes sequence `id`, discarding its output. \throws std::invalid_argument for an id
-    /// not in the batch.
+    /// Removes sequence `id`, discarding its output (as take(), from a callback too).
+    /// \throws std::invalid_argument for an id not in the batch.
     void remove(std::size_t id) {
         (void)at(id, "remove");
-        entries_[id].reset();
+        release(id);
     }
 
     /// One step of every active sequence: the plan, drafts for all, the target pass, verification
@@ -737,19 +735,34 @@ public:
     /// and statistics; then the adaptive policy observes the step; then on_step runs for each
     /// sequence that stepped, in id order.
     /// \returns the number of sequences still active.
-    /// \throws the exception of draft_batch or score_batch (no sequence changed; the
+    /// \throws the exception of a call for the whole batch: draft_batch, score_batch or
+    ///         score_tree_batch, or the packed scores' layout check (no sequence changed; the
     ///         generators of sequences that drafted have advanced; the adaptive policy has not
-    ///         observed the step). Otherwise every sequence of the step is settled first (those
-    ///         whose step failed unchanged and still active: step again, or remove them) and
-    ///         the adaptive policy observes the sequences that stepped; then, if a sequence's
-    ///         step threw, the exception of the lowest-id such sequence propagates and no
-    ///         on_step runs for this step; else the callbacks run, and an exception of one
-    ///         propagates, skipping the callbacks after it. So when a sequence's step and a
-    ///         callback would both fail, the sequence's exception wins. Either way the decoder
-    ///         stays usable.
+    ///         observed the step, though it counted its plan among its choices); the exceptions
+    ///         of single sequences' drafts in that step are then dropped. Otherwise every
+    ///         sequence of the step is settled first (those whose step failed unchanged and still
+    ///         active: step again, or remove them) and the adaptive policy observes the sequences
+    ///         that stepped; the callbacks then run for the sequences that stepped, in id order,
+    ///         and an exception of one skips the callbacks after it; then, if a sequence's step
+    ///         threw, the exception of the lowest-id such sequence propagates (and a callback's
+    ///         is dropped: the sequence's exception wins), else a callback's. When the executor
+    ///         itself throws, the sequences it stepped are settled and observed (without the
+    ///         step's times), no callback runs, and its exception propagates (the sequences'
+    ///         own are dropped). Either way the decoder stays usable.
+    ///         std::logic_error when called while a step of this decoder runs (from on_step:
+    ///         take, remove and add are allowed there).
     template <BatchExecutor E>
     std::size_t step(E& executor) {
         const char* where = where_.step;
+        if (stepping_)
+            throw std::logic_error(std::string(where) +
+                                   ": called while a step of this decoder runs (from its on_step callback, or its "
+                                   "adapters); take, remove and add are allowed there, step and run are not");
+        stepping_ = true;
+        const struct stepping_guard {
+            bool& flag;
+            ~stepping_guard() { flag = false; }
+        } guard{stepping_};
         items_.clear();
         std::size_t limit = 0;  // the most any sequence could still use
         bool first = false;
@@ -841,18 +854,35 @@ public:
         try {
             detail::multi_step(drafter_, verifier_, items, settings_, vocab_, ws_.multi(), executor, where, &timing);
         } catch (...) {
-            settle(items);  // what the executor committed before it threw
+            // What the executor committed before it threw: settled, and observed (without the
+            // step's times, which cover sequences that did not step).
+            settle(items);
+            if (controller_) observe(planned, first, detail::multi_timing{}, t0, items);
             throw;
         }
         settle(items);
         if (controller_) observe(planned, first, timing, t0, items);
-        detail::rethrow_first(items);
         if (options_.on_step) {
             const double total = detail::seconds_since(t0);
             timing_ = step_timing{.start = t0,
                                   .draft_seconds = timing.draft_seconds,
                                   .target_seconds = timing.pass_seconds,
                                   .library_seconds = std::max(0.0, total - timing.draft_seconds - timing.pass_seconds)};
+        }
+        std::exception_ptr failed;
+        for (const auto& it : items)
+            if (it.error) {
+                failed = it.error;
+                break;
+            }
+        if (failed) {
+            // The sequences that stepped still get their events (a stream stays in step with
+            // generated()); then the failed sequence's exception, which wins over a callback's.
+            try {
+                notify(items);
+            } catch (...) {
+            }
+            std::rethrow_exception(failed);
         }
         notify(items);
         return active();
@@ -884,7 +914,7 @@ private:
         decode_budget budget;
         G rng;
         decode_stats stats;
-        stop_reason stop = stop_reason::max_new_tokens;
+        stop_reason stop = stop_reason::unfinished;
         bool done = false;
         step_workspace ws;
         std::unique_ptr<detail::tree_workspace> tws;  // tree steps only
@@ -903,6 +933,14 @@ private:
                                .sibling_expected = e.stats.expected_accepted_at_sibling,
                                .sibling_reached = e.stats.reached_at_sibling});
         }
+    }
+
+    /// Frees `id`'s slot; a settled event of the current step for it (take or remove from a
+    /// callback) is not run, even when add() reuses the slot before notify() reaches it.
+    void release(std::size_t id) {
+        for (auto& it : items_)
+            if (it.slot == id) it.settled = false;
+        entries_[id].reset();
     }
 
     entry& at(std::size_t id, const char* fn) const {
@@ -941,7 +979,7 @@ private:
             if (!it.settled) continue;
             it.settled = false;
             const entry* e = entries_[it.slot].get();
-            if (!options_.on_step || e == nullptr || it.tokens != &e->sequence) continue;
+            if (!options_.on_step || e == nullptr) continue;
             const auto emitted = std::span<const token_id>(e->sequence).last(it.appended);
             step_event ev{.sequence = it.slot, .gamma = it.gamma, .timing = timing_};
             ev.emitted = emitted;
@@ -975,14 +1013,19 @@ private:
     /// accepted path went on at that depth).
     void observe(std::size_t planned, bool first, const detail::multi_timing& timing,
                  std::chrono::steady_clock::time_point t0, std::span<const detail::multi_item<G>> items) {
-        beta_sum_.assign(planned, 0.0);
-        beta_count_.assign(planned, 0);
+        // Positions up to the longest draft of the step: a ragged plan may give a sequence more
+        // than the batch's γ (plan_sequences() starts from gamma_max).
+        std::size_t depth = planned;
+        for (const auto& it : items)
+            if (it.settled && !it.tree) depth = std::max(depth, it.result.draft.size());
+        beta_sum_.assign(depth, 0.0);
+        beta_count_.assign(depth, 0);
         std::size_t drafted = 0, emitted = 0, stepped = 0, positions = 0;
         bool tree_pass = false;
         sibling_sum_.clear();
         sibling_count_.clear();
         for (const auto& it : items) {
-            if (it.error) continue;
+            if (!it.settled) continue;  // failed, or not run (an executor that threw)
             ++stepped;
             std::span<const float> seen;
             if (it.tree) {
@@ -1017,14 +1060,14 @@ private:
                     ++sibling_count_[0];
                 }
             }
-            for (std::size_t i = 0; i < seen.size() && i < planned; ++i) {
+            for (std::size_t i = 0; i < seen.size() && i < depth; ++i) {
                 beta_sum_[i] += seen[i];
                 ++beta_count_[i];
             }
         }
         if (stepped == 0) return;
         mean_beta_.clear();
-        for (std::size_t i = 0; i < planned && beta_count_[i] != 0; ++i)
+        for (std::size_t i = 0; i < depth && beta_count_[i] != 0; ++i)
             mean_beta_.push_back(static_cast<float>(beta_sum_[i] / static_cast<double>(beta_count_[i])));
         mean_sibling_.clear();
         for (std::size_t k = 0; k < sibling_sum_.size() && sibling_count_[k] != 0; ++k)
@@ -1043,6 +1086,12 @@ private:
         controller_->observe(o);
     }
 
+    /// The constructor's `threads`, refused by the user's call's name when 0.
+    static std::size_t checked_threads(std::size_t threads, const detail::entry_point& names) {
+        if (threads == 0) detail::fail_invalid(names.construct, ": threads = 0 must be >= 1 (1: the calling thread alone)");
+        return threads;
+    }
+
     D& drafter_;
     V& verifier_;
     decode_options options_;
@@ -1051,6 +1100,7 @@ private:
     std::ptrdiff_t vocab_ = 0;
     bool tree_ = false;
     bool had_many_ = false;  // a step has held several sequences (ragged plans)
+    bool stepping_ = false;  // step() is running (a re-entrant call is refused)
     bool estimate_ = false;
     std::size_t longest_ = 0;  // the chain's γ or the tree's depth
     detail::step_settings settings_;

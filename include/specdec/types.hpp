@@ -16,6 +16,7 @@ namespace specdec {
 enum class stop_reason {
     max_new_tokens,  ///< exactly max_new_tokens tokens were generated
     stop_token,      ///< a stop token was generated (and is included in the output)
+    unfinished,      ///< neither yet: batch_decoder::take() of a sequence still generating
 };
 
 /// Counters of one decoding run (or of several steps, when the caller accumulates them).

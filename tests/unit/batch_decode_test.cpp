@@ -361,6 +361,7 @@ TEST_CASE("Errors name the user's call: specdec::batch_decoder, its add and its 
                                      .length = {.policy = specdec::gamma_policy::adaptive, .controller = &two}}),
                       contains("specdec::batch_decoder: the controller's gamma_max() = 2 differs from the step's "
                                "gamma = 3"));
+    CHECK_THROWS_WITH(plain_decoder(draft, good, {}, 0), contains("specdec::batch_decoder: threads = 0"));
     // add.
     plain_decoder dec(draft, good, {.step = specdec::tree{.shape = {.branching = {2, 1}}}});
     CHECK_THROWS_WITH(dec.add(std::vector<token_id>{}, std::mt19937_64(1)),
@@ -443,12 +444,13 @@ TEST_CASE("An on_step that throws leaves every sequence of the step settled (rev
     }
 }
 
-TEST_CASE("When a sequence's step and an on_step would both fail in one step, the sequence's exception wins, no "
-          "on_step runs, and the controller has observed the sequences that stepped",
+TEST_CASE("When a sequence's step and an on_step both fail in one step, the sequences that stepped get their "
+          "events, the sequence's exception wins, and the controller has observed the sequences that stepped",
           "[batch][multi][errors][adaptive]") {
     // batch_decoder::step: every sequence is settled, then the adaptive policy observes the
-    // sequences that stepped, then the exception of the lowest-id failing sequence propagates
-    // before any callback runs.
+    // sequences that stepped, then their callbacks run (a stream stays in step with
+    // generated()), then the exception of the lowest-id failing sequence propagates, over the
+    // callback's.
     const auto target = markov_model::random(8, 2, 13);
     for (const bool tree : {false, true}) {
         INFO((tree ? "trees" : "chains"));
@@ -484,7 +486,7 @@ TEST_CASE("When a sequence's step and an on_step would both fail in one step, th
             const auto good = dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(1));
             CHECK(good > bad);  // the failing sequence has the lower id
             CHECK_THROWS_WITH(dec.step(), contains("draft engine failure"));
-            CHECK(calls == 0);                              // no on_step ran for this step
+            CHECK(calls == 1);                              // the sequence that stepped got its event
             CHECK(first_acceptance() > 0.99);               // it observed the sequence that stepped (β = 1)
             CHECK(dec.stats(good).steps == 1);              // which is settled
             CHECK(!dec.generated(good).empty());
@@ -496,7 +498,7 @@ TEST_CASE("When a sequence's step and an on_step would both fail in one step, th
             dec.remove(bad);
             const std::size_t before = dec.generated(good).size();
             CHECK_THROWS_WITH(dec.step(), contains("consumer failure"));
-            CHECK(calls == 1);
+            CHECK(calls == 2);
             CHECK(dec.generated(good).size() > before);
             // The decoder stays usable.
             callback_fails = false;
@@ -506,6 +508,50 @@ TEST_CASE("When a sequence's step and an on_step would both fail in one step, th
         if (tree) run(verifier);
         else run(verifier_model);
     }
+}
+
+TEST_CASE("An on_step that takes, removes and adds sequences: a taken sequence's pending event is skipped even when "
+          "its id is reused at once, and step from a callback is refused (review finding)",
+          "[batch][multi][errors]") {
+    // The decoder used to tell a taken sequence by its token vector's address, which a sequence
+    // added at once into the freed id may get again: its event then read the new prompt as the
+    // old step's tokens, and a draft from freed memory.
+    const auto target = markov_model::random(8, 2, 5);
+    multi_markov_verifier verifier{&target};
+    multi_markov_drafter drafter{&target};
+    std::vector<std::size_t> events;
+    std::vector<std::size_t> emitted_sizes;
+    specdec::batch_decoder<multi_markov_drafter, multi_markov_verifier, std::mt19937_64>* self = nullptr;
+    std::size_t added = 99;
+    bool reenter = false;
+    specdec::stop_reason taken = specdec::stop_reason::max_new_tokens;
+    specdec::batch_decoder<multi_markov_drafter, multi_markov_verifier, std::mt19937_64> dec(
+        drafter, verifier,
+        {.step = specdec::chain{.gamma = 3}, .budget = {.max_new_tokens = 8}, .on_step = [&](const specdec::step_event& e) {
+             events.push_back(e.sequence);
+             emitted_sizes.push_back(e.emitted.size());
+             if (reenter) (void)self->step();
+             if (e.sequence == 0 && added == 99) {
+                 taken = self->take(1).stop;                               // frees id 1 ...
+                 added = self->add(std::vector<token_id>{3}, std::mt19937_64(7));  // ... which add reuses
+                 self->remove(2);
+             }
+         }});
+    self = &dec;
+    for (std::uint64_t s = 0; s < 4; ++s) (void)dec.add(std::vector<token_id>{1, 2, 3, 4, 5}, std::mt19937_64(s));
+    (void)dec.step();
+    CHECK(added == 1);
+    CHECK(events == std::vector<std::size_t>{0, 3});  // 1 (taken, its id reused) and 2 (removed) skipped
+    for (const std::size_t n : emitted_sizes) CHECK(n >= 1);
+    CHECK(dec.generated(added).empty());  // the new sequence has not stepped
+    // A callback may not step the decoder it is called from.
+    reenter = true;
+    CHECK_THROWS_AS(dec.step(), std::logic_error);
+    reenter = false;
+    CHECK_NOTHROW(dec.step());  // the decoder is usable again
+    CHECK(taken == specdec::stop_reason::unfinished);  // taken before it finished
+    dec.run();
+    CHECK(dec.take(0).stop == specdec::stop_reason::max_new_tokens);
 }
 
 TEST_CASE("A verifier that reshapes its packed logits is refused by name (review finding)", "[batch][multi][errors]") {
