@@ -38,7 +38,8 @@
 //   tree_planner_no_drain (the tree planner within 2,2,1,1, with and without the drain rule),
 //   each from the engine's profile.
 //   Counter full_batch_tokens_per_unit: the same rate over the steps before the batch's first
-//   sequence finished (while every sequence is in the batch), summed over the batches.
+//   sequence finished (while every sequence is in the batch), summed over the batches; counter
+//   drained_steps: steps the drain rule made plain, per batch.
 // Time is virtual (UseManualTime): tokens_per_unit is generated tokens per virtual unit.
 // planner_overhead/best_trees:0|1: the planner's own CPU time per step (choose + observe), without
 // and with best trees (real time, the only case here that measures this machine).
@@ -165,6 +166,10 @@ std::vector<config> configs() {
 /// more than the differences the tables compare.
 constexpr std::size_t batches_per_case = 32;
 
+/// Steps the drain rule made plain (gamma_controller::drained_steps()), summed over the batches
+/// run_clocked has run since it was last reset.
+std::size_t drained_steps = 0;
+
 /// One batch of `batch` sequences, 128 new tokens each, drafted by `draft` and verified by
 /// `target`, on the virtual clock of the engine `prof`. Sequence s starts from the prompt token
 /// `first_token(s)`, with the generator seed 1000 (round + 1) + s. Returns the virtual time;
@@ -223,6 +228,7 @@ double run_clocked(Draft draft, markov target, const specdec::engine_profile& pr
         }
     }
     if (full_batch != nullptr) full_batch->second = std::abs(full_batch->second);
+    if (const specdec::gamma_controller* ctl = dec.controller()) drained_steps += ctl->drained_steps();
     tokens = 0;
     for (std::size_t s = 0; s < batch; ++s) tokens += dec.generated(s).size();
     return clock;
@@ -282,6 +288,7 @@ void register_ragged() {
                     for (auto _ : state) {
                         tokens = full_tokens = 0;
                         virtual_time = full_time = 0.0;
+                        drained_steps = 0;
                         for (std::size_t round = 0; round < batches_per_case; ++round) {
                             std::size_t t = 0;
                             std::pair<std::size_t, double> full{0, 0.0};
@@ -295,6 +302,9 @@ void register_ragged() {
                     const double rate = static_cast<double>(tokens) / virtual_time;
                     state.counters["tokens_per_unit"] = rate;
                     state.counters["full_batch_tokens_per_unit"] = static_cast<double>(full_tokens) / full_time;
+                    // per batch: how many steps the drain rule made plain
+                    state.counters["drained_steps"] =
+                        static_cast<double>(drained_steps) / static_cast<double>(batches_per_case);
                     ragged_results[{engine, batch, c.name}] = rate;
                     ragged_full[{engine, batch, c.name}] = static_cast<double>(full_tokens) / full_time;
                 })->UseManualTime()->Iterations(1)->Unit(benchmark::kSecond);

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -30,10 +31,12 @@ namespace specdec {
 
 /// How speculative_decode chooses γ for each step.
 enum class gamma_policy {
-    /// decode_options::gamma at every step (the default; no timing, no estimates).
+    /// The step's own length at every step (chain::gamma, or the tree's shape; the default; no
+    /// timing, no estimates).
     fixed,
-    /// Before each step, the γ in [0, decode_options::gamma] that maximizes expected tokens
-    /// per unit of time, from the estimates of a gamma_controller.
+    /// Before each step, the γ in [0, chain::gamma] (for a tree: the shape within the tree's
+    /// limits) that maximizes expected tokens per unit of time, from the estimates of a
+    /// gamma_controller.
     adaptive,
 };
 
@@ -186,9 +189,9 @@ struct tree_plan_limits {
 };
 
 /// Estimates and choice of the adaptive γ policy. speculative_decode makes one per call;
-/// pass your own through decode_options::controller to keep its estimates across calls
-/// (successive requests of one model pair, say). Not thread-safe: one controller per
-/// decoding loop.
+/// pass your own through decode_options' length.controller (draft_length::controller) to keep
+/// its estimates across calls (successive requests of one model pair, say). Not thread-safe:
+/// one controller per decoding loop.
 ///
 /// The model (Leviathan et al. 2023, Eq. 1 generalized): with α_i the acceptance at draft
 /// position i, E[tokens | γ] = Σ_{k=0..γ} Π_{i=1..k} α_i, and a step costs
@@ -203,8 +206,10 @@ struct tree_plan_limits {
 class gamma_controller {
 public:
     /// \param gamma_max  the longest draft to consider (>= 1)
-    /// \throws std::invalid_argument for gamma_max = 0, window = 0, or only one of the two
-    ///         cost callbacks set.
+    /// \throws std::invalid_argument for gamma_max = 0, window = 0, only one of the two cost
+    ///         callbacks set, tree_pass_cost without them, a profile beside them or an invalid
+    ///         profile, a prior_weight that is negative or not finite, an acceptance_prior entry
+    ///         outside [0, 1], or an explore_budget outside [0, 1].
     explicit gamma_controller(std::size_t gamma_max, adaptive_gamma_options options = {})
         : options_(std::move(options)), gamma_max_(gamma_max), explore_interval_(options_.explore_every) {
         constexpr const char* where = "specdec::gamma_controller";
@@ -678,29 +683,35 @@ public:
     /// acceptance, as plan_sequences() estimates it; a tree: planned_tree_tokens(), from its
     /// own acceptance by sibling rank; 1 for a plain step), so it finishes after r_i / E_i
     /// steps; between two finishes, each step costs what a step of the sequences still running
-    /// costs (a chain: max γ_i draft calls, a pass over Σ(γ_i + 1) positions; a tree: the
-    /// plan's cost at that many sequences). The plan also pays the draft model's catch-up
-    /// after plain steps. The batch's time is the sum (drain_prediction()). False, and nothing
-    /// recorded, when the option is off, on an exploring or warm-up step (they are there to be
-    /// observed), when a remaining count is unknown (0) or when the plan drafts nothing.
+    /// costs (a chain: max γ_i draft calls, a pass over Σ(γ_i + 1) positions; a tree: each
+    /// sequence's tree cut at depth sequences[i].limit, as the step cuts it, with its nodes +
+    /// 1 positions and its draft calls, summed when trees are drafted one sequence at a time,
+    /// the most of them otherwise). The plan also pays the draft model's catch-up after plain
+    /// steps. The batch's time is the sum (drain_prediction()). False, and nothing recorded
+    /// (drain_prediction() is NaN), when the option is off, on an exploring or warm-up step
+    /// (they are there to be observed), when a remaining count is unknown (0) or when the
+    /// plan drafts nothing.
     /// Depends on the past and the budgets only, so exactness holds either way. O(n²) in the n
     /// sequences, no allocation once its scratch has grown.
     bool drain_to_plain(std::span<const sequence_acceptance> sequences, std::span<const std::size_t> plan) {
         const bool trees = plans_trees();
         const std::size_t n = trees ? sequences.size() : std::min(sequences.size(), plan.size());
-        if (!options_.drain || exploring_ || n == 0) return false;
+        drain_last_ = {};
+        if (!options_.drain || exploring_ || n == 0 || planned_ == 0) return false;
         std::size_t gamma = 0;
         for (std::size_t i = 0; i < n; ++i) {
             if (sequences[i].remaining == 0) return false;
             if (!trees) gamma = std::max(gamma, plan[i]);
         }
-        if (trees ? planned_ == 0 : gamma == 0) return false;
+        if (!trees && gamma == 0) return false;
         if (!trees) fill_sequence_acceptance(gamma, sequences.first(n));
         drain_order_.clear();
+        drain_cut_.clear();
         for (std::size_t i = 0; i < n; ++i) {
             double tokens = 0.0, reach = 1.0;
             if (trees) {
-                tokens = planned_tree_tokens(sequences[i]);
+                drain_cut_.push_back(cut_planned_tree(sequences[i]));
+                tokens = drain_cut_.back().tokens;
             } else {
                 for (std::size_t g = 0; g <= plan[i]; ++g) {
                     if (g > 0) reach *= ragged_alpha_[i * gamma + g - 1];
@@ -717,8 +728,10 @@ public:
             double time = 0.0, done = 0.0;
             for (std::size_t k = 0; k < n; ++k) {
                 double cost;
-                if (trees) {
-                    cost = speculate ? planned_cost(n - k) : plan_cost(0, n - k);
+                if (trees && speculate) {
+                    cost = cut_trees_cost(k, n);
+                } else if (trees) {
+                    cost = plan_cost(0, n - k);
                 } else {
                     std::size_t calls = 0, positions = 0;
                     for (std::size_t j = k; j < n; ++j) {
@@ -739,6 +752,7 @@ public:
         if (!(plain < speculating)) return false;  // (a cost that is not a number: keep the plan)
         drain_plain_ = plain;
         drain_plan_ = speculating;
+        if (trees && !planned_is_chain()) ++drained_trees_;
         --chosen_[trees && is_best(planned_) ? planned_best_.depth : plan_depth(planned_)];
         ++chosen_[0];
         planned_ = 0;
@@ -753,42 +767,12 @@ public:
     /// for a shape uniform per depth, 1 + Σ_d Π_{j≤d} P(b_j) (expected_tokens(branching)); for a
     /// best tree, 1 + the summed probabilities of reaching and accepting each node under the
     /// rank weights (as best trees' E[tokens] is computed). Only depths up to `q.limit` count
-    /// (0: every depth), as a step cuts the tree at the tokens the sequence still needs. A
-    /// sequence with no observation of its own gets the batch's estimate. 0 for a chain
-    /// controller; 1 for a plain plan. drain_to_plain() weighs these.
+    /// (the longest draft the sequence may take: a step cuts its tree there, so 0 gives 1
+    /// token). A sequence with no observation of its own gets the batch's estimate. 0 for a
+    /// chain controller; 1 for a plain plan. drain_to_plain() weighs these.
     [[nodiscard]] double planned_tree_tokens(const sequence_acceptance& q) const {
         if (!plans_trees()) return 0.0;
-        const std::size_t limit = q.limit == 0 ? std::numeric_limits<std::size_t>::max() : q.limit;
-        const auto a = [&](std::size_t k) {
-            const double pooled = shrunk_sibling(k);
-            const double sum = k - 1 < q.sibling_expected.size() ? q.sibling_expected[k - 1] : 0.0;
-            const double count = k - 1 < q.sibling_reached.size() ? static_cast<double>(q.sibling_reached[k - 1]) : 0.0;
-            return own_estimate(sum, count, pooled);
-        };
-        if (!is_best(planned_)) {
-            double total = 1.0, run = 1.0;
-            const auto& shape = shapes_[planned_];
-            for (std::size_t d = 0; d < shape.size() && d < limit; ++d) {
-                double fail = 1.0;
-                for (std::size_t k = 1; k <= shape[d] && k <= sibling_.size(); ++k) fail *= 1.0 - a(k);
-                run *= 1.0 - fail;
-                total += run;
-            }
-            return total;
-        }
-        detail::rank_weights_of(a, sibling_.size(), drain_weights_);
-        // (probability of reaching and accepting the node, its depth), breadth first
-        drain_reach_.assign(1, {1.0, 0});
-        double total = 1.0;
-        const auto& children = planned_best_.children;
-        for (std::size_t i = 0; i < children.size() && i < drain_reach_.size(); ++i)
-            for (std::size_t r = 0; r < children[i]; ++r) {
-                const auto [reach, depth] = drain_reach_[i];
-                const double p = reach * (r < drain_weights_.size() ? drain_weights_[r] : 0.0);
-                drain_reach_.push_back({p, depth + 1});
-                if (depth + 1 <= limit) total += p;
-            }
-        return total;
+        return cut_planned_tree(q).tokens;
     }
     /// Predicted times to finish a draining batch, in the cost unit (drain_prediction()).
     struct drain_times {
@@ -799,15 +783,21 @@ public:
     [[nodiscard]] drain_times drain_prediction() const noexcept { return drain_last_; }
     /// How many steps drain_to_plain() made plain steps (they count as γ = 0 in choices()).
     [[nodiscard]] std::size_t drained_steps() const noexcept { return drained_; }
+    /// Of drained_steps(), those whose plan was a tree with a node of several children (a
+    /// tree planner's; the others were chains).
+    [[nodiscard]] std::size_t drained_tree_steps() const noexcept { return drained_trees_; }
     /// explain()'s clause on drain_to_plain(): empty until it made a step plain, then how many
     /// and the last one's predicted times to finish the batch (plain steps against the plan).
     [[nodiscard]] std::string explain_drain() const {
         if (drained_ == 0) return {};
-        char buf[200];
+        char trees_clause[48] = "";
+        if (plans_trees())
+            std::snprintf(trees_clause, sizeof trees_clause, ", %zu of them with a tree plan", drained_trees_);
+        char buf[260];
         std::snprintf(buf, sizeof buf,
-                      "; %zu step%s made plain for a draining batch (the last: plain steps predicted to finish it "
+                      "; %zu step%s made plain for a draining batch%s (the last: plain steps predicted to finish it "
                       "in %.3g, the plan in %.3g)",
-                      drained_, drained_ == 1 ? "" : "s", drain_plain_, drain_plan_);
+                      drained_, drained_ == 1 ? "" : "s", trees_clause, drain_plain_, drain_plan_);
         return buf;
     }
 
@@ -900,12 +890,79 @@ private:
         }
         return expected_cost(std::span<const std::size_t>(shapes_[p]), b);
     }
-    /// The cost of the plan chosen at the last choose() for b sequences (a best tree's from the
-    /// copy choose() kept, which observe() does not rebuild).
-    [[nodiscard]] double planned_cost(std::size_t b) const {
-        if (plans_trees() && is_best(planned_))
-            return tree_cost(planned_best_.nodes, planned_best_.parents, planned_best_.depth, planned_best_.chain, b);
-        return plan_cost(planned_, b);
+    /// The plan chosen at the last choose() (a tree planner's) for one sequence, cut at depth
+    /// q.limit: its expected tokens (planned_tree_tokens()), nodes, nodes with children (the
+    /// root included when it has any) and depth.
+    struct cut_tree {
+        double tokens = 1.0;
+        std::size_t nodes = 0, parents = 0, depth = 0;
+    };
+    [[nodiscard]] cut_tree cut_planned_tree(const sequence_acceptance& q) const {
+        cut_tree out;
+        if (planned_ == 0) return out;
+        const auto a = [&](std::size_t k) {
+            const double pooled = shrunk_sibling(k);
+            const double sum = k - 1 < q.sibling_expected.size() ? q.sibling_expected[k - 1] : 0.0;
+            const double count = k - 1 < q.sibling_reached.size() ? static_cast<double>(q.sibling_reached[k - 1]) : 0.0;
+            return own_estimate(sum, count, pooled);
+        };
+        if (!is_best(planned_)) {
+            double run = 1.0;
+            std::size_t level = 1;
+            const auto& shape = shapes_[planned_];
+            for (std::size_t d = 0; d < shape.size() && d < q.limit; ++d) {
+                double fail = 1.0;
+                for (std::size_t k = 1; k <= shape[d] && k <= sibling_.size(); ++k) fail *= 1.0 - a(k);
+                run *= 1.0 - fail;
+                out.tokens += run;
+                out.parents += level;
+                level *= shape[d];
+                out.nodes += level;
+                out.depth = d + 1;
+            }
+            return out;
+        }
+        detail::rank_weights_of(a, sibling_.size(), drain_weights_);
+        // (probability of reaching and accepting the node, its depth), breadth first
+        drain_reach_.assign(1, {1.0, 0});
+        const auto& children = planned_best_.children;
+        for (std::size_t i = 0; i < children.size() && i < drain_reach_.size(); ++i) {
+            const auto [reach, depth] = drain_reach_[i];
+            if (children[i] != 0 && depth < q.limit) ++out.parents;
+            for (std::size_t r = 0; r < children[i]; ++r) {
+                const double p = reach * (r < drain_weights_.size() ? drain_weights_[r] : 0.0);
+                drain_reach_.push_back({p, depth + 1});
+                if (depth + 1 <= q.limit) {
+                    out.tokens += p;
+                    ++out.nodes;
+                    out.depth = std::max(out.depth, depth + 1);
+                }
+            }
+        }
+        return out;
+    }
+    /// Whether the plan chosen at the last choose() (a tree planner's) has one child per node.
+    [[nodiscard]] bool planned_is_chain() const {
+        if (is_best(planned_)) return planned_best_.chain;
+        return std::all_of(shapes_[planned_].begin(), shapes_[planned_].end(), [](std::size_t x) { return x == 1; });
+    }
+    /// drain_to_plain()'s cost of a step of the planned trees of the sequences
+    /// drain_order_[k..n) (their cuts in drain_cut_), as tree_cost() charges a whole tree.
+    [[nodiscard]] double cut_trees_cost(std::size_t k, std::size_t n) const {
+        const bool chain = planned_is_chain();
+        const bool tree_pass = !(chain && tree_.chains_as_chain_steps);
+        std::size_t positions = 0, calls_sum = 0, calls_max = 0;
+        for (std::size_t j = k; j < n; ++j) {
+            const cut_tree& t = drain_cut_[drain_order_[j].second];
+            const std::size_t calls = tree_.draft_calls == tree_draft_calls::per_level ? t.depth : t.parents;
+            positions += t.nodes + 1;
+            calls_sum += calls;
+            calls_max = std::max(calls_max, calls);
+        }
+        const std::size_t b = n - k;
+        if (tree_.drafts_per_sequence && b > 1 && !(chain && tree_.chains_batched))
+            return tree_cost_per_sequence(calls_sum, positions, 1, tree_pass);
+        return cost_of(calls_max, positions, b, tree_pass);
     }
     [[nodiscard]] std::size_t plan_positions(std::size_t p, std::size_t b) const {
         if (!plans_trees()) return b * (p + 1);
@@ -1282,12 +1339,14 @@ private:
     mutable std::vector<double> drain_weights_{};
     mutable std::vector<std::pair<double, std::size_t>> drain_reach_{};
     drain_times drain_last_{};  // drain_to_plain()'s last comparison
+    std::vector<cut_tree> drain_cut_{};  // drain_to_plain's: each sequence's cut tree
     std::vector<estimate> sibling_{};                 // a_k by sibling rank (0-based)
     std::size_t planned_ = 0;        // the plan of the last choose()
     mutable std::vector<double> ragged_alpha_{};      // plan_sequences' scratch
     std::vector<std::pair<double, std::size_t>> drain_order_{};  // drain_to_plain's: finishing step, sequence
     bool exploring_ = false;                           // the last choose() chose an exploring or warm-up step
     std::size_t drained_ = 0;                          // steps drain_to_plain() made plain
+    std::size_t drained_trees_ = 0;                    // those whose plan was a tree (not a chain)
     double drain_plain_ = 0.0, drain_plan_ = 0.0;      // its last predicted times to finish: plain, the plan
 };
 

@@ -63,8 +63,9 @@ struct chain {
 /// TreeVerifier), or one pass per root-to-leaf path.
 struct tree {
     /// Branching per depth and an optional node budget, e.g. `{.branching = {2, 2, 1, 1}}` or
-    /// `{.branching = {4, 4, 2, 1}, .max_nodes = 16}`. Under the adaptive policy, the depth is
-    /// chosen per step (the first levels of this shape), up to its full depth.
+    /// `{.branching = {4, 4, 2, 1}, .max_nodes = 16}`. Under the adaptive policy these are the
+    /// limits within which the tree planner chooses each step's shape (a tree, a chain or a
+    /// plain step; make_controller()).
     tree_shape shape{};
     /// Traversal verification (the default) or recursive rejection sampling; both exact.
     tree_verification_scheme scheme = tree_verification_scheme::traversal;
@@ -89,10 +90,10 @@ struct draft_length {
     /// for which speculation does not pay decodes at about the target's own speed. Exact either
     /// way: the choice depends on the past only.
     gamma_policy policy = gamma_policy::fixed;
-    /// Settings of the adaptive policy (exploration, smoothing, known costs). Unless both cost
-    /// callbacks are set, each draft call and target pass is timed with a steady clock, and
-    /// the choice (so the tokens) then depends on timings: set the cost callbacks for runs
-    /// that a seed reproduces.
+    /// Settings of the adaptive policy (exploration, smoothing, known costs). Unless a profile
+    /// or both cost callbacks are set, each draft call and target pass is timed with a steady
+    /// clock, and the choice (so the tokens) then depends on timings: give a profile
+    /// (measure_engine_profile) or the cost callbacks for runs that a seed reproduces.
     adaptive_gamma_options adaptive{};
     /// The adaptive policy's estimates, kept across calls (successive requests of one model
     /// pair, or a batch_decoder's steps): a controller of your own, made as make_controller()

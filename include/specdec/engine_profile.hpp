@@ -29,7 +29,6 @@
 #include <charconv>
 #include <cmath>
 #include <cstddef>
-#include <cstdio>
 #include <limits>
 #include <string>
 #include <string_view>
@@ -141,17 +140,20 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
 /// tree_pass 0.0101 0.0104 0.0108
 /// draft_catch_up 0.0011 0.0012
 /// ```
-/// Numbers are written with 17 significant digits, so parse_engine_profile() gives back the
-/// same doubles. \throws std::invalid_argument for a profile validate() rejects.
+/// Numbers are written in their shortest form that reads back as the same double (std::to_chars,
+/// whatever the C locale: a program that set a locale with a decimal comma writes the same
+/// text), so parse_engine_profile() gives back the same doubles. \throws std::invalid_argument
+/// for a profile validate() rejects.
 [[nodiscard]] inline std::string to_text(const engine_profile& p) {
     validate(p, "specdec::to_text(engine_profile)");
     std::string out = "specdec-engine-profile 1\n";
     const auto line = [&out](const char* name, const std::vector<double>& table) {
         out += name;
-        char buf[32];
+        char buf[40];
         for (const double v : table) {
-            std::snprintf(buf, sizeof buf, " %.17g", v);
-            out += buf;
+            buf[0] = ' ';
+            const auto r = std::to_chars(buf + 1, buf + sizeof buf, v);  // (validate(): finite)
+            out.append(buf, r.ptr);
         }
         out += '\n';
     };
@@ -209,19 +211,17 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
             table = &p.draft_step;
         } else if (words[0] == "tree_pass") {
             if (has_tree) detail::fail_invalid(where, ": line ", line_no, ": tree_pass appears twice");
-            if (words.size() == 1) detail::fail_invalid(where, ": line ", line_no, ": tree_pass has no entries");
             has_tree = true;
             table = &p.tree_pass;
         } else if (words[0] == "draft_catch_up") {
             if (has_catch_up) detail::fail_invalid(where, ": line ", line_no, ": draft_catch_up appears twice");
-            if (words.size() == 1)
-                detail::fail_invalid(where, ": line ", line_no, ": draft_catch_up has no entries");
             has_catch_up = true;
             table = &p.draft_catch_up;
         } else {
             detail::fail_invalid(where, ": line ", line_no, ": unknown table '", words[0].substr(0, 40),
                          "' (expected target_pass, draft_step, tree_pass or draft_catch_up)");
         }
+        if (words.size() == 1) detail::fail_invalid(where, ": line ", line_no, ": ", words[0], " has no entries");
         if (words.size() - 1 > detail::max_profile_entries)
             detail::fail_invalid(where, ": line ", line_no, ": ", words.size() - 1, " entries; at most ",
                          detail::max_profile_entries);
@@ -230,6 +230,10 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
             const char* first = words[i].data();
             const char* last = first + words[i].size();
             const auto [ptr, ec] = std::from_chars(first, last, v);
+            if (ec == std::errc::result_out_of_range && ptr == last)
+                detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", words[0], " ('",
+                                     words[i].substr(0, 40), words[i].size() > 40 ? "..." : "",
+                                     "') is out of the range of a double");
             if (ec != std::errc{} || ptr != last || !std::isfinite(v) || v < 0.0)
                 detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", words[0], " ('",
                              words[i].substr(0, 40), words[i].size() > 40 ? "...": "",

@@ -166,7 +166,7 @@ double fuzzed_sum(fuzz::input& in, std::size_t count) {
 /// Per-sequence plans for a batch of 1..4 sequences with fuzzed own estimates (the values
 /// batch_decoder passes from decode_stats, or a caller's, edge values included): ragged plans
 /// stay within [1, min(γ, limit_i)] (all 0 for γ = 0); a tree planner's planned_tree_tokens
-/// is in [1, nodes + 1] and not NaN; drain_to_plain never throws, and when it makes a step
+/// is in [1, min(nodes, limit_i) + 1] and not NaN; drain_to_plain never throws, and when it makes a step
 /// plain its two predicted times are numbers with plain the smaller.
 void plan_sequences_with(specdec::gamma_controller& chain, specdec::gamma_controller& tree, std::size_t g,
                          std::size_t d, fuzz::input& in) {
@@ -204,6 +204,7 @@ void plan_sequences_with(specdec::gamma_controller& chain, specdec::gamma_contro
     for (const auto& q : seqs) {
         const double t = tree.planned_tree_tokens(q);
         FUZZ_CHECK(t >= 1.0 && t <= static_cast<double>(nodes) + 1.0 + 1e-9);
+        FUZZ_CHECK(t <= static_cast<double>(q.limit) + 1.0 + 1e-9);  // cut at the sequence's longest draft
         FUZZ_CHECK(chain.planned_tree_tokens(q) == 0.0);
     }
     if (chain.drain_to_plain(seqs, plan)) {

@@ -84,14 +84,22 @@ TEST_CASE("A malformed profile text is refused with an error naming the line", "
                Catch::Contains("line 3") && Catch::Contains("twice"));
     CHECK_THAT(error_of(head + "target_pass 1 abc\ndraft_step 1\n"),
                Catch::Contains("line 2") && Catch::Contains("entry 2") && Catch::Contains("'abc'"));
-    for (const char* bad : {"nan", "inf", "-1", "1e999", "0x10", "1.5.2", "2,5"}) {
+    for (const char* bad : {"nan", "inf", "-1", "0x10", "1.5.2", "2,5"}) {
         INFO(bad);
         CHECK_THAT(error_of(head + "target_pass " + bad + "\ndraft_step 1\n"),
                    Catch::Contains("line 2") && Catch::Contains("not a finite number >= 0"));
     }
+    for (const char* far : {"1e999", "1e-400"}) {  // a number, but not one a double holds
+        INFO(far);
+        CHECK_THAT(error_of(head + "target_pass 1\ndraft_step " + far + "\n"),
+                   Catch::Contains("line 3") && Catch::Contains("out of the range of a double"));
+    }
     CHECK_THAT(error_of(head + "draft_step 1\n"), Catch::Contains("no target_pass"));
     CHECK_THAT(error_of(head + "target_pass 1\n"), Catch::Contains("no draft_step"));
-    CHECK_THAT(error_of(head + "target_pass\ndraft_step 1\n"), Catch::Contains("target_pass is empty"));
+    CHECK_THAT(error_of(head + "target_pass\ndraft_step 1\n"),
+               Catch::Contains("line 2") && Catch::Contains("target_pass has no entries"));
+    CHECK_THAT(error_of(head + "target_pass 1\ndraft_step\n"),
+               Catch::Contains("line 3") && Catch::Contains("draft_step has no entries"));
     CHECK_THAT(error_of(head + "target_pass 0 1\ndraft_step 1\n"), Catch::Contains("target_pass[0] = 0"));
     // An overlong word is cut in the message.
     const std::string long_word(5000, '7');
@@ -997,6 +1005,9 @@ TEST_CASE("A draining batch: plain steps where they finish the batch sooner than
     CHECK(c.drain_to_plain(mixed, gammas));
     CHECK(c.drained_steps() == 1);
     CHECK(c.choices()[0] == before + 1);  // recorded as a plain step
+    CHECK_FALSE(c.drain_to_plain(mixed, gammas));  // the step is plain now: counted once
+    CHECK(c.drained_steps() == 1);
+    CHECK(c.choices()[0] == before + 1);
     // explain() says so, with the predicted times to finish (about 60 and 69 units, above).
     INFO(c.explain(2));
     CHECK(c.explain(2).find("1 step made plain for a draining batch (the last: plain steps predicted to finish it in ") !=
@@ -1081,6 +1092,8 @@ TEST_CASE("A draining batch of a tree planner: plain steps where they finish the
         acceptance one_deep = mixed[0];
         one_deep.limit = 1;
         CHECK(c.planned_tree_tokens(one_deep) == Approx(tokens(good_sum, good_seen, 1)).epsilon(1e-12));
+        one_deep.limit = 0;  // one token left: the step drafts nothing for it
+        CHECK(c.planned_tree_tokens(one_deep) == 1.0);
         // No observation of its own: the batch's estimate, as the choice has it.
         CHECK(c.planned_tree_tokens({.limit = 4}) ==
               Approx(best_trees ? 1.0 + a1 + (1.0 - a1) * a2 + a1 * a1
@@ -1100,15 +1113,31 @@ TEST_CASE("A draining batch of a tree planner: plain steps where they finish the
         CHECK(c.drain_prediction().plan ==
               Approx(100.0 / good * plan_cost(2) + (100.0 / bad - 100.0 / good) * plan_cost(1)).epsilon(1e-12));
         CHECK(c.choices()[0] == before + 1);
-        CHECK(c.explain(2).find("1 step made plain for a draining batch") != std::string::npos);
+        CHECK(c.explain(2).find("1 step made plain for a draining batch, 1 of them with a tree plan") !=
+              std::string::npos);
+        CHECK(c.drained_tree_steps() == 1);
         // Both drafted well: speculating is faster to the end too.
         const acceptance both_good[] = {sequence(good_sum, good_seen, 100), sequence(good_sum, good_seen, 100)};
         REQUIRE(c.choose(99, 2) > 0);
         CHECK_FALSE(c.drain_to_plain(both_good, {}));
         // The poorly drafted sequence almost done: it holds up nothing.
-        const acceptance bad_almost_done[] = {sequence(good_sum, good_seen, 100), sequence(bad_sum, bad_seen, 2)};
+        acceptance bad_almost_done[] = {sequence(good_sum, good_seen, 100), sequence(bad_sum, bad_seen, 2)};
+        bad_almost_done[1].limit = 1;  // as batch_decoder passes it: the tokens left minus one
         REQUIRE(c.choose(99, 2) > 0);
         CHECK_FALSE(c.drain_to_plain(bad_almost_done, {}));
+        // Its tree is cut at depth 1 (the root's two children), in tokens and in cost: while
+        // both run, a step drafts the good one's two levels and the cut tree's one (a draft call
+        // per level, one sequence at a time, at 0.05 each) and scores both trees in one pass;
+        // then the good one runs alone, at the whole tree's cost.
+        const std::size_t full_nodes = best_trees ? 3 : 4;
+        REQUIRE(plan_cost(1) == Approx(2 * 0.05 + engine.pass_cost(full_nodes + 1)));
+        const double bad1 = tokens(bad_sum, bad_seen, 1);
+        const double both = 3 * 0.05 + engine.pass_cost(full_nodes + 1 + 3);
+        REQUIRE(2.0 / bad1 < 100.0 / good);
+        CHECK(c.drain_prediction().plan ==
+              Approx(2.0 / bad1 * both + (100.0 / good - 2.0 / bad1) * plan_cost(1)).epsilon(1e-12));
+        CHECK(c.drain_prediction().plain ==
+              Approx(2.0 * engine.pass_cost(2) + 98.0 * engine.pass_cost(1)).epsilon(1e-12));
         // The sequences' own acceptance is what decides: without it (the batch's for both,
         // equal budgets) they would finish together, and per step the tree pays.
         const acceptance no_own[] = {{.limit = 4, .remaining = 100}, {.limit = 4, .remaining = 100}};
@@ -1122,6 +1151,8 @@ TEST_CASE("A draining batch of a tree planner: plain steps where they finish the
         CHECK_FALSE(off.drain_to_plain(mixed, {}));
         REQUIRE(c.choose(0, 2) == 0);
         CHECK_FALSE(c.drain_to_plain(mixed, {}));
+        CHECK(std::isnan(c.drain_prediction().plan));  // nothing compared
+        CHECK(std::isnan(c.drain_prediction().plain));
     }
 }
 
@@ -1413,7 +1444,7 @@ TEST_CASE("A profile's catch-up table: stored and loaded, optional, checked, and
           "[profile][adaptive]") {
     const specdec::engine_profile p{.target_pass = {1.0}, .draft_step = {0.3}, .draft_catch_up = {0.3, 0.31, 0.32}};
     const std::string text = specdec::to_text(p);
-    CHECK_THAT(text, Catch::Contains("\ndraft_catch_up 0.2"));
+    CHECK_THAT(text, Catch::Contains("\ndraft_catch_up 0.3 0.31 0.32\n"));  // the shortest text of each double
     CHECK(specdec::parse_engine_profile(text).draft_catch_up == p.draft_catch_up);
     // Beyond a draft step: catching up on 2 tokens reads 3, 0.32 - 0.3 per sequence; beyond the
     // table along its last slope (0.01 per token).
