@@ -208,6 +208,9 @@ namespace detail {
 /// `W` is `weights` or `const weights`.
 template <class W, class F>
 void for_each_tensor(const config& c, W& w, F&& f, bool include_classifier) {
+    // (Sizes are products of header fields bounded by config::validate's 2^40 floats: they need
+    // a 64-bit size_t.)
+    static_assert(sizeof(std::size_t) >= 8, "llama2 checkpoints need a 64-bit size_t");
     const auto L = std::size_t(c.n_layers), D = std::size_t(c.dim), H = std::size_t(c.hidden_dim),
                KV = std::size_t(c.kv_dim()), V = std::size_t(c.vocab_size);
     f(w.token_embedding, V * D);
@@ -223,6 +226,10 @@ void for_each_tensor(const config& c, W& w, F&& f, bool include_classifier) {
     f(w.rms_final, D);
     if (include_classifier) f(w.wcls, V * D);
 }
+
+/// The tensors' names, in the order for_each_tensor visits them (the file's order).
+inline constexpr const char* tensor_names[] = {"token_embedding", "rms_att", "wq", "wk", "wv", "wo",
+                                               "rms_ffn", "w1", "w2", "w3", "rms_final", "wcls"};
 
 /// Number of floats in one legacy RoPE table: seq_len * head_size / 2.
 inline std::uint64_t rope_table_floats(const config& c) {
@@ -254,8 +261,10 @@ inline std::uint64_t rope_table_floats(const config& c) {
 /// \throws std::runtime_error     the file cannot be opened or read
 /// \throws std::invalid_argument  the header is invalid (a field that is not positive,
 ///                                inconsistent heads, shapes no machine could hold; the message
-///                                names the field) or the file size does not match the header
-///                                (truncated file, trailing data, other format version)
+///                                names the field), the file size does not match the header
+///                                (truncated file, trailing data, other format version), or a
+///                                weight is NaN or infinite (the message names the tensor and
+///                                the element)
 /// \throws std::bad_alloc         only when memory for the weights the file holds runs out
 /// Every message names the file.
 [[nodiscard]] inline checkpoint read_checkpoint(const std::filesystem::path& path) {
@@ -293,14 +302,24 @@ inline std::uint64_t rope_table_floats(const config& c) {
                                     " bytes for a llama2.c version-0 fp32 checkpoint" +
                                     (size < expected ? " (truncated?)" : " (trailing data or another format version?)"));
 
+    // Each tensor in file order; a weight that is not a finite number (NaN, ±inf) is refused
+    // here, naming the tensor and the element, rather than surfacing later as NaN logits.
+    std::size_t index = 0;
     auto read_into = [&](tensor& v, std::size_t n) {
         v.resize(n);
         if (!in.read(reinterpret_cast<char*>(v.data()), std::streamsize(n * sizeof(float))))
-            throw std::runtime_error(file + ": read error");
+            throw std::runtime_error(file + ": read error in weight tensor " + detail::tensor_names[index]);
+        for (std::size_t i = 0; i < n; ++i)
+            if (!std::isfinite(v[i]))
+                throw std::invalid_argument(file + ": weight tensor " + detail::tensor_names[index] + " element " +
+                                            std::to_string(i) + " is " + (std::isnan(v[i]) ? "NaN" : "infinite") +
+                                            "; weights must be finite numbers");
+        ++index;
     };
     detail::for_each_tensor(c, ck.w, read_into, false);
     // Skip the two legacy RoPE tables; this code recomputes RoPE (see transformer.hpp).
-    in.seekg(std::streamoff(2 * detail::rope_table_floats(c) * sizeof(float)), std::ios::cur);
+    if (!in.seekg(std::streamoff(2 * detail::rope_table_floats(c) * sizeof(float)), std::ios::cur))
+        throw std::runtime_error(file + ": read error past the RoPE tables");
     if (!c.shared_classifier) read_into(ck.w.wcls, std::size_t(c.vocab_size) * std::size_t(c.dim));
     return ck;
 }

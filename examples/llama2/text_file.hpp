@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -29,8 +28,13 @@ inline constexpr std::uintmax_t max_text_file_bytes = std::uintmax_t{1} << 20;
         throw std::invalid_argument(what + ": " + std::to_string(size) + " bytes; at most " +
                                     std::to_string(max_text_file_bytes) + " expected");
     std::ifstream in(path, std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (!in.good() && !in.eof()) throw std::invalid_argument(what + ": read failed");
+    if (!in) throw std::invalid_argument(what + ": cannot open it");
+    // Exactly the size found above, and nothing after it: a read that fails part way, or a file
+    // that grew meanwhile, is an error rather than a shorter or longer text.
+    std::string text(static_cast<std::size_t>(size), '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    if (static_cast<std::uintmax_t>(in.gcount()) != size || in.peek() != std::ifstream::traits_type::eof())
+        throw std::invalid_argument(what + ": read failed (the file changed while it was read?)");
     return text;
 }
 

@@ -37,6 +37,10 @@ public:
     static constexpr std::int32_t bos_id = 1;  ///< beginning of sequence
     static constexpr std::int32_t eos_id = 2;  ///< end of sequence
     static constexpr std::int32_t byte_offset = 3;  ///< byte b falls back to id b + 3
+    /// The largest tokenizer file read (Llama 2's 32,000 pieces take about 0.4 MB; a 256K-piece
+    /// vocabulary a few MB): a larger one, or a path that is not a regular file, is refused
+    /// before anything is allocated for it.
+    static constexpr std::uintmax_t max_file_bytes = std::uintmax_t{1} << 28;
 
     /// Reads a tokenizer.bin. `expected_vocab_size` > 0 requires exactly that many pieces
     /// (llama2.c takes it from the model header); otherwise all pieces in the file are read.
@@ -46,19 +50,25 @@ public:
     /// anything is allocated for the pieces. These then take at most 3.5 times the file's size
     /// (each piece's 8 + length bytes in the file become its bytes, an offset, a score and two
     /// to four slots of the lookup table).
-    /// \throws std::runtime_error file cannot be opened or read; std::invalid_argument malformed
-    ///         file (truncated, a length out of range, too few or too many pieces); std::bad_alloc
+    /// \throws std::runtime_error file cannot be opened or read (or is not a regular file);
+    ///         std::invalid_argument malformed file (larger than max_file_bytes, truncated, a length
+    ///         out of range, too few or too many pieces); std::bad_alloc
     ///         only when memory for the file's own bytes (and the pieces they hold) runs out.
     ///         Messages name the file.
     explicit tokenizer(const std::filesystem::path& path, std::int32_t expected_vocab_size = 0) {
         const std::string file = "llama2 tokenizer '" + path.string() + "'";
+        std::error_code ec;
+        if (!std::filesystem::is_regular_file(path, ec))
+            throw std::runtime_error(file + ": cannot open file (" +
+                                     (std::filesystem::exists(path, ec) ? "not a regular file" : "no such file") + ")");
+        const std::uintmax_t size = std::filesystem::file_size(path, ec);
+        if (ec) throw std::runtime_error(file + ": cannot determine the file size: " + ec.message());
+        if (size > max_file_bytes)
+            throw std::invalid_argument(file + ": " + std::to_string(size) + " bytes; a tokenizer of at most " +
+                                        std::to_string(max_file_bytes) + " bytes is expected");
         std::ifstream in(path, std::ios::binary);
         if (!in) throw std::runtime_error(file + ": cannot open file");
-        in.seekg(0, std::ios::end);
-        const std::streamoff end = in.tellg();
-        in.seekg(0, std::ios::beg);
-        if (end < 0 || !in) throw std::runtime_error(file + ": cannot determine the file size");
-        std::string data(static_cast<std::size_t>(end), '\0');
+        std::string data(static_cast<std::size_t>(size), '\0');
         if (!in.read(data.data(), static_cast<std::streamsize>(data.size())))
             throw std::runtime_error(file + ": read error");
 

@@ -245,6 +245,25 @@ TEST_CASE("llama2 files: a 12-byte tokenizer whose piece claims 2^31-1 bytes is 
     if (counting()) CHECK(meter.bytes() < 64 * 1024);
 }
 
+TEST_CASE("llama2 files: a tokenizer path that is a folder, or a file larger than any tokenizer, is refused before "
+          "reading it",
+          "[llama2][files][tokenizer]") {
+    temp_dir dir;
+    // A folder: its size may read as 2^63 - 1 through a stream (a length_error naming nothing).
+    CHECK_THROWS_AS(llama2::tokenizer(dir.path), std::runtime_error);
+    CHECK_THROWS_WITH(llama2::tokenizer(dir.path), contains("llama2 tokenizer") && contains("not a regular file"));
+    CHECK_THROWS_WITH(llama2::tokenizer(dir / "missing.bin"), contains("missing.bin") && contains("no such file"));
+    // A sparse file one byte over the limit (no disk space used): refused by its size, without
+    // allocating for it.
+    const fs::path huge = dir / "huge_tokenizer.bin";
+    bytes{}.i32(16).write(huge);
+    fs::resize_file(huge, llama2::tokenizer::max_file_bytes + 1);
+    const peak_meter meter;
+    CHECK_THROWS_AS(llama2::tokenizer(huge), std::invalid_argument);
+    CHECK_THROWS_WITH(llama2::tokenizer(huge), contains("huge_tokenizer.bin") && contains("bytes; a tokenizer of at most"));
+    if (counting()) CHECK(meter.bytes() < 64 * 1024);
+}
+
 TEST_CASE("llama2 files: a tokenizer takes at most a small multiple of its file's size", "[llama2][files][tokenizer]") {
     // 200,000 short pieces (8 bytes of score and length plus 1..6 bytes each): the file's
     // smallest bytes per piece, so per-piece overhead (a std::string and a hash node each
@@ -504,6 +523,39 @@ TEST_CASE("llama2 files: a checkpoint cut at any tensor boundary, or longer than
     bytes{shared}.write(cut);
     CHECK_THROWS_WITH(llama2::read_checkpoint(cut), contains("trailing data"));
     // The whole file still loads.
+    CHECK(llama2::read_checkpoint(whole).cfg == c);
+}
+
+TEST_CASE("llama2 files: a NaN or infinite weight is rejected at load, naming the tensor and the element",
+          "[llama2][files][checkpoint]") {
+    temp_dir dir;
+    const llama2::config c = small_config();
+    const fs::path whole = dir / "whole.bin";
+    llama2::write_checkpoint(whole, c, llama2::random_weights(c, 11));
+    const std::uint64_t size = llama2::checkpoint_file_size(c);
+    std::string data(size, '\0');
+    std::ifstream(whole, std::ios::binary).read(data.data(), std::streamsize(size));
+    // The third tensor (wq) starts after the header, the embedding and rms_att.
+    const std::uint64_t wq = 28 + 4u * (std::uint64_t(c.vocab_size) * std::uint64_t(c.dim) +
+                                        std::uint64_t(c.n_layers) * std::uint64_t(c.dim));
+    const fs::path forged = dir / "forged.bin";
+    for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()}) {
+        std::string d = data;
+        std::memcpy(d.data() + wq + 4 * 5, &bad, 4);  // its sixth element
+        bytes{d}.write(forged);
+        INFO(bad);
+        CHECK_THROWS_AS(llama2::read_checkpoint(forged), std::invalid_argument);
+        CHECK_THROWS_WITH(llama2::read_checkpoint(forged),
+                          contains("forged.bin") && contains("weight tensor wq element 5 is ") &&
+                              contains(std::isnan(bad) ? "NaN" : "infinite"));
+    }
+    // The classifier, read after the RoPE tables: its last element.
+    std::string d = data;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(d.data() + size - 4, &nan, 4);
+    bytes{d}.write(forged);
+    CHECK_THROWS_WITH(llama2::read_checkpoint(forged), contains("weight tensor wcls element"));
     CHECK(llama2::read_checkpoint(whole).cfg == c);
 }
 
