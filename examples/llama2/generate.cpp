@@ -97,7 +97,9 @@ std::variant<arguments, int> parse(int argc, char** argv) {
                    "shape within the tree's: a tree, a chain or a plain step (N is unused: the tree's own depth)")
         ->capture_default_str()
         ->check(CLI::IsMember({"auto"}) | CLI::TypeValidator<std::size_t>("N"));
-    app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")->capture_default_str();
+    app.add_option("--max-gamma", a.max_gamma, "largest draft length of --gamma auto")
+        ->capture_default_str()
+        ->check(CLI::PositiveNumber);
     app.add_option("--draft-stop", a.decode.draft.stop_below,
                    "end a draft after a token the draft gives probability below P (in a tree: such a node gets "
                    "no children)")
@@ -119,9 +121,15 @@ std::variant<arguments, int> parse(int argc, char** argv) {
     app.add_option("--top-k", a.decode.sampling.top_k, "keep the K most probable tokens (0: all)")
         ->capture_default_str()
         ->check(CLI::NonNegativeNumber);
-    app.add_option("--top-p", a.decode.sampling.top_p, "nucleus sampling mass")
+    app.add_option("--top-p", a.decode.sampling.top_p, "nucleus sampling mass, in (0, 1]")
         ->capture_default_str()
-        ->check(CLI::Range(0.0f, 1.0f));
+        ->check(CLI::Range(0.0f, 1.0f) & CLI::Validator(
+                                                [](std::string& v) {
+                                                    return std::strtod(v.c_str(), nullptr) > 0.0
+                                                               ? std::string()
+                                                               : std::string("must be above 0");
+                                                },
+                                                "> 0"));
     app.add_option("--seed", a.seed, "random seed")->capture_default_str();
     app.add_option("--max-new-tokens", max_tokens, "tokens to generate")->capture_default_str();
     app.add_option("--max-tokens", max_tokens, "old spelling of --max-new-tokens")->group("");
@@ -296,9 +304,10 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
         opts.on_step = std::ref(out);
     if (opts.length.policy == specdec::gamma_policy::adaptive && !a.measure_profile.empty()) {
         // Measured once, before decoding, through the same calls a step makes; saved for
-        // --profile. Up to the longest draft of a step plus the bonus position.
+        // --profile. Up to the most positions a step's pass holds: a chain's draft or a tree's
+        // nodes, and the bonus position.
         const auto* t = std::get_if<specdec::tree>(&opts.step);
-        const std::size_t longest = t ? t->shape.depth() : std::get<specdec::chain>(opts.step).gamma;
+        const std::size_t longest = t ? t->shape.nodes() : std::get<specdec::chain>(opts.step).gamma;
         const specdec::profile_measurement how{.max_positions = longest + 1, .sampling = opts.sampling, .seed = a.seed};
         specdec::engine_profile p;
         if constexpr (specdec::Drafter<D>) p = specdec::measure_engine_profile(drafter, target, prompt, how);
@@ -307,8 +316,9 @@ run_outcome run(D& drafter, llama2::transformer& target, llama2::transformer* dr
         opts.length.adaptive.profile = p;
         o.profile_note = "profile measured and saved to " + a.measure_profile.string();
     } else if (opts.length.policy == specdec::gamma_policy::adaptive && !a.profile.empty()) {
+        const std::string text = llama2::read_text_file(a.profile, "--profile");  // (its errors name the option)
         try {
-            opts.length.adaptive.profile = specdec::parse_engine_profile(llama2::read_text_file(a.profile, "--profile"));
+            opts.length.adaptive.profile = specdec::parse_engine_profile(text);
         } catch (const std::invalid_argument& e) {
             throw std::invalid_argument("--profile " + a.profile.string() + ": " + e.what());
         }

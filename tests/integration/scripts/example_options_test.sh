@@ -36,6 +36,9 @@ check "generate --help" 0 "--draft-stop" "$generate" --help
 check "generate bad scheme" 2 "--scheme" "$generate" --scheme sideways
 check "generate bad gamma" 2 "--gamma" "$generate" --gamma 3x
 check "generate bad drafter" 2 "early-exit:0" "$generate" --drafter early-exit:0
+check "generate top-p 0" 2 "--top-p" "$generate" --top-p 0
+check "generate top-p above 1" 2 "--top-p" "$generate" --top-p 1.5
+check "generate max-gamma 0" 2 "--max-gamma" "$generate" --gamma auto --max-gamma 0
 check "generate without models" 2 "scripts/download_models.sh" env -u SPECDEC_MODELS_DIR "$generate"
 
 check "make_random_checkpoint without output" 2 "OUTPUT.bin is required" "$make_checkpoint"
