@@ -472,16 +472,33 @@ TEST_CASE("llama2 files: headers whose shapes no machine could hold are rejected
     if (counting()) CHECK(meter.bytes() < 64 * 1024);
 }
 
+namespace {
+
+/// small_config()'s checkpoint with random weights, written to a fresh folder, and its bytes.
+struct written_checkpoint {
+    temp_dir dir;
+    llama2::config c = small_config();
+    fs::path whole = dir / "whole.bin";
+    std::uint64_t size = llama2::checkpoint_file_size(c);
+    std::string data;
+    explicit written_checkpoint(std::uint64_t seed) {
+        llama2::write_checkpoint(whole, c, llama2::random_weights(c, seed));
+        REQUIRE(fs::file_size(whole) == size);
+        data.assign(size, '\0');
+        std::ifstream(whole, std::ios::binary).read(data.data(), std::streamsize(size));
+    }
+};
+
+}  // namespace
+
 TEST_CASE("llama2 files: a checkpoint cut at any tensor boundary, or longer than its header says, is rejected",
           "[llama2][files][checkpoint]") {
-    temp_dir dir;
-    const llama2::config c = small_config();
-    const fs::path whole = dir / "whole.bin";
-    llama2::write_checkpoint(whole, c, llama2::random_weights(c, 9));
-    const std::uint64_t size = llama2::checkpoint_file_size(c);
-    REQUIRE(fs::file_size(whole) == size);
-    std::string data(size, '\0');
-    std::ifstream(whole, std::ios::binary).read(data.data(), std::streamsize(size));
+    const written_checkpoint w(9);
+    const temp_dir& dir = w.dir;
+    const llama2::config& c = w.c;
+    const fs::path& whole = w.whole;
+    const std::uint64_t size = w.size;
+    const std::string& data = w.data;
 
     // Tensor boundaries in file order: the header, the tensors, the two RoPE tables, wcls.
     std::vector<std::uint64_t> ends{28};
@@ -528,17 +545,14 @@ TEST_CASE("llama2 files: a checkpoint cut at any tensor boundary, or longer than
 
 TEST_CASE("llama2 files: a NaN or infinite weight is rejected at load, naming the tensor and the element",
           "[llama2][files][checkpoint]") {
-    temp_dir dir;
-    const llama2::config c = small_config();
-    const fs::path whole = dir / "whole.bin";
-    llama2::write_checkpoint(whole, c, llama2::random_weights(c, 11));
-    const std::uint64_t size = llama2::checkpoint_file_size(c);
-    std::string data(size, '\0');
-    std::ifstream(whole, std::ios::binary).read(data.data(), std::streamsize(size));
+    const written_checkpoint w(11);
+    const llama2::config& c = w.c;
+    const std::uint64_t size = w.size;
+    const std::string& data = w.data;
     // The third tensor (wq) starts after the header, the embedding and rms_att.
     const std::uint64_t wq = 28 + 4u * (std::uint64_t(c.vocab_size) * std::uint64_t(c.dim) +
                                         std::uint64_t(c.n_layers) * std::uint64_t(c.dim));
-    const fs::path forged = dir / "forged.bin";
+    const fs::path forged = w.dir / "forged.bin";
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                             -std::numeric_limits<float>::infinity()}) {
         std::string d = data;
@@ -556,7 +570,7 @@ TEST_CASE("llama2 files: a NaN or infinite weight is rejected at load, naming th
     std::memcpy(d.data() + size - 4, &nan, 4);
     bytes{d}.write(forged);
     CHECK_THROWS_WITH(llama2::read_checkpoint(forged), contains("weight tensor wcls element"));
-    CHECK(llama2::read_checkpoint(whole).cfg == c);
+    CHECK(llama2::read_checkpoint(w.whole).cfg == c);
 }
 
 // ---------------------------------------------------------------------------------------------
