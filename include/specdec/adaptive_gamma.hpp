@@ -470,7 +470,7 @@ public:
             nodes += level;
             if (d + 1 < branching.size()) parents += level;
         }
-        const bool chain = std::all_of(branching.begin(), branching.end(), [](std::size_t x) { return x == 1; });
+        const bool chain = detail::is_chain_shape(branching);
         return tree_cost(nodes, parents, branching.size(), chain, sequences);
     }
     /// A tree planner's expected cost of a step of a tree of `nodes` nodes, `parents` of them
@@ -864,7 +864,7 @@ private:
         if (!plans_trees()) return false;
         if (is_best(p)) return !(tree_.chains_as_chain_steps && best_[p - shapes_.size()].chain);
         const auto& v = shapes_[p];
-        return !(tree_.chains_as_chain_steps && std::all_of(v.begin(), v.end(), [](std::size_t x) { return x == 1; }));
+        return !(tree_.chains_as_chain_steps && detail::is_chain_shape(v));
     }
 
     // Plans: for a chain controller, plan g is γ = g; for a tree planner, plan i is shapes_[i]
@@ -944,7 +944,7 @@ private:
     /// Whether the plan chosen at the last choose() (a tree planner's) has one child per node.
     [[nodiscard]] bool planned_is_chain() const {
         if (is_best(planned_)) return planned_best_.chain;
-        return std::all_of(shapes_[planned_].begin(), shapes_[planned_].end(), [](std::size_t x) { return x == 1; });
+        return detail::is_chain_shape(shapes_[planned_]);
     }
     /// drain_to_plain()'s cost of a step of the planned trees of the sequences
     /// drain_order_[k..n) (their cuts in drain_cut_), as tree_cost() charges a whole tree.

@@ -812,7 +812,7 @@ public:
                 // configuration's steps cost. Verification is exact either way; only which
                 // uniforms are drawn differs.
                 if constexpr (detail::chains_as_chains<D, V>)
-                    as_chain = std::all_of(shape.begin(), shape.end(), [](std::size_t b) { return b == 1; });
+                    as_chain = detail::is_chain_shape(shape);
             }
             const std::size_t cap = as_chain ? std::get<tree>(options_.step).shape.max_nodes : 0;
             for (auto& it : items_) {

@@ -952,6 +952,62 @@ TEST_CASE("Ragged plans: the last sequence left of a batch plans from its own ac
     CHECK(ragged < uniform - 0.5);
 }
 
+TEST_CASE("Ragged plans: positions only a longer-drafting sequence tested reach the estimates", "[profile][ragged][multi]") {
+    // A ragged plan may give a sequence more than the batch's γ (choose()'s). The acceptance it
+    // measures there must reach the controller: sequence 0 is drafted by the target itself
+    // (β = 1 at every position), sequence 1 by another model. In a step where sequence 0 drafts
+    // L tokens, more than the batch's γ and than sequence 1, the estimate at L moves towards 1.
+    auto target = markov_model::random(16, 2, 41);
+    auto other = markov_model::random(16, 2, 42);
+    multi_markov_verifier v{&target};
+    specdec::engine_profile linear;
+    for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.6 * static_cast<double>(m));
+    linear.draft_step = {0.05, 0.05};
+    std::size_t cases = 0;
+    for (std::uint64_t seed = 1; seed <= 8; seed += 2) {
+    split_drafter d{&target, &other};
+    specdec::decode_options o{.step = specdec::chain{.gamma = 6},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .sampling = {.temperature = 1.0f},
+                              .budget = {.max_new_tokens = 400}};
+    o.length.adaptive.profile = linear;
+    o.length.adaptive.per_sequence = true;
+    o.length.adaptive.drain = false;
+    o.length.adaptive.window = 8;  // each observation moves the estimate visibly
+    std::size_t drafted[2] = {0, 0};  // this step's draft lengths
+    o.on_step = [&](const specdec::step_event& e) { drafted[e.sequence] = e.draft.size(); };
+    specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
+    (void)dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(seed));
+    (void)dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(seed + 1));
+    const specdec::gamma_controller& c = *dec.controller();
+    std::vector<std::size_t> before(c.choices().begin(), c.choices().end());
+    std::vector<double> estimate(7);
+    while (dec.active() == 2) {
+        for (std::size_t l = 1; l <= 6; ++l) estimate[l] = c.acceptance(l);
+        drafted[0] = drafted[1] = 0;
+        if (dec.step() == 0) break;
+        std::size_t batch_gamma = 0;  // choose()'s γ for this step: the count that grew
+        for (std::size_t g = 0; g < c.choices().size(); ++g)
+            if (g >= before.size() || c.choices()[g] != before[g]) batch_gamma = g;
+        before.assign(c.choices().begin(), c.choices().end());
+        const std::size_t l = drafted[0];
+        if (l > std::max(batch_gamma, drafted[1]) && estimate[l] < 0.999) {
+            ++cases;
+            INFO("seed " << seed << ": sequence 0 drafted " << l << " (the batch's gamma " << batch_gamma << ", sequence 1 drafted "
+                                       << drafted[1] << "): acceptance at " << l << " " << estimate[l] << " -> "
+                                       << c.acceptance(l));
+            // Observed, the estimate moves towards sequence 0's 1; unobserved, it would stay
+            // where it was or, never observed, fall back to the one before it (which holds
+            // sequence 1's acceptance).
+            CHECK(c.acceptance(l) > estimate[l]);
+            CHECK(c.acceptance(l) > c.acceptance(l - 1));
+        }
+    }
+    }
+    INFO(cases << " steps where sequence 0 alone drafted past the batch's gamma");
+    REQUIRE(cases >= 3);
+}
+
 namespace {
 
 /// A CPU-like engine (planner_bench's): a pass over m positions costs 0.5 + 0.05 m, a draft call

@@ -12,6 +12,12 @@
 
 namespace specdec::detail {
 
+/// True when every level of a tree shape has one child per node (a chain; also the empty
+/// shape, a plain step).
+[[nodiscard]] inline bool is_chain_shape(std::span<const std::size_t> branching) noexcept {
+    return std::all_of(branching.begin(), branching.end(), [](std::size_t b) { return b == 1; });
+}
+
 /// The model: the r-th child drawn under any node (r from 0 here) is the one verification
 /// accepts with probability w[r] = a_{r+1} Π_{k<=r} (1 − a_k), given that the node was reached
 /// and accepted. A subtree's expected accepted tokens then depend only on its root's depth and
