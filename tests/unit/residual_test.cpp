@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -211,6 +212,58 @@ TEST_CASE("After a point-mass draft is rejected on a long row the correction fol
         INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
         CHECK(ok.p_value >= kFalseAlarm);
         const auto wrong = specdec_test::chi_square_test(counts, p);
+        INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
+        CHECK(wrong.p_value < kFalseAlarm);
+    }
+}
+
+TEST_CASE("After a point-mass draft in the last of many blocks is rejected the correction follows p without it",
+          "[statistical][residual]") {
+    // The exact draw that follows eight failed proposals walks the residual's block sums to the
+    // block the uniform lands in. Those sums must survive the proposals, which draw from p by
+    // its running block masses. Eight blocks of 2048: p spread evenly over blocks 0-6 (every
+    // 64th token) and x in block 7 with p(x) = 0.74, so the residual mass 0.26 is just above the
+    // threshold for proposals and all eight fail with probability 0.74^8 = 0.09. A walk over
+    // the running masses instead of the block sums stops by block 3 and never draws from blocks
+    // 4-6, which hold 3/7 of the residual. Counted per block (seven cells), 20,000 rejections
+    // per scheme (token and block verification); negative control: the same counts against
+    // p's block masses, x's block included.
+    constexpr Eigen::Index vocab = 8 * 2048;
+    constexpr token_id x = 7 * 2048 + 100;
+    constexpr double px = 0.74;
+    constexpr std::size_t draws = 20000;
+    Eigen::MatrixXf logits = Eigen::MatrixXf::Constant(vocab, 2, kNegInf);
+    logits(0, 1) = 0.0f;
+    std::size_t support = 0;
+    for (Eigen::Index t = 0; t < 7 * 2048; t += 64) logits(t, 0) = 0.0f, ++support;
+    logits(x, 0) = static_cast<float>(std::log(static_cast<double>(support)) + std::log(px / (1.0 - px)));
+    const std::vector<double> residual(7, 1.0 / 7.0);
+    std::vector<double> p(8, (1.0 - px) / 7.0);
+    p[7] = px;
+    for (const auto scheme : {specdec::verification_scheme::token, specdec::verification_scheme::block}) {
+        std::mt19937_64 rng(301);
+        specdec::verify_workspace ws;
+        std::vector<std::size_t> counts(7, 0), with_x(8, 0);
+        const token_id tokens[] = {x};
+        std::size_t calls = 0;
+        for (std::size_t rejected = 0; rejected < draws; ++calls) {
+            const auto r = specdec::verify(logits, tokens, specdec::point_mass, {}, rng, ws, {.scheme = scheme});
+            if (r.accepted == 1) continue;
+            REQUIRE(r.next_token != x);
+            REQUIRE(logits(r.next_token, 0) == 0.0f);
+            ++counts[static_cast<std::size_t>(r.next_token / 2048)];
+            ++with_x[static_cast<std::size_t>(r.next_token / 2048)];
+            ++rejected;
+        }
+        INFO((scheme == specdec::verification_scheme::token ? "token" : "block") << " verification: rejected " << draws
+                                                                                  << " of " << calls);
+        std::string cells;
+        for (const std::size_t c : counts) cells += std::to_string(c) + " ";
+        INFO("rejections per block: " << cells);
+        const auto ok = specdec_test::chi_square_test(counts, residual);
+        INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
+        CHECK(ok.p_value >= kFalseAlarm);
+        const auto wrong = specdec_test::chi_square_test(with_x, p);
         INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
         CHECK(wrong.p_value < kFalseAlarm);
     }

@@ -62,6 +62,9 @@ struct verify_buffers {
     std::vector<float> chunk_lanes;  ///< per row and 256-token chunk: its lane sums of exp((z − m_b) / T)
     std::vector<float> q_lanes;      ///< the same lane sums of the draft column (block verification's bound)
     std::vector<double> sums;        ///< block weights of an exact residual draw
+    /// Running sums of one row's block masses (block_prefix), for draws from p; apart from
+    /// `sums`, which a point mass's residual keeps through its proposals from p.
+    std::vector<double> prefix;
     std::vector<double> eta;         ///< block verification: η_1..η_γ
     std::vector<double> weight;      ///< block verification: w_1..w_γ
     std::vector<double> p_draft;     ///< block verification: p_i(x_i)
