@@ -78,6 +78,7 @@ decode_result autoregressive_models_loop(model_ref& model, std::span<const token
 }
 
 #if defined(SPECDEC_COMPILED)
+SPECDEC_DETAIL_CORE_BEGIN
 /// Compiled mode: the loops for plain models, defined once in the library (src/specdec_core.cpp).
 decode_result decode_models(model_ref& drafter, model_ref& verifier, std::span<const token_id> prompt,
                             const decode_options& options, uniform_source& rng);
@@ -93,6 +94,7 @@ decode_result autoregressive_models(model_ref& model, std::span<const token_id> 
     return autoregressive_models_loop(model, prompt, options, rng);
 }
 #endif
+SPECDEC_DETAIL_CORE_END
 #endif
 
 }  // namespace detail

@@ -182,6 +182,7 @@ inline tree_verify_result verify_chain_tree(const Eigen::Ref<const Eigen::Matrix
     return {r.accepted, static_cast<std::int32_t>(r.accepted) - 1, r.next_token, b.siblings};
 }
 
+SPECDEC_DETAIL_CORE_BEGIN
 /// verify_tree, its errors naming `where` (the call the user made: a decoding loop's). Inline,
 /// or in compiled mode defined once in the library (SPECDEC_COMPILED, detail/isa_config.hpp).
 SPECDEC_DETAIL_CORE_ENTRY tree_verify_result verify_tree_for(const Eigen::Ref<const Eigen::MatrixXf>& target_logits,
@@ -214,6 +215,7 @@ SPECDEC_DETAIL_CORE_ENTRY tree_verify_result verify_tree_for(const Eigen::Ref<co
             b.siblings};
 }
 #endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY
+SPECDEC_DETAIL_CORE_END
 
 }  // namespace detail
 

@@ -41,7 +41,12 @@ concept eigen_object = std::is_base_of_v<Eigen::EigenBase<std::remove_cvref_t<T>
 template <class G>
 constexpr bool diagnose_generator() {
     using U = std::remove_cvref_t<G>;
-    if constexpr (uniform_bit_generator<U>) {
+    if constexpr (uniform_bit_generator<U> && std::is_const_v<std::remove_reference_t<G>>) {
+        static_assert(dependent_false<G>,
+                      "specdec: rng is const: the library draws from it, which changes its state; pass a "
+                      "non-const generator (e.g. `std::mt19937_64 rng(seed);`)");
+        return true;
+    } else if constexpr (uniform_bit_generator<U>) {
         return false;
     } else if constexpr (std::is_arithmetic_v<U>) {
         static_assert(dependent_false<G>,
@@ -55,6 +60,11 @@ constexpr bool diagnose_generator() {
         return true;
     }
 }
+
+/// A generator argument of a forwarding reference (G as deduced) that the library can draw
+/// from: a uniform_bit_generator, not const (specdec::random_generator, random.hpp).
+template <class G>
+concept drawable_generator = uniform_bit_generator<std::remove_cvref_t<G>> && !std::is_const_v<std::remove_reference_t<G>>;
 
 /// An argument that binds to a `const Eigen::Ref<const Eigen::MatrixXf>&` parameter (L as
 /// deduced for a forwarding reference: the argument's type and value category).
@@ -71,14 +81,14 @@ concept float_span_argument = std::is_convertible_v<S, std::span<const float>>;
 /// the real overload is viable (its other parameters are the fallback's too).
 template <class L, class T, class Q, class G>
 concept verify_arguments = float_matrix_argument<L> && token_span_argument<T> && float_matrix_argument<Q> &&
-                           uniform_bit_generator<std::remove_cvref_t<G>>;
+                           drawable_generator<G>;
 template <class L, class T, class Q, class S, class G>
 concept verify_scaled_arguments = verify_arguments<L, T, Q, G> && float_span_argument<S>;
 template <class L, class T, class G>
 concept verify_point_mass_arguments =
-    float_matrix_argument<L> && token_span_argument<T> && uniform_bit_generator<std::remove_cvref_t<G>>;
+    float_matrix_argument<L> && token_span_argument<T> && drawable_generator<G>;
 template <class L, class G>
-concept verify_tree_arguments = float_matrix_argument<L> && uniform_bit_generator<std::remove_cvref_t<G>>;
+concept verify_tree_arguments = float_matrix_argument<L> && drawable_generator<G>;
 
 /// target_logits of verify() or verify_tree(): an Eigen matrix of float.
 template <class L>

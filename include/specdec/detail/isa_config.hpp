@@ -32,6 +32,26 @@
 #else
 #define SPECDEC_DETAIL_CORE_ENTRY inline
 #endif
+/// Compiled mode's entry points are declared between SPECDEC_DETAIL_CORE_BEGIN and
+/// SPECDEC_DETAIL_CORE_END: an inline namespace named after how Eigen allocates its heap memory
+/// in the translation unit (EIGEN_DEFAULT_ALIGN_BYTES, which the instruction-set flags set: 16
+/// with SSE2, 32 with AVX, 64 with AVX-512; EIGEN_MALLOC_ALREADY_ALIGNED). The library allocates
+/// workspace memory that the caller's translation units free, and Eigen's allocator and its
+/// free function differ between those settings, so a program whose translation units were
+/// compiled with other flags than the library's source file would corrupt its heap: with the
+/// tag it does not link (an undefined reference to specdec::detail::compiled_align32_malloc0::...
+/// names the mismatch). Header-only use needs no tag: each translation unit frees what it
+/// allocated. Expanded where <Eigen/Core> is included.
+#if defined(SPECDEC_COMPILED)
+#define SPECDEC_DETAIL_COMPILED_ABI                                                  \
+    SPECDEC_DETAIL_CAT(SPECDEC_DETAIL_CAT(compiled_align, EIGEN_DEFAULT_ALIGN_BYTES), \
+                       SPECDEC_DETAIL_CAT(_malloc, EIGEN_MALLOC_ALREADY_ALIGNED))
+#define SPECDEC_DETAIL_CORE_BEGIN inline namespace SPECDEC_DETAIL_COMPILED_ABI {
+#define SPECDEC_DETAIL_CORE_END }
+#else
+#define SPECDEC_DETAIL_CORE_BEGIN
+#define SPECDEC_DETAIL_CORE_END
+#endif
 
 // The AVX2 and AVX-512 copies, and a portable copy built with AVX or wider, need <immintrin.h>;
 // a portable copy at SSE2 needs only <emmintrin.h>, which costs far less to compile (about half

@@ -27,6 +27,7 @@ namespace specdec::detail {
 
 // The functions that run the copy of the core active_isa_index() names (see SPECDEC_COMPILED in
 // detail/isa_config.hpp: inline here, or declared here and defined once in the library).
+SPECDEC_DETAIL_CORE_BEGIN
 SPECDEC_DETAIL_CORE_ENTRY void run_standardize(const Eigen::Ref<const Eigen::VectorXf>& logits,
                                                const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
                                                sampling_buffers& ws, const char* where);
@@ -40,6 +41,7 @@ SPECDEC_DETAIL_CORE_ENTRY scaled_draw run_standardize_weights_and_sample(const E
                                                                          const sampling_config& s,
                                                                          Eigen::Ref<Eigen::VectorXf> out, double u,
                                                                          sampling_buffers& ws, const char* where);
+SPECDEC_DETAIL_CORE_END
 
 }  // namespace specdec::detail
 
@@ -65,6 +67,7 @@ namespace specdec::detail {
 /// (the tests reach the internals through it). Not in compiled mode's translation units.
 namespace kernels = SPECDEC_DETAIL_NS_PORTABLE;
 
+SPECDEC_DETAIL_CORE_BEGIN
 SPECDEC_DETAIL_CORE_ENTRY void run_standardize(const Eigen::Ref<const Eigen::VectorXf>& logits,
                                                const sampling_config& s, Eigen::Ref<Eigen::VectorXf> out,
                                                sampling_buffers& ws, const char* where) {
@@ -86,6 +89,7 @@ SPECDEC_DETAIL_CORE_ENTRY scaled_draw run_standardize_weights_and_sample(const E
                                                                          sampling_buffers& ws, const char* where) {
     SPECDEC_DETAIL_DISPATCH(standardize_weights_and_sample(logits, s, out, u, ws, where))
 }
+SPECDEC_DETAIL_CORE_END
 
 }  // namespace specdec::detail
 #endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY

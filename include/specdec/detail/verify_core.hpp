@@ -57,6 +57,7 @@ struct tree_call {
 }  // namespace specdec::detail
 
 namespace specdec::detail {
+SPECDEC_DETAIL_CORE_BEGIN
 
 /// Runs one tree verification on the active copy of the core (result in ws.last_node and
 /// ws.next_token). Not a template, for the reason run_verify_core is not.
@@ -68,6 +69,7 @@ SPECDEC_DETAIL_CORE_ENTRY void run_tree_core(const tree_call& call, uniform_sour
 SPECDEC_DETAIL_CORE_ENTRY verify_result run_verify_core(const verify_call& call, uniform_source& rng,
                                                         verify_buffers& ws);
 
+SPECDEC_DETAIL_CORE_END
 }  // namespace specdec::detail
 
 #if !SPECDEC_DETAIL_CORE_DECLARED_ONLY
@@ -75,6 +77,7 @@ SPECDEC_DETAIL_CORE_ENTRY verify_result run_verify_core(const verify_call& call,
 #include "for_each_isa.inc"
 
 namespace specdec::detail {
+SPECDEC_DETAIL_CORE_BEGIN
 
 SPECDEC_DETAIL_CORE_ENTRY verify_result run_verify_core(const verify_call& call, uniform_source& rng,
                                                         verify_buffers& ws) {
@@ -85,6 +88,7 @@ SPECDEC_DETAIL_CORE_ENTRY void run_tree_core(const tree_call& call, uniform_sour
     SPECDEC_DETAIL_DISPATCH(verify_tree_on_core(call, rng, ws))
 }
 
+SPECDEC_DETAIL_CORE_END
 }  // namespace specdec::detail
 #endif  // !SPECDEC_DETAIL_CORE_DECLARED_ONLY
 

@@ -14,6 +14,7 @@
 
 #include "../adapters.hpp"
 #include "../concepts.hpp"
+#include "../diagnostics.hpp"
 #include "../error.hpp"
 #include "../random.hpp"
 #include "../sampling.hpp"
@@ -37,8 +38,12 @@ namespace specdec {
 /// asked of their reported model calls; a drafter that reports none counts one call if it
 /// proposed tokens and none otherwise (as speculative_step() counts such a drafter).
 template <class... Ds>
-    requires(sizeof...(Ds) >= 1 && (Drafter<std::remove_reference_t<Ds>> && ...))
 class fallback_drafter {
+    // Each member must be a Drafter: a miss is reported by name, with the fix, as
+    // speculative_decode reports a drafter's (diagnostics.hpp).
+    static_assert(sizeof...(Ds) >= 1, "specdec::fallback_drafter: give it at least one drafter");
+    static_assert(((detail::diagnose_drafter<std::remove_reference_t<Ds>>() ? true : true) && ...));
+
 public:
     /// Lvalue members are referred to, rvalue members moved in (see the class comment).
     /// \throws std::invalid_argument if the drafters' vocabulary sizes differ.
