@@ -74,7 +74,12 @@ template <detail::kit_drafter D, detail::kit_target V>
     std::optional<D> pristine_drafter;
     if constexpr (multi_target) pristine_target.emplace(target);
     if constexpr (multi_drafter) pristine_drafter.emplace(drafter);
-    if constexpr (Verifier<V> && std::copy_constructible<V>) add(check_contract(target, o), "adapter contract (target)");
+    // The target's contract with the step the decoding checks run (a drafter of trees only runs
+    // a tree step under chain options, and the contract then scores trees too).
+    conformance_options stepped = o;
+    stepped.decode.step = detail::step_of<D>(o);
+    if constexpr (Verifier<V> && std::copy_constructible<V>)
+        add(check_contract(target, stepped), "adapter contract (target)");
     if constexpr (LanguageModel<D> && std::copy_constructible<D>) add(check_contract(drafter, o), "adapter contract (draft)");
     if constexpr (multi_target)
         add(detail::multi_sequence_part(target, *pristine_target, o, {.scores = true, .drafts = false}),

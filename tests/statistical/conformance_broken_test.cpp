@@ -57,6 +57,19 @@ TEST_CASE("a score_tree whose attention mask lets a node see other branches is f
     const auto g = kit::check_contract(good, small_tree_options());
     INFO(g);
     CHECK(g);
+    // Beside a drafter of trees only, run_conformance under chain options decodes trees, and its
+    // contract of the target scores trees too (it used to take the options' chain step and never
+    // call score_tree).
+    auto draft_model = specdec_test::markov_model::random(5, 2, 13);
+    markov_tree_drafter trees{&draft_model};
+    auto chain_options = small_options();
+    chain_options.samples = 2000;  // the contract decides; the statistical checks only need to run
+    const auto all = kit::run_conformance(trees, broken, chain_options);
+    INFO(all);
+    REQUIRE_FALSE(all.checks.empty());
+    CHECK(all.checks[0].check == "adapter contract (target)");
+    CHECK_FALSE(all.checks[0]);
+    CHECK(contains(all.checks[0].failure, "score_tree("));
 }
 
 TEST_CASE("a tree drafter that draws at another temperature than it reports is flagged", "[conformance][statistical]") {

@@ -53,8 +53,10 @@ inline double randomized_pit(const Eigen::Ref<const Eigen::VectorXf>& probs, dou
     return std::clamp(before + v * qx, 0.0, std::nextafter(1.0, 0.0));
 }
 
-/// A Drafter as the library drafts with it: a BlockDrafter as it is, a plain LanguageModel
-/// through model_drafter (and, below, a MultiSequenceDrafter through draft_batch).
+/// A drafter's chain call as the library's decoding loop makes it: a MultiSequenceDrafter's
+/// draft_batch whenever it has one (below; also beside draft() or next_logits(), as
+/// batch_decoder drafts), else a BlockDrafter's draft() as it is, a plain LanguageModel through
+/// model_drafter.
 template <class D>
 struct as_block_drafter {
     explicit as_block_drafter(D& d) : d_(&d) {}
@@ -65,7 +67,7 @@ struct as_block_drafter {
     D* d_;
 };
 template <Drafter D>
-    requires(!BlockDrafter<D>)
+    requires(!BlockDrafter<D> && !MultiSequenceDrafter<D>)
 struct as_block_drafter<D> {
     explicit as_block_drafter(D& d) : m_(d) {}
     void draft(std::span<const token_id> c, std::size_t gamma, const sampling_config& s, uniform_source& u,
@@ -75,10 +77,10 @@ struct as_block_drafter<D> {
     model_drafter<D> m_;
 };
 
-/// A MultiSequenceDrafter that is no Drafter, as one sequence's BlockDrafter: draft_batch with
-/// the one request, in slot 0.
+/// A MultiSequenceDrafter as one sequence's BlockDrafter: draft_batch with the one request, in
+/// slot 0.
 template <class D>
-    requires(!Drafter<D> && MultiSequenceDrafter<D>)
+    requires(MultiSequenceDrafter<D>)
 struct as_block_drafter<D> {
     explicit as_block_drafter(D& d) : d_(&d) {}
     void draft(std::span<const token_id> c, std::size_t gamma, const sampling_config& s, uniform_source& u,

@@ -108,8 +108,9 @@ inline std::ostream& operator<<(std::ostream& os, const conformance_report& r) {
 
 /// What the checks run, and their budgets. Aggregate: `{.prompt = {1}, .samples = 5000}`.
 struct conformance_options {
-    /// Every context the checks build starts with these tokens (a llama2.c model needs BOS = 1).
-    std::vector<token_id> prompt{};
+    /// Every context the checks build starts with these tokens (a llama2.c model needs BOS = 1):
+    /// at least one (decoding refuses an empty prompt); token 0 unless set.
+    std::vector<token_id> prompt{0};
     /// γ of chain steps: the decoding checks run chains of this γ (in place of the chain's own in
     /// `decode`), the draft check blocks of γ tokens, and the contract check scores drafts of up
     /// to γ + 1 tokens. With a tree step, the tree's depth takes its place.
