@@ -53,8 +53,9 @@ struct adaptive_gamma_options {
     /// unit of time, and a draft model idle during plain target steps (γ = 0) must first
     /// catch up on the tokens it missed (measured, or from the profile's draft_catch_up; else
     /// about one draft step each). A step explores only
-    /// while the predicted cost of all exploring steps so far, this one included, stays
-    /// within this fraction of the predicted cost of all steps. So a pair for which
+    /// while the predicted loss of all exploring steps so far (each one's predicted cost beyond
+    /// what the best plan would take for its expected tokens, and the draft model's catch-up),
+    /// this one included, stays within this fraction of the predicted cost of all steps. So a pair for which
     /// speculation does not pay, with a draft as slow as its target, soon stops exploring
     /// and decodes at about the target's speed, while a cheap drafter keeps being tried.
     double explore_budget = 0.02;
@@ -125,7 +126,8 @@ struct adaptive_gamma_options {
 
 namespace detail {
 
-/// A running mean over the last `window` observations (all of them until there are that many).
+/// A running mean of the first `window` observations, then an exponential moving average with
+/// weight 1 / window (adaptive_gamma_options::window).
 struct running_estimate {
     double value = 0.0;
     std::size_t count = 0;
@@ -297,6 +299,24 @@ public:
     /// choices depend on timings, and the same seed need not give the same tokens.
     [[nodiscard]] bool measures_time() const noexcept { return !options_.pass_cost && !options_.profile; }
 
+    /// Sets how the models of the decoder that uses it draft and score a tree planner's plans
+    /// (tree_plan_limits::draft_calls, chains_batched and chains_as_chain_steps: facts about the
+    /// models, not choices): batch_decoder calls it on a caller's planner, so that a planner
+    /// made by make_controller(options) costs any pair's steps as they run. A planner is meant
+    /// for one pair of models. No effect on a chain controller.
+    void describe_models(tree_draft_calls draft_calls, bool chains_batched, bool chains_as_chain_steps) noexcept {
+        if (!plans_trees()) return;
+        tree_.draft_calls = draft_calls;
+        tree_.chains_batched = chains_batched;
+        tree_.chains_as_chain_steps = chains_as_chain_steps;
+    }
+
+    /// A new decoding call begins (batch_decoder calls it before a step whose every sequence is
+    /// at its first step): the draft model reads the new prompt whatever it missed before, so
+    /// the tokens of the plain steps since it last drafted are no longer charged to resuming
+    /// speculation (a kept controller would otherwise carry them from call to call).
+    void new_call() noexcept { lag_ = 0; }
+
     /// The γ for the next step, at most `limit` (the tokens still needed minus one).
     /// Warm-up when costs are measured: γ = 1 until a draft token and a 2-position pass are
     /// timed (twice: a decoding call's first step also reads the prompt, and is not timed), then
@@ -402,10 +422,13 @@ public:
 
     /// Updates the estimates with what a step did.
     void observe(const step_observation& o) {
+        // (A value that is not a number is skipped: it would stay in the moving average for good.)
         for (std::size_t i = 0; i < o.acceptance.size() && i < alpha_.size(); ++i)
-            alpha_[i].add(std::clamp(static_cast<double>(o.acceptance[i]), 0.0, 1.0), options_.window);
+            if (!std::isnan(o.acceptance[i]))
+                alpha_[i].add(std::clamp(static_cast<double>(o.acceptance[i]), 0.0, 1.0), options_.window);
         for (std::size_t k = 0; k < o.sibling_acceptance.size() && k < sibling_.size(); ++k)
-            sibling_[k].add(std::clamp(static_cast<double>(o.sibling_acceptance[k]), 0.0, 1.0), options_.window);
+            if (!std::isnan(o.sibling_acceptance[k]))
+                sibling_[k].add(std::clamp(static_cast<double>(o.sibling_acceptance[k]), 0.0, 1.0), options_.window);
         if (o.gamma > 0) {
             // A draft token's time only from a drafter that ran in the step before too: one
             // idle during plain steps (or new to the prompt) spends this call catching up.
@@ -1030,7 +1053,10 @@ private:
         }
         return best;
     }
-    /// Every shape within the limits (and the plain step first), by depth then nodes.
+    /// Every shape within the limits (and the plain step first), by depth then nodes; at most
+    /// max_shapes of them: where the limits allow more, every shape of at most n nodes for the
+    /// largest n that fits, so that the small shapes (the warm-up's one level of two, a second
+    /// child at the root) are always among them.
     void enumerate_shapes() {
         constexpr std::size_t max_shapes = 4096;  // a planner's choice stays cheap per step
         shapes_.assign(1, {});
@@ -1040,20 +1066,42 @@ private:
             for (const std::size_t x : w) n += level *= x;
             return n;
         };
-        const auto grow = [&](auto&& self) -> void {
-            if (!v.empty()) {
-                if (tree_.max_nodes != 0 && nodes_of(v) > tree_.max_nodes) return;
-                if (shapes_.size() >= max_shapes) return;
-                shapes_.push_back(v);
-            }
-            if (v.size() == tree_.branching.size()) return;
-            for (std::size_t b = 1; b <= tree_.branching[v.size()]; ++b) {
-                v.push_back(b);
-                self(self);
-                v.pop_back();
-            }
+        // Visits the shapes of at most `limit` nodes depth first (b_d ascending; a shape's nodes
+        // grow with each b_d and each level, so the walk stops at the first that exceeds the
+        // limit), while `visit` returns true.
+        const auto walk = [&](std::size_t limit, auto&& visit) {
+            const auto go = [&](auto&& self, std::size_t nodes, std::size_t level) -> bool {
+                if (v.size() == tree_.branching.size()) return true;
+                for (std::size_t b = 1; b <= tree_.branching[v.size()]; ++b) {
+                    if (b > (limit - nodes) / level) break;  // nodes + level·b > limit (no overflow)
+                    v.push_back(b);
+                    const bool more = visit() && self(self, nodes + level * b, level * b);
+                    v.pop_back();
+                    if (!more) return false;
+                }
+                return true;
+            };
+            v.clear();
+            (void)go(go, 0, 1);
         };
-        grow(grow);
+        const auto count_within = [&](std::size_t limit) {  // up to max_shapes + 1
+            std::size_t count = 0;
+            walk(limit, [&] { return ++count <= max_shapes; });
+            return count;
+        };
+        std::size_t limit = tree_.max_nodes != 0 ? tree_.max_nodes : std::numeric_limits<std::size_t>::max();
+        if (count_within(limit) > max_shapes) {
+            std::size_t lo = 1, hi = limit;  // count_within(lo) <= max_shapes < count_within(hi)
+            while (hi - lo > 1) {
+                const std::size_t mid = lo + (hi - lo) / 2;
+                (count_within(mid) <= max_shapes ? lo : hi) = mid;
+            }
+            limit = lo;
+        }
+        walk(limit, [&] {
+            shapes_.push_back(v);
+            return true;
+        });
         std::stable_sort(shapes_.begin(), shapes_.end(), [&](const auto& a, const auto& c) {
             return a.size() != c.size() ? a.size() < c.size() : nodes_of(a) < nodes_of(c);
         });

@@ -625,6 +625,13 @@ public:
         }
         vocab_ = detail::checked_vocab(drafter, verifier, where);
         detail::check_token_range(options_.budget.stop_tokens, vocab_, where, "budget.stop_tokens");
+        // How this pair drafts and scores a tree planner's plans (tree_plan_limits): a plain
+        // next_logits drafter grows a tree one call per parent (draft_tree_step), the others a
+        // level per call; chain plans run as chain steps when both models have chain calls.
+        constexpr bool per_parent = !TreeDrafter<D> && !BlockDrafter<D> && !TreeVerifier<D>;
+        constexpr tree_draft_calls draft_calls = per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level;
+        constexpr bool chains_batched = MultiSequenceDrafter<D> && detail::chains_as_chains<D, V>;
+        constexpr bool chain_steps = detail::chains_as_chains<D, V>;
         if (adaptive) {
             if (options_.length.controller) {
                 gamma_controller& c = *options_.length.controller;
@@ -637,6 +644,11 @@ public:
                         detail::fail_invalid(where, ": the controller does not plan this step's tree; make it with "
                                                     "specdec::make_controller(options) (the tree planner with the "
                                                     "shape's branching and max_nodes as its limits)");
+                    // How these models draft and score its plans (a planner that costed this
+                    // pair's steps as another pair's would plan from the wrong times: a plain
+                    // step timed in the chain table while the planner waited for it in the tree
+                    // table never ended).
+                    c.describe_models(draft_calls, chains_batched, chain_steps);
                 } else if (c.plans_trees() || c.gamma_max() != longest_) {
                     detail::fail_invalid(where, ": the controller's gamma_max() = ", c.gamma_max(),
                                          c.plans_trees() ? " (a tree planner)" : "", " differs from the step's gamma = ",
@@ -644,13 +656,7 @@ public:
                 }
                 controller_ = &c;
             } else {
-                // A plain next_logits drafter grows a tree one call per parent (draft_tree_step);
-                // the others a level per call.
-                constexpr bool per_parent = !TreeDrafter<D> && !BlockDrafter<D> && !TreeVerifier<D>;
-                controller_ = &own_controller_.emplace(
-                    make_controller(options_, per_parent ? tree_draft_calls::per_parent : tree_draft_calls::per_level,
-                                    MultiSequenceDrafter<D> && detail::chains_as_chains<D, V>,
-                                    detail::chains_as_chains<D, V>));
+                controller_ = &own_controller_.emplace(make_controller(options_, draft_calls, chains_batched, chain_steps));
             }
         }
     }
@@ -765,13 +771,14 @@ public:
         } guard{stepping_};
         items_.clear();
         std::size_t limit = 0;  // the most any sequence could still use
-        bool first = false;
+        bool first = false, all_first = true;
         for (std::size_t id = 0; id < entries_.size(); ++id) {
             entry* e = entries_[id].get();
             if (!e || e->done) continue;
             const std::size_t remaining = e->budget.max_new_tokens - e->generated;
             limit = std::max(limit, remaining - 1);
             first = first || e->stats.steps == 0;
+            all_first = all_first && e->stats.steps == 0;
             items_.push_back({.slot = id, .tokens = &e->sequence, .stats = &e->stats, .rng = &e->rng, .ws = &e->ws,
                               .tws = e->tws.get(), .gamma = std::min(longest_, remaining - 1), .tree = tree_,
                               .extras = &e->extras});
@@ -779,6 +786,7 @@ public:
         if (items_.empty()) return 0;
         std::size_t planned = longest_;
         if (controller_) {
+            if (all_first) controller_->new_call();
             planned = controller_->choose(limit, items_.size());
             if (items_.size() > 1) had_many_ = true;
             const auto& adaptive = controller_->options();
@@ -1020,7 +1028,7 @@ private:
             if (it.settled && !it.tree) depth = std::max(depth, it.result.draft.size());
         beta_sum_.assign(depth, 0.0);
         beta_count_.assign(depth, 0);
-        std::size_t drafted = 0, emitted = 0, stepped = 0, positions = 0;
+        std::size_t drafted = 0, emitted = 0, stepped = 0, positions = 0, calls = 0;
         bool tree_pass = false;
         sibling_sum_.clear();
         sibling_count_.clear();
@@ -1032,7 +1040,7 @@ private:
                 // A tree's draft calls (its model calls, else one per level) and its positions.
                 const draft_tree& t = it.tws->tree;
                 tree_pass = true;
-                drafted = std::max(drafted, t.model_calls != 0 ? t.model_calls : static_cast<std::size_t>(t.max_depth()));
+                calls += t.model_calls != 0 ? t.model_calls : static_cast<std::size_t>(t.max_depth());
                 positions += t.size() + 1;
                 emitted += it.tree_result.accepted + 1;
                 const auto ranks = it.tree_result.sibling_acceptance;
@@ -1047,6 +1055,7 @@ private:
             } else {
                 positions += it.result.draft.size() + 1;
                 drafted = std::max(drafted, it.result.draft.size());
+                calls += it.result.draft.size();
                 emitted += it.result.emitted();
                 seen = it.result.acceptance;
                 if (tree_ && !seen.empty()) {
@@ -1066,6 +1075,13 @@ private:
             }
         }
         if (stepped == 0) return;
+        // The draft calls the step's time is divided by. Trees are drafted one sequence at a
+        // time, and so are a tree planner's chain plans without draft_batch: the tree planner
+        // charges such a step B times one sequence's calls (tree_plan_limits::
+        // drafts_per_sequence), so its draft token's time is one sequence's, the step's time over
+        // every sequence's calls. A chain controller charges a step γ calls of the whole batch
+        // (one call per position, batched or not): its time over the longest draft.
+        if (tree_pass || (controller_->plans_trees() && !MultiSequenceDrafter<D>)) drafted = calls;
         mean_beta_.clear();
         for (std::size_t i = 0; i < depth && beta_count_[i] != 0; ++i)
             mean_beta_.push_back(static_cast<float>(beta_sum_[i] / static_cast<double>(beta_count_[i])));

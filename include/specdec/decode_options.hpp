@@ -214,7 +214,9 @@ struct decode_options {
 /// per_level otherwise); `chains_batched` and `chains_as_chain_steps`: the fields of
 /// tree_plan_limits (batch_decoder's own planner sets the latter when the drafter has a chain
 /// call and the verifier scores a chain in one call, and the former when that chain call is
-/// draft_batch). All three unused for chains.
+/// draft_batch). All three unused for chains, and set by batch_decoder on a caller's planner
+/// to what its models do (gamma_controller::describe_models): a planner made by
+/// make_controller(options) serves any pair.
 [[nodiscard]] inline gamma_controller make_controller(const decode_options& o,
                                                       tree_draft_calls draft_calls = tree_draft_calls::per_level,
                                                       bool chains_batched = false, bool chains_as_chain_steps = false) {

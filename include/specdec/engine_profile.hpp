@@ -42,10 +42,10 @@ namespace specdec {
 struct engine_profile {
     /// target_pass[m − 1]: one target pass over m positions in total (every sequence of a
     /// batch together; one sequence's pass over γ + 1 positions is m = γ + 1). At least one
-    /// entry; each finite and >= 0, the first > 0.
+    /// entry; each finite, >= 0 and at most 1e30, the first > 0.
     std::vector<double> target_pass{};
     /// draft_step[n − 1]: one draft step, a token for each of n sequences (a draft model's
-    /// batched call). At least one entry; each finite and >= 0.
+    /// batched call). At least one entry; each finite, >= 0 and at most 1e30.
     std::vector<double> draft_step{};
     /// tree_pass[m − 1]: one target pass through the tree call (score_tree, score_tree_batch)
     /// over m positions in total (each sequence's nodes + 1, summed). An engine's tree pass can
@@ -59,8 +59,8 @@ struct engine_profile {
     /// it reads L + 1, and an engine that reads them in one forward pass (a KV-cached model does)
     /// pays far less than L draft steps. The planner charges resuming speculation after L plain
     /// steps catch_up_cost(L, sequences) (adaptive_gamma_options::profile). Optional: empty, a
-    /// missed token costs a draft step (the conservative guess). Otherwise each entry finite and
-    /// >= 0. measure_engine_profile() and measure_batch_profile()
+    /// missed token costs a draft step (the conservative guess). Otherwise each entry finite,
+    /// >= 0 and at most 1e30. measure_engine_profile() and measure_batch_profile()
     /// fill it (the latter unless told catch_up_tokens = 0).
     std::vector<double> draft_catch_up{};
 
@@ -105,6 +105,10 @@ namespace detail {
 
 /// The most entries a table may have (a pass of a million positions is beyond any engine).
 inline constexpr std::size_t max_profile_entries = std::size_t{1} << 20;
+/// The largest entry (in any unit: 1e30 seconds is beyond any engine): the planner's sums of
+/// costs over a batch's steps stay finite, where entries near a double's limit would overflow
+/// to infinity (and infinity minus infinity, to NaN).
+inline constexpr double max_profile_value = 1e30;
 
 inline void check_profile_table(const std::vector<double>& table, const char* where, const char* name,
                                 bool first_positive) {
@@ -113,8 +117,9 @@ inline void check_profile_table(const std::vector<double>& table, const char* wh
         fail_invalid(where, ": engine_profile.", name, " has ", table.size(), " entries; at most ",
                      max_profile_entries);
     for (std::size_t i = 0; i < table.size(); ++i)
-        if (!(table[i] >= 0.0) || !std::isfinite(table[i]))
-            fail_invalid(where, ": engine_profile.", name, "[", i, "] = ", table[i], " must be finite and >= 0");
+        if (!(table[i] >= 0.0) || !(table[i] <= max_profile_value))
+            fail_invalid(where, ": engine_profile.", name, "[", i, "] = ", table[i],
+                         " must be finite, >= 0 and at most 1e30");
     if (first_positive && !(table[0] > 0.0))
         fail_invalid(where, ": engine_profile.", name, "[0] = 0; a pass over one position must cost something");
 }
@@ -122,7 +127,7 @@ inline void check_profile_table(const std::vector<double>& table, const char* wh
 }  // namespace detail
 
 /// Checks a profile: target_pass and draft_step non-empty, tree_pass and draft_catch_up empty or
-/// not, at most 2^20 entries each, every entry finite and >= 0, target_pass[0] > 0 and (when
+/// not, at most 2^20 entries each, every entry finite, >= 0 and at most 1e30, target_pass[0] > 0 and (when
 /// given) tree_pass[0] > 0. \throws std::invalid_argument naming `where` and the entry.
 inline void validate(const engine_profile& p, const char* where = "specdec::validate(engine_profile)") {
     detail::check_profile_table(p.target_pass, where, "target_pass", true);

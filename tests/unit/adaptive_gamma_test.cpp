@@ -220,6 +220,33 @@ TEST_CASE("A draft model idle during plain steps must pay its catch-up before sp
     // ... but 300 · 0.3 of catch-up is recouped only over about 90 / (1 − 1.4/1.95) = 319 tokens.
     CHECK(ctl.choose(100) == 0);
     CHECK(ctl.choose(10000) == 1);
+    // A new call (a kept controller's next request): the draft model reads the new prompt
+    // anyway, so the last call's 300 tokens are no longer charged.
+    ctl.new_call();
+    CHECK(ctl.choose(100) == 1);
+}
+
+TEST_CASE("A kept controller's next call does not pay the last call's catch-up", "[adaptive]") {
+    // The batch loop calls new_call() before a step whose every sequence is new: a call that
+    // ended with plain steps leaves its draft model's lag behind, and the next call, whose
+    // prompt the draft model reads anyway, speculates from its first planned step.
+    specdec::adaptive_gamma_options o;
+    o.explore_every = 0;
+    o.prior_weight = 0.0;
+    o.pass_cost = [](std::size_t m) { return 1.0 + 0.05 * static_cast<double>(m); };
+    o.draft_cost = [](std::size_t n) { return 0.3 * static_cast<double>(n); };
+    specdec::gamma_controller ctl(1, o);
+    const std::vector<float> good{0.95f};
+    (void)ctl.choose();
+    ctl.observe({.gamma = 1, .drafted = 1, .emitted = 2, .acceptance = good});
+    for (int s = 0; s < 300; ++s) {  // the end of a call: plain steps (as if acceptance had dropped)
+        (void)ctl.choose(0);
+        ctl.observe({.gamma = 0, .drafted = 0, .emitted = 1});
+    }
+    REQUIRE(ctl.best_gamma(1) == 1);
+    REQUIRE(ctl.choose(100) == 0);  // resuming within the call does not pay for 300 tokens of catch-up
+    ctl.new_call();
+    CHECK(ctl.choose(100) == 1);
 }
 
 TEST_CASE("With known costs and no acceptance seen, the first step is the best plan under the prior", "[adaptive]") {
@@ -452,4 +479,18 @@ TEST_CASE("A time estimate of 0 does not cap later times at 0 (review finding)",
     for (int i = 0; i < 4; ++i) f.add_time(1.0, 4);
     f.add_time(100.0, 4);
     CHECK(f.value == Approx(1.0 + (3.0 - 1.0) / 4.0));
+}
+
+TEST_CASE("A tree planner whose limits allow more than 4096 shapes keeps the smallest ones", "[adaptive][tree]") {
+    // {8, 8, 8, 8, 8} allows 37,448 shapes, {3}^8 9,840: the planner keeps every shape up to the
+    // node count where 4096 are reached, so the warm-up's one level of two children is there
+    // (a cut in depth-first order kept only shapes with one child at the root).
+    for (const std::vector<std::size_t>& branching :
+         {std::vector<std::size_t>{8, 8, 8, 8, 8}, std::vector<std::size_t>(8, 3)}) {
+        specdec::gamma_controller planner(specdec::tree_plan_limits{.branching = branching, .best_trees = false});
+        (void)planner.choose();  // measured costs, nothing known: the warm-up plan
+        const auto shape = planner.planned_shape();
+        REQUIRE(shape.size() == 1);
+        CHECK(shape[0] == 2);
+    }
 }

@@ -804,6 +804,21 @@ TEST_CASE("A caller's controller in batch_decoder, with chains and with trees: t
         CHECK(first.depths.size() >= 3);  // several depths were used
     }
     {
+        INFO("a caller's tree planner takes how the decoder's models draft and score its plans");
+        markov_model d = draft, t = target;
+        const specdec::decode_options o{.step = specdec::tree{.shape = {.branching = {2, 1}}},
+                                        .length = {.policy = specdec::gamma_policy::adaptive}};
+        specdec::gamma_controller planner = specdec::make_controller(o);  // a call per level, tree steps
+        REQUIRE(planner.tree_limits().draft_calls == specdec::tree_draft_calls::per_level);
+        REQUIRE_FALSE(planner.tree_limits().chains_as_chain_steps);
+        specdec::decode_options with = o;
+        with.length.controller = &planner;
+        specdec::batch_decoder dec(d, t, with);  // plain models: a call per parent, chains as chain steps
+        CHECK(planner.tree_limits().draft_calls == specdec::tree_draft_calls::per_parent);
+        CHECK(planner.tree_limits().chains_as_chain_steps);
+        CHECK_FALSE(planner.tree_limits().chains_batched);
+    }
+    {
         INFO("a controller that does not plan the step's tree is refused by name");
         markov_model d = draft, t = target;
         tree_markov v{&t};

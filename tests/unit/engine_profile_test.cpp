@@ -109,6 +109,12 @@ TEST_CASE("A malformed profile text is refused with an error naming the line", "
     // to_text refuses what validate refuses.
     CHECK_THROWS_WITH(specdec::to_text(specdec::engine_profile{.target_pass = {1.0}, .draft_step = {-1.0}}),
                       Catch::Contains("draft_step[0] = -1"));
+    // A finite entry so large that the planner's sums would overflow: refused, read or built.
+    CHECK_THAT(error_of(head + "target_pass 1 1e31\ndraft_step 1\n"),
+               Catch::Contains("target_pass[1] = 1e+31") && Catch::Contains("at most 1e30"));
+    CHECK_THROWS_WITH(specdec::to_text(specdec::engine_profile{.target_pass = {1.0}, .draft_step = {1e300}}),
+                      Catch::Contains("draft_step[0] = 1e+300") && Catch::Contains("at most 1e30"));
+    CHECK_NOTHROW(specdec::to_text(specdec::engine_profile{.target_pass = {1e30}, .draft_step = {1.0}}));
 }
 
 TEST_CASE("A profile's costs: the table, then the slope of its last two entries", "[profile]") {
