@@ -63,11 +63,15 @@ class verify_workspace {
 ///
 /// Randomness, all from `rng` through uniform01, and none at temperature 0 (where every
 /// decision follows from the argmax): token scheme, one uniform per tested draft token; block
-/// scheme, γ uniforms η_1..η_γ; then, either way, the emitted token: one uniform when it comes
-/// from p (all drafts accepted, or point-mass drafts); after a rejection with draft
-/// distributions, two per rejection-sampling proposal (see residual_proposal_cost for how many
-/// are made; without truncation, on rows of more than 2048 tokens, they are made four at a
-/// time, see detail::proposal_group) and, if none is accepted, one more for the exact draw.
+/// scheme, γ uniforms η_1..η_γ, and two per round where a test is decided by coin rounds
+/// (detail::block_test_by_coins) instead of its residual mass; then, either way, the emitted
+/// token: one uniform when it comes from p (all drafts accepted); after a rejection, two per
+/// rejection-sampling proposal from p (with draft distributions see residual_proposal_cost for
+/// how many are made, and without truncation, on rows of more than 2048 tokens, they are made
+/// four at a time, see detail::proposal_group; with point-mass drafts up to eight on long rows
+/// when the residual holds at least a quarter of the mass) and, if none is accepted, one more
+/// for the exact draw. How many are drawn can depend on rounding (a proposal's test, a bound),
+/// so the instruction-set paths, which round differently, may consume the stream differently.
 ///
 /// \param target_logits V x (γ+1) target logits; column j follows context + x_1..x_j.
 /// \param draft_tokens  x_1..x_γ (γ may be 0: then one token is sampled from p_1).
