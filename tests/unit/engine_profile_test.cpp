@@ -876,6 +876,30 @@ struct split_drafter {
     }
 };
 
+/// A pass of a fixed part (1) and a part per position (`per_position`, up to 16 positions):
+/// speculation pays, and each position costs. A draft step costs 0.05.
+specdec::engine_profile linear_profile(double per_position) {
+    specdec::engine_profile p;
+    for (std::size_t m = 1; m <= 16; ++m) p.target_pass.push_back(1.0 + per_position * static_cast<double>(m));
+    p.draft_step = {0.05, 0.05};
+    return p;
+}
+
+/// Chains of up to `gamma` tokens at temperature 1 under the adaptive policy, planned from
+/// `profile`, each sequence by its own acceptance when `per_sequence`, each step by its own
+/// plan (no drain rule: it has its own tests below).
+specdec::decode_options ragged_options(std::size_t gamma, const specdec::engine_profile& profile, bool per_sequence,
+                                       std::size_t max_new_tokens) {
+    specdec::decode_options o{.step = specdec::chain{.gamma = gamma},
+                              .length = {.policy = specdec::gamma_policy::adaptive},
+                              .sampling = {.temperature = 1.0f},
+                              .budget = {.max_new_tokens = max_new_tokens}};
+    o.length.adaptive.profile = profile;
+    o.length.adaptive.per_sequence = per_sequence;
+    o.length.adaptive.drain = false;
+    return o;
+}
+
 }  // namespace
 
 TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, reproducibly", "[profile][ragged][multi]") {
@@ -884,20 +908,10 @@ TEST_CASE("Ragged plans in a batch: each sequence drafts by its own acceptance, 
     auto target = markov_model::random(16, 2, 41);
     auto other = markov_model::random(16, 2, 42);
     multi_markov_verifier v{&target};
-    // A pass with a fixed part and a part per position: speculation pays, each position costs.
-    specdec::engine_profile linear;
-    for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.25 * static_cast<double>(m));
-    linear.draft_step = {0.05, 0.05};
+    const specdec::engine_profile linear = linear_profile(0.25);
     auto run = [&](bool ragged) {
         split_drafter d{&target, &other};
-        specdec::decode_options o{.step = specdec::chain{.gamma = 4},
-                                  .length = {.policy = specdec::gamma_policy::adaptive},
-                                  .sampling = {.temperature = 1.0f},
-                                  .budget = {.max_new_tokens = 200}};
-        o.length.adaptive.profile = linear;
-        o.length.adaptive.per_sequence = ragged;
-        // Each step's own plan, not the batch's finish (the drain rule has its own tests below).
-        o.length.adaptive.drain = false;
+        const specdec::decode_options o = ragged_options(4, linear, ragged, 200);
         specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
         const auto a = dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(1));
         const auto b = dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(2));
@@ -966,50 +980,43 @@ TEST_CASE("Ragged plans: positions only a longer-drafting sequence tested reach 
     auto target = markov_model::random(16, 2, 41);
     auto other = markov_model::random(16, 2, 42);
     multi_markov_verifier v{&target};
-    specdec::engine_profile linear;
-    for (std::size_t m = 1; m <= 16; ++m) linear.target_pass.push_back(1.0 + 0.6 * static_cast<double>(m));
-    linear.draft_step = {0.05, 0.05};
+    const specdec::engine_profile linear = linear_profile(0.6);
     std::size_t cases = 0;
-    for (std::uint64_t seed = 1; seed <= 8; seed += 2) {
-    split_drafter d{&target, &other};
-    specdec::decode_options o{.step = specdec::chain{.gamma = 6},
-                              .length = {.policy = specdec::gamma_policy::adaptive},
-                              .sampling = {.temperature = 1.0f},
-                              .budget = {.max_new_tokens = 400}};
-    o.length.adaptive.profile = linear;
-    o.length.adaptive.per_sequence = true;
-    o.length.adaptive.drain = false;
-    o.length.adaptive.window = 8;  // each observation moves the estimate visibly
-    std::size_t drafted[2] = {0, 0};  // this step's draft lengths
-    o.on_step = [&](const specdec::step_event& e) { drafted[e.sequence] = e.draft.size(); };
-    specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
-    (void)dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(seed));
-    (void)dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(seed + 1));
-    const specdec::gamma_controller& c = *dec.controller();
-    std::vector<std::size_t> before(c.choices().begin(), c.choices().end());
-    std::vector<double> estimate(7);
-    while (dec.active() == 2) {
-        for (std::size_t l = 1; l <= 6; ++l) estimate[l] = c.acceptance(l);
-        drafted[0] = drafted[1] = 0;
-        if (dec.step() == 0) break;
-        std::size_t batch_gamma = 0;  // choose()'s γ for this step: the count that grew
-        for (std::size_t g = 0; g < c.choices().size(); ++g)
-            if (g >= before.size() || c.choices()[g] != before[g]) batch_gamma = g;
-        before.assign(c.choices().begin(), c.choices().end());
-        const std::size_t l = drafted[0];
-        if (l > std::max(batch_gamma, drafted[1]) && estimate[l] < 0.999) {
-            ++cases;
-            INFO("seed " << seed << ": sequence 0 drafted " << l << " (the batch's gamma " << batch_gamma << ", sequence 1 drafted "
-                                       << drafted[1] << "): acceptance at " << l << " " << estimate[l] << " -> "
-                                       << c.acceptance(l));
-            // Observed, the estimate moves towards sequence 0's 1; unobserved, it would stay
-            // where it was or, never observed, fall back to the one before it (which holds
-            // sequence 1's acceptance).
-            CHECK(c.acceptance(l) > estimate[l]);
-            CHECK(c.acceptance(l) > c.acceptance(l - 1));
+    const auto run = [&](std::uint64_t seed) {
+        split_drafter d{&target, &other};
+        specdec::decode_options o = ragged_options(6, linear, true, 400);
+        o.length.adaptive.window = 8;  // each observation moves the estimate visibly
+        std::size_t drafted[2] = {0, 0};  // this step's draft lengths
+        o.on_step = [&](const specdec::step_event& e) { drafted[e.sequence] = e.draft.size(); };
+        specdec::batch_decoder<split_drafter, multi_markov_verifier, std::mt19937_64> dec(d, v, o);
+        (void)dec.add(std::vector<token_id>{1, 2}, std::mt19937_64(seed));
+        (void)dec.add(std::vector<token_id>{3, 4}, std::mt19937_64(seed + 1));
+        const specdec::gamma_controller& c = *dec.controller();
+        std::vector<std::size_t> before(c.choices().begin(), c.choices().end());
+        std::vector<double> estimate(7);
+        while (dec.active() == 2) {
+            for (std::size_t l = 1; l <= 6; ++l) estimate[l] = c.acceptance(l);
+            drafted[0] = drafted[1] = 0;
+            if (dec.step() == 0) break;
+            std::size_t batch_gamma = 0;  // choose()'s γ for this step: the count that grew
+            for (std::size_t g = 0; g < c.choices().size(); ++g)
+                if (g >= before.size() || c.choices()[g] != before[g]) batch_gamma = g;
+            before.assign(c.choices().begin(), c.choices().end());
+            const std::size_t l = drafted[0];
+            if (l > std::max(batch_gamma, drafted[1]) && estimate[l] < 0.999) {
+                ++cases;
+                INFO("seed " << seed << ": sequence 0 drafted " << l << " (the batch's gamma " << batch_gamma
+                             << ", sequence 1 drafted " << drafted[1] << "): acceptance at " << l << " "
+                             << estimate[l] << " -> " << c.acceptance(l));
+                // Observed, the estimate moves towards sequence 0's 1; unobserved, it would stay
+                // where it was or, never observed, fall back to the one before it (which holds
+                // sequence 1's acceptance).
+                CHECK(c.acceptance(l) > estimate[l]);
+                CHECK(c.acceptance(l) > c.acceptance(l - 1));
+            }
         }
-    }
-    }
+    };
+    for (std::uint64_t seed = 1; seed <= 8; seed += 2) run(seed);
     INFO(cases << " steps where sequence 0 alone drafted past the batch's gamma");
     REQUIRE(cases >= 3);
 }

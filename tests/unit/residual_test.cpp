@@ -33,6 +33,19 @@ constexpr std::size_t kDraws = 100000;
 constexpr double kFalseAlarm = 1e-4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+/// The chi-square test of `counts` against the residual's probabilities (must pass at
+/// kFalseAlarm), and its negative control: `control` (the same draws, counted where p has
+/// cells of its own) against p (must fail).
+void check_residual_law(const std::vector<std::size_t>& counts, const std::vector<double>& residual,
+                        const std::vector<std::size_t>& control, const std::vector<double>& p) {
+    const auto ok = specdec_test::chi_square_test(counts, residual);
+    INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
+    CHECK(ok.p_value >= kFalseAlarm);
+    const auto wrong = specdec_test::chi_square_test(control, p);
+    INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
+    CHECK(wrong.p_value < kFalseAlarm);
+}
+
 /// A vocabulary, the tokens where p > 0, and a draft token outside them.
 struct case_shape {
     Eigen::Index vocab;
@@ -121,12 +134,7 @@ std::vector<std::size_t> draw_counts(const residual_case& c, const specdec::veri
 
 void check_residual(const residual_case& c, const specdec::verify_options& opts, std::uint64_t seed) {
     const auto counts = draw_counts(c, opts, seed);
-    const auto ok = specdec_test::chi_square_test(counts, c.residual);
-    INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
-    CHECK(ok.p_value >= kFalseAlarm);
-    const auto wrong = specdec_test::chi_square_test(counts, c.p);
-    INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
-    CHECK(wrong.p_value < kFalseAlarm);
+    check_residual_law(counts, c.residual, counts, c.p);
 }
 
 }  // namespace
@@ -208,12 +216,7 @@ TEST_CASE("After a point-mass draft is rejected on a long row the correction fol
             ++rejected;
         }
         INFO("p(x) = " << px << ", rejected " << draws << " of " << calls);
-        const auto ok = specdec_test::chi_square_test(counts, residual);
-        INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
-        CHECK(ok.p_value >= kFalseAlarm);
-        const auto wrong = specdec_test::chi_square_test(counts, p);
-        INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
-        CHECK(wrong.p_value < kFalseAlarm);
+        check_residual_law(counts, residual, counts, p);
     }
 }
 
@@ -260,12 +263,7 @@ TEST_CASE("After a point-mass draft in the last of many blocks is rejected the c
         std::string cells;
         for (const std::size_t c : counts) cells += std::to_string(c) + " ";
         INFO("rejections per block: " << cells);
-        const auto ok = specdec_test::chi_square_test(counts, residual);
-        INFO("against the residual: chi2 = " << ok.statistic << ", df = " << ok.degrees_of_freedom << ", p = " << ok.p_value);
-        CHECK(ok.p_value >= kFalseAlarm);
-        const auto wrong = specdec_test::chi_square_test(with_x, p);
-        INFO("negative control, against p: chi2 = " << wrong.statistic << ", p = " << wrong.p_value);
-        CHECK(wrong.p_value < kFalseAlarm);
+        check_residual_law(counts, residual, with_x, p);
     }
 }
 
