@@ -593,7 +593,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             // An even table length: tree passes at 1.5x the chain passes (tree_pass).
             if (n % 2 == 0)
                 for (const double t : p.target_pass) p.tree_pass.push_back(1.5 * t);
-            adaptive_invalid = !(p.target_pass[0] > 0.0) || !std::isfinite(p.target_pass.back());
+            // Valid: a first pass > 0 and every entry at most 1e30 (the tables only grow).
+            adaptive_invalid = !(p.target_pass[0] > 0.0) || !(p.target_pass.back() <= 1e30) ||
+                               (!p.tree_pass.empty() && !(p.tree_pass.back() <= 1e30)) || !(draft_cost <= 1e30);
             a.profile = p;
         }
         if (policy & 2u) {
