@@ -20,6 +20,7 @@
 /// rejection the correction is drawn by rejection sampling from p (16 exponentials per
 /// proposal), with one exact pass over the residual as the fallback. Block verification
 /// computes its residual masses R_i only where bounds (one from lane sums of q) do not already
+/// decide the outcome.
 ///
 /// The code is in specdec/detail/, one fragment per step of Algorithm 1 (detail/instance_verify.inc
 /// lists them), compiled once per instruction set and chosen at run time (specdec/isa.hpp).

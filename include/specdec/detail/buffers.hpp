@@ -117,7 +117,11 @@ inline const float* chunk_data(const verify_buffers& ws, Eigen::Index vocab, std
 }
 
 
-/// (at most kept_row_limit tokens).
+/// Sizes the workspace for a verification of n drafts over a vocabulary of V tokens: the
+/// per-block buffers of n + 1 rows, the stored rows where the row passes keep them (truncated
+/// rows, or rows of at most kept_row_limit tokens), and the block sums of one row's draws
+/// (ws.sums, ws.prefix). Grows only, so a shorter draft reuses storage and a warmed-up
+/// workspace allocates nothing.
 inline void reserve_rows(verify_buffers& ws, Eigen::Index vocab, std::size_t n, const sampling_config& s) {
     if (s.temperature == 0.0f) return;  // greedy rows keep nothing
     const auto cols = static_cast<Eigen::Index>(n + 1);
@@ -128,7 +132,10 @@ inline void reserve_rows(verify_buffers& ws, Eigen::Index vocab, std::size_t n, 
         Eigen::MatrixXf fresh(vocab, cols);
         ws.rows.swap(fresh);
     }
-    const std::size_t need = static_cast<std::size_t>(blocks_of(vocab)) * static_cast<std::size_t>(cols);
+    const auto nb = static_cast<std::size_t>(blocks_of(vocab));
+    if (ws.prefix.size() < nb) ws.prefix.resize(nb);  // (each on its own: a failed resize leaves the
+    if (ws.sums.size() < nb) ws.sums.resize(nb);      // other as it was, and the next call tries again)
+    const std::size_t need = nb * static_cast<std::size_t>(cols);
     if (ws.scale.size() < need) {
         ws.block_max.resize(need);
         ws.block_mass.resize(need);

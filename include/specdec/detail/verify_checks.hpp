@@ -97,8 +97,6 @@ inline void check_draft_scales(std::span<const float> scales, Eigen::Index colum
             fail_invalid(where, ": ", name, "[", i, "] = ", scales[i], " must be finite and positive");
 }
 
-/// Sizes the workspace for V x (n + 1) rows; grows only, so a shorter draft reuses storage.
-
 /// Column i's scale c_i (q_i = c_i · draft_probs column i): 1 without scales.
 inline float draft_scale(const float* scales, std::size_t i) { return scales == nullptr ? 1.0f : scales[i]; }
 
