@@ -175,9 +175,14 @@ public:
     /// The model's vocabulary size.
     [[nodiscard]] std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model_->vocab_size()); }
 
-    /// Number of model calls one score() of a draft of length n costs.
-    [[nodiscard]] static constexpr std::size_t calls_per_score(std::size_t n) noexcept {
-        return BatchVerifier<M> ? 1 : n + 1;
+    /// Number of model calls one score() of a draft of length n costs: n + 1 next_logits calls
+    /// for a plain model; for a model with its own score(), what that model says (its own
+    /// calls_per_score(n), else 1).
+    [[nodiscard]] std::size_t calls_per_score(std::size_t n) const {
+        if constexpr (BatchVerifier<M>)
+            return detail::score_calls(*model_, n);
+        else
+            return n + 1;
     }
 
     /// Logits of all positions: vocab_size() x (draft.size() + 1), column j after context + draft[0..j).

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <random>
 #include <span>
@@ -168,8 +169,20 @@ TEST_CASE("Malformed trees are rejected with a message that names the problem", 
     expect_invalid([&] { verify(small_tree(), Eigen::MatrixXf::Zero(4, 3)); }, "expected one for the root and one per node = 4");
     {
         Eigen::MatrixXf bad = logits;
-        bad(0, 0) = std::nanf("");
-        expect_invalid([&] { verify(small_tree(), bad); }, "verify_tree");
+        bad(1, 0) = std::nanf("");
+        expect_invalid([&] { verify(small_tree(), bad); }, "specdec::verify_tree: target_logits column 0: logit 1 is NaN");
+        bad(1, 0) = std::numeric_limits<float>::infinity();
+        expect_invalid([&] { verify(small_tree(), bad); }, "specdec::verify_tree: target_logits column 0: logit 1 is +Inf");
+        bad.col(0).setConstant(-std::numeric_limits<float>::infinity());
+        expect_invalid([&] { verify(small_tree(), bad); }, "target_logits column 0: every logit is -Inf");
+        // The same at temperature 0 (standardize's checks) and for a node's column: node 0's
+        // row (column 1) is read whenever its token is accepted, which a root column whose
+        // argmax is token 1 (small_tree's node 0) makes certain at temperature 0.
+        bad = logits;
+        bad(1, 0) = 1.0f;
+        bad(2, 1) = std::nanf("");
+        expect_invalid([&] { (void)specdec::verify_tree(bad, small_tree(), {.temperature = 0.0f}, rng, ws); },
+                       "specdec::verify_tree: target_logits column 1: logit 2 is NaN");
     }
     auto target = markov_model::random(4, 2, 3);
     std::vector<token_id> prompt{0};
@@ -936,6 +949,49 @@ TEST_CASE("Tree decoding counts a BatchVerifier's passes as its calls_per_score 
     CHECK(out.tokens.size() == 40);
     CHECK(target.calls > 0);
     CHECK(out.stats.target_calls == target.calls);
+}
+
+namespace {
+// A LanguageModel whose batched score() takes two passes (as an engine that scores in two
+// chunks might), which it reports through calls_per_score.
+struct two_pass_model {
+    markov_model* model;
+    std::size_t passes = 0;
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    Eigen::VectorXf next_logits(std::span<const token_id> context) {
+        ++passes;
+        return model->next_logits(context);
+    }
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        passes += 2;
+        batched_markov inner{model};
+        return inner.score(context, draft);
+    }
+    static std::size_t calls_per_score(std::size_t) { return 2; }
+};
+}  // namespace
+
+TEST_CASE("model_verifier reports a batched model's own calls_per_score, and decoding counts it (review finding)",
+          "[tree]") {
+    auto target = markov_model::random(6, 2, 95);
+    auto draft = markov_model::random(6, 2, 96);
+    two_pass_model model{&target};
+    specdec::model_verifier<two_pass_model> verifier(model);
+    CHECK(verifier.calls_per_score(4) == 2);
+    markov_model plain = target;
+    CHECK(specdec::model_verifier<markov_model>(plain).calls_per_score(4) == 5);
+    const std::vector<token_id> prompt{0, 1};
+    for (const bool tree : {false, true}) {
+        INFO("tree steps: " << tree);
+        model.passes = 0;
+        std::mt19937_64 rng(6);
+        specdec::decode_options opts{.sampling = {.temperature = 1.0f}, .budget = {.max_new_tokens = 40}};
+        if (tree) opts.step = specdec::tree{.shape = {.branching = {2, 2}}};
+        const auto out = specdec::speculative_decode(draft, verifier, prompt, opts, rng);
+        CHECK(out.tokens.size() == 40);
+        CHECK(model.passes > 0);
+        CHECK(out.stats.target_calls == model.passes);
+    }
 }
 
 TEST_CASE("Tree statistics count a rejection only where the accepted node has children (review finding)", "[tree]") {
