@@ -261,10 +261,19 @@ public:
             if (limits.branching[d] == 0)
                 detail::fail_invalid(where, ": tree_plan_limits.branching[", d, "] = 0; every level needs a child");
         tree_ = std::move(limits);
-        std::size_t widest = 1;
-        for (const std::size_t b : tree_.branching) widest = std::max(widest, b);
-        sibling_.assign(widest, estimate{});
         enumerate_shapes();
+        // One estimate per sibling rank a plan can have: the widest node of the shapes and, with
+        // best trees, of at most max_nodes and best_tree_node_cap nodes. (Not the branching's own widest entry,
+        // which may be far larger than any plan: the shapes are capped by max_nodes and in number.)
+        std::size_t widest = 1;
+        for (const auto& shape : shapes_)
+            for (const std::size_t b : shape) widest = std::max(widest, b);
+        if (tree_.best_trees) {
+            const std::size_t raw = *std::max_element(tree_.branching.begin(), tree_.branching.end());
+            const std::size_t nodes = tree_.max_nodes == 0 ? best_tree_node_cap : std::min(tree_.max_nodes, best_tree_node_cap);
+            widest = std::max(widest, std::min(raw, nodes));
+        }
+        sibling_.assign(widest, estimate{});
         refresh_best_trees();
     }
 
@@ -467,8 +476,8 @@ public:
     /// that the earlier ones were not accepted); an unobserved rank takes the one before it; 0
     /// before any observation or for a chain controller.
     [[nodiscard]] double sibling_acceptance(std::size_t k) const {
-        if (k == 0 || k > sibling_.size()) return 0.0;
-        for (std::size_t j = k; j-- > 0;)
+        if (k == 0) return 0.0;
+        for (std::size_t j = std::min(k, sibling_.size()); j-- > 0;)
             if (sibling_[j].count != 0) return sibling_[j].value;
         return 0.0;
     }
@@ -621,10 +630,16 @@ public:
     /// result is the ragged plan or that one, whichever the estimates favour, so a ragged plan
     /// is taken only where the model predicts it pays. One sequence gets its own plan too (the
     /// batch's estimates may come from other sequences: batch_decoder plans the last sequence
-    /// left of a batch this way).
+    /// left of a batch this way). After an exploring or warm-up choice (choose() tried a plan
+    /// to observe it), every sequence gets `uniform` when it is not 0: a ragged plan from the
+    /// current estimates would undo what the step is there to measure.
     void plan_sequences(std::size_t gamma, std::span<const sequence_acceptance> sequences, std::span<std::size_t> out,
                         std::size_t uniform = 0) const {
         const std::size_t n = std::min(sequences.size(), out.size());
+        if (exploring_ && uniform != 0) {
+            for (std::size_t i = 0; i < n; ++i) out[i] = std::min({uniform, gamma, sequences[i].limit});
+            return;
+        }
         for (std::size_t i = 0; i < n; ++i) out[i] = std::min(gamma, sequences[i].limit);
         if (gamma == 0 || n < 1 || plans_trees()) return;
         fill_sequence_acceptance(gamma, sequences.first(n));
@@ -1199,11 +1214,15 @@ private:
     /// (prior_weight pseudo-observations), so that a rank seen a few times leans on the others;
     /// a rank never tested, unseen_rank_ratio times the one before.
     [[nodiscard]] double shrunk_sibling(std::size_t k) const {
-        if (k == 0 || k > sibling_.size()) return 0.0;
+        if (k == 0 || sibling_.empty()) return 0.0;
         const double w = options_.prior_weight;
         const auto& given = options_.acceptance_prior;
         double prior = 0.5;
-        for (std::size_t j = 0; j < k; ++j) {
+        // Ranks past sibling_ are wider than any plan, so never tested: their prior, or
+        // unseen_rank_ratio per rank times the last one kept.
+        if (k > sibling_.size() && !given.empty()) return given[std::min(k - 1, given.size() - 1)];
+        const std::size_t kept = std::min(k, sibling_.size());
+        for (std::size_t j = 0; j < kept; ++j) {
             if (!given.empty()) prior = given[std::min(j, given.size() - 1)];
             if (sibling_[j].count == 0) {  // never tested: its prior, or a fraction of the rank before
                 if (j > 0 && given.empty()) prior *= unseen_rank_ratio;
@@ -1212,6 +1231,7 @@ private:
             const auto n = static_cast<double>(sibling_[j].count);
             prior = (n * sibling_[j].value + w * prior) / (n + w);
         }
+        if (k > kept) prior *= std::pow(unseen_rank_ratio, static_cast<double>(k - kept));
         return prior;
     }
     [[nodiscard]] std::string explain_tree(std::size_t b) const {

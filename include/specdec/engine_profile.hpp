@@ -185,66 +185,67 @@ inline void validate(const engine_profile& p, const char* where = "specdec::vali
         text = end == std::string_view::npos ? std::string_view{} : text.substr(end + 1);
         ++line_no;
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-        const auto words = [](std::string_view s) {
-            std::vector<std::string_view> w;
-            std::size_t i = 0;
-            while (i < s.size()) {
-                while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-                const std::size_t j = i;
-                while (i < s.size() && s[i] != ' ' && s[i] != '\t') ++i;
-                if (i > j) w.push_back(s.substr(j, i - j));
-            }
-            return w;
-        }(line);
-        if (words.empty() || words[0].front() == '#') continue;
+        // Words are read one at a time, so that a long line costs no more memory than its
+        // entries (it is refused once it has more than max_profile_entries).
+        std::size_t pos = 0;
+        const auto next_word = [&line, &pos]() -> std::string_view {
+            while (pos < line.size() && (line[pos] == ' ' || line[pos] == '\t')) ++pos;
+            const std::size_t first = pos;
+            while (pos < line.size() && line[pos] != ' ' && line[pos] != '\t') ++pos;
+            return line.substr(first, pos - first);
+        };
+        const std::string_view name = next_word();
+        if (name.empty() || name.front() == '#') continue;
         if (!header) {
-            if (words.size() != 2 || words[0] != "specdec-engine-profile")
+            const std::string_view version = next_word();
+            if (name != "specdec-engine-profile" || version.empty() || !next_word().empty())
                 detail::fail_invalid(where, ": line ", line_no, ": expected the header 'specdec-engine-profile 1'");
-            if (words[1] != "1")
-                detail::fail_invalid(where, ": line ", line_no, ": format version '", words[1].substr(0, 40), "' is not supported (1 is)");
+            if (version != "1")
+                detail::fail_invalid(where, ": line ", line_no, ": format version '", version.substr(0, 40), "' is not supported (1 is)");
             header = true;
             continue;
         }
         std::vector<double>* table = nullptr;
-        if (words[0] == "target_pass") {
+        if (name == "target_pass") {
             if (has_pass) detail::fail_invalid(where, ": line ", line_no, ": target_pass appears twice");
             has_pass = true;
             table = &p.target_pass;
-        } else if (words[0] == "draft_step") {
+        } else if (name == "draft_step") {
             if (has_draft) detail::fail_invalid(where, ": line ", line_no, ": draft_step appears twice");
             has_draft = true;
             table = &p.draft_step;
-        } else if (words[0] == "tree_pass") {
+        } else if (name == "tree_pass") {
             if (has_tree) detail::fail_invalid(where, ": line ", line_no, ": tree_pass appears twice");
             has_tree = true;
             table = &p.tree_pass;
-        } else if (words[0] == "draft_catch_up") {
+        } else if (name == "draft_catch_up") {
             if (has_catch_up) detail::fail_invalid(where, ": line ", line_no, ": draft_catch_up appears twice");
             has_catch_up = true;
             table = &p.draft_catch_up;
         } else {
-            detail::fail_invalid(where, ": line ", line_no, ": unknown table '", words[0].substr(0, 40),
+            detail::fail_invalid(where, ": line ", line_no, ": unknown table '", name.substr(0, 40),
                          "' (expected target_pass, draft_step, tree_pass or draft_catch_up)");
         }
-        if (words.size() == 1) detail::fail_invalid(where, ": line ", line_no, ": ", words[0], " has no entries");
-        if (words.size() - 1 > detail::max_profile_entries)
-            detail::fail_invalid(where, ": line ", line_no, ": ", words.size() - 1, " entries; at most ",
-                         detail::max_profile_entries);
-        for (std::size_t i = 1; i < words.size(); ++i) {
+        std::size_t i = 0;
+        for (std::string_view word = next_word(); !word.empty(); word = next_word()) {
+            if (++i > detail::max_profile_entries)
+                detail::fail_invalid(where, ": line ", line_no, ": ", name, " has more than ",
+                                     detail::max_profile_entries, " entries");
             double v = 0.0;
-            const char* first = words[i].data();
-            const char* last = first + words[i].size();
+            const char* first = word.data();
+            const char* last = first + word.size();
             const auto [ptr, ec] = std::from_chars(first, last, v);
             if (ec == std::errc::result_out_of_range && ptr == last)
-                detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", words[0], " ('",
-                                     words[i].substr(0, 40), words[i].size() > 40 ? "..." : "",
+                detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", name, " ('",
+                                     word.substr(0, 40), word.size() > 40 ? "..." : "",
                                      "') is out of the range of a double");
             if (ec != std::errc{} || ptr != last || !std::isfinite(v) || v < 0.0)
-                detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", words[0], " ('",
-                             words[i].substr(0, 40), words[i].size() > 40 ? "...": "",
+                detail::fail_invalid(where, ": line ", line_no, ": entry ", i, " of ", name, " ('",
+                             word.substr(0, 40), word.size() > 40 ? "...": "",
                              "') is not a finite number >= 0");
             table->push_back(v);
         }
+        if (i == 0) detail::fail_invalid(where, ": line ", line_no, ": ", name, " has no entries");
     }
     if (!header) detail::fail_invalid(where, ": the text is empty; expected the header 'specdec-engine-profile 1'");
     if (!has_pass) detail::fail_invalid(where, ": no target_pass line");

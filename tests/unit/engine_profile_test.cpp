@@ -101,6 +101,16 @@ TEST_CASE("A malformed profile text is refused with an error naming the line", "
     CHECK_THAT(error_of(head + "target_pass 1\ndraft_step\n"),
                Catch::Contains("line 3") && Catch::Contains("draft_step has no entries"));
     CHECK_THAT(error_of(head + "target_pass 0 1\ndraft_step 1\n"), Catch::Contains("target_pass[0] = 0"));
+    // A line of more entries than a table may have is refused as the entry past the limit is
+    // read (its words are never all split up at once).
+    {
+        std::string many = head + "target_pass";
+        for (std::size_t i = 0; i <= specdec::detail::max_profile_entries; ++i) many += " 1";
+        CHECK_THAT(error_of(many + "\ndraft_step 1\n"),
+                   Catch::Contains("line 2") && Catch::Contains("target_pass has more than 1048576 entries"));
+    }
+    CHECK_THAT(error_of("specdec-engine-profile 1 extra\n"), Catch::Contains("line 1") && Catch::Contains("expected the header"));
+    CHECK_THAT(error_of("specdec-engine-profile\n"), Catch::Contains("line 1") && Catch::Contains("expected the header"));
     // An overlong word is cut in the message.
     const std::string long_word(5000, '7');
     const std::string msg = error_of(head + "target_pass x" + long_word + "\ndraft_step 1\n");
@@ -1049,6 +1059,19 @@ struct costed_verifier {
 
 }  // namespace
 
+namespace {
+/// Two sequences' own acceptance at four positions, each seen 40 times: one drafted well (α =
+/// 0.9 at every position), one poorly (0.1).
+struct good_and_bad {
+    std::vector<double> good_sum = std::vector<double>(4, 0.9 * 40), bad_sum = std::vector<double>(4, 0.1 * 40);
+    std::vector<std::size_t> seen = std::vector<std::size_t>(4, 40);
+    /// A sequence drafted well or poorly, with its limit and the tokens it has to go (0: unknown).
+    specdec::gamma_controller::sequence_acceptance of(bool good, std::size_t limit = 4, std::size_t remaining = 100) const {
+        return {.expected = good ? good_sum : bad_sum, .reached = seen, .limit = limit, .remaining = remaining};
+    }
+};
+}  // namespace
+
 TEST_CASE("A draining batch: plain steps where they finish the batch sooner than speculation", "[profile][ragged][drain]") {
     // Sequence 0 is drafted well (α = 0.9 at every position, seen 40 times), sequence 1 poorly
     // (0.1), 100 tokens to go each, on a CPU-like engine (the figures below take 0.9 and 0.1;
@@ -1057,11 +1080,9 @@ TEST_CASE("A draining batch: plain steps where they finish the batch sooner than
     // 0.6, 3.33 per unit); but sequence 0 would finish after about 24 such steps and sequence 1
     // would then go on alone for about 67 more at 0.65 each: 69 units in all, against 100 plain
     // steps of both at 0.6, 60 units.
-    const std::vector<double> good_sum(4, 0.9 * 40), bad_sum(4, 0.1 * 40);
-    const std::vector<std::size_t> seen(4, 40);
     using acceptance = specdec::gamma_controller::sequence_acceptance;
-    const acceptance mixed[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
-                                {.expected = bad_sum, .reached = seen, .limit = 4, .remaining = 100}};
+    const good_and_bad seqs;
+    const acceptance mixed[] = {seqs.of(true), seqs.of(false)};
     std::vector<std::size_t> gammas(2);
     specdec::gamma_controller c(4, {.explore_every = 0, .profile = cpu_like()});
     feed(c, 0.5, 50);
@@ -1083,20 +1104,17 @@ TEST_CASE("A draining batch: plain steps where they finish the batch sooner than
           std::string::npos);
 
     // Both drafted well: they finish together, and speculating is faster to the end too.
-    const acceptance both_good[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
-                                    {.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100}};
+    const acceptance both_good[] = {seqs.of(true), seqs.of(true)};
     REQUIRE(c.choose(99, 2) > 0);
     c.plan_sequences(4, both_good, gammas, 0);
     CHECK_FALSE(c.drain_to_plain(both_good, gammas));
     // The poorly drafted sequence almost done: it holds up nothing.
-    const acceptance bad_almost_done[] = {{.expected = good_sum, .reached = seen, .limit = 4, .remaining = 100},
-                                          {.expected = bad_sum, .reached = seen, .limit = 1, .remaining = 2}};
+    const acceptance bad_almost_done[] = {seqs.of(true), seqs.of(false, 1, 2)};
     REQUIRE(c.choose(99, 2) > 0);
     c.plan_sequences(4, bad_almost_done, gammas, 0);
     CHECK_FALSE(c.drain_to_plain(bad_almost_done, gammas));
     // A remaining count not known, or a plan of 0: nothing to decide.
-    const acceptance unknown[] = {{.expected = good_sum, .reached = seen, .limit = 4},
-                                  {.expected = bad_sum, .reached = seen, .limit = 4, .remaining = 100}};
+    const acceptance unknown[] = {seqs.of(true, 4, 0), seqs.of(false)};
     const std::vector<std::size_t> plan{4, 1}, none{0, 0};
     CHECK_FALSE(c.drain_to_plain(unknown, plan));
     CHECK_FALSE(c.drain_to_plain(mixed, none));
@@ -1751,4 +1769,65 @@ TEST_CASE("measure_engine_profile and measure_batch_profile time tree passes whe
     multi_markov_verifier plain{&target};
     CHECK(specdec::measure_batch_profile(d, plain, prompts, {.max_positions = 4, .max_sequences = 2, .repeats = 1})
               .tree_pass.empty());
+}
+
+TEST_CASE("A tree planner's storage follows its plans, not a far wider branching, and ranks past them keep their "
+          "priors (review finding)",
+          "[adaptive][tree]") {
+    // A branching of a billion children at the root once sized one estimate per rank (tens of
+    // GB); max_nodes caps every plan at 8 nodes, and the shapes are capped in number anyway.
+    specdec::gamma_controller huge(specdec::tree_plan_limits{.branching = {1'000'000'000, 2}, .max_nodes = 8});
+    CHECK(huge.gamma_max() == 2);
+    CHECK(huge.expected_tokens(std::vector<std::size_t>{2, 2}) > 1.0);
+    specdec::gamma_controller uncapped(specdec::tree_plan_limits{.branching = {1'000'000'000}});
+    CHECK(uncapped.expected_tokens(std::vector<std::size_t>{3}) > 1.0);
+
+    // Ranks a planner never plans take the priors a planner that plans them gives: unseen
+    // ranks unseen_rank_ratio times the one before, or the given prior, after the same
+    // observations of the ranks both plan.
+    for (const bool given : {false, true}) {
+        INFO("acceptance_prior given: " << given);
+        specdec::adaptive_gamma_options o;
+        if (given) o.acceptance_prior = {0.7, 0.4, 0.3};
+        specdec::gamma_controller wide(specdec::tree_plan_limits{.branching = {6}}, o);
+        specdec::gamma_controller narrow(specdec::tree_plan_limits{.branching = {6}, .max_nodes = 2}, o);
+        const std::vector<std::size_t> six{6};
+        CHECK(wide.expected_tokens(six) == Approx(narrow.expected_tokens(six)).epsilon(1e-12));
+        feed_siblings(wide, {0.6f, 0.3f}, 5);
+        feed_siblings(narrow, {0.6f, 0.3f}, 5);
+        CHECK(wide.expected_tokens(six) == Approx(narrow.expected_tokens(six)).epsilon(1e-12));
+        CHECK(wide.sibling_acceptance(5) == Approx(narrow.sibling_acceptance(5)));
+    }
+}
+
+TEST_CASE("An exploring step's plan is not overridden by a ragged plan (review finding)", "[profile][ragged]") {
+    // The acceptance of the draining test above: sequence 0 drafted well, sequence 1 poorly.
+    using acceptance = specdec::gamma_controller::sequence_acceptance;
+    const good_and_bad seqs;
+    const acceptance mixed[] = {seqs.of(true), seqs.of(false)};
+    std::vector<std::size_t> gammas(2);
+    // A step that does not explore: the ragged plan, each sequence its own length.
+    specdec::gamma_controller steady(4, {.explore_every = 0, .profile = cpu_like()});
+    feed(steady, 0.5, 50);
+    const std::size_t best = steady.choose(99, 2);
+    REQUIRE(best > 0);
+    steady.plan_sequences(4, mixed, gammas, best);
+    INFO("ragged plan " << gammas[0] << ", " << gammas[1]);
+    REQUIRE(gammas[0] != gammas[1]);
+    // A controller that explores at every step: its choice is a neighbour of the best, and
+    // every sequence drafts it (the ragged plan used to replace it, so the neighbour was never
+    // observed).
+    specdec::gamma_controller exploring(
+        4, {.explore_every = 1, .max_explore_every = 1, .explore_budget = 1.0, .profile = cpu_like()});
+    feed(exploring, 0.5, 50);
+    const std::size_t tried = exploring.choose(99, 2);
+    REQUIRE(tried != best);
+    exploring.plan_sequences(4, mixed, gammas, tried);
+    CHECK(gammas[0] == tried);
+    CHECK(gammas[1] == tried);
+    // Limits still cap it.
+    const acceptance capped[] = {seqs.of(true, 1), seqs.of(false)};
+    exploring.plan_sequences(4, capped, gammas, tried);
+    CHECK(gammas[0] == std::min<std::size_t>(tried, 1));
+    CHECK(gammas[1] == tried);
 }
