@@ -199,8 +199,26 @@ template <class D>
 constexpr bool diagnose_drafter() {
     using U = std::remove_const_t<D>;
     if constexpr (Drafter<D>) {
-        if constexpr (BlockDrafter<D>) return false;
-        else return diagnose_logits_vector<next_logits_result<D>>();
+        if constexpr (BlockDrafter<D>) {
+            return false;
+        } else if constexpr (names_draft<U> && BlockDrafter<U>) {
+            static_assert(dependent_false<D>,
+                          "specdec: the drafter is const, and its draft() is not a const member function: "
+                          "decoding would silently ignore draft() and sample from next_logits(); make draft() and "
+                          "vocab_size() const, or pass a non-const drafter");
+            return true;
+        } else if constexpr (names_draft<U>) {
+            // A LanguageModel whose draft() misses BlockDrafter's signature: decoding would
+            // call next_logits and never the draft() its author meant it to use.
+            static_assert(dependent_false<D>,
+                          "specdec: the drafter has next_logits() and a draft() that is not a BlockDrafter's, so "
+                          "decoding would silently ignore draft(); declare it as `void draft(std::span<const "
+                          "specdec::token_id> context, std::size_t gamma, const specdec::sampling_config& "
+                          "sampling, specdec::uniform_source& uniforms, specdec::draft_block& out)`, or rename it");
+            return true;
+        } else {
+            return diagnose_logits_vector<next_logits_result<D>>();
+        }
     } else if constexpr (std::is_const_v<D> && Drafter<U>) {
         static_assert(dependent_false<D>,
                       "specdec: the drafter is const: its draft() (or next_logits()) and vocab_size() must be "
@@ -230,8 +248,28 @@ template <class V>
 constexpr bool diagnose_verifier() {
     using U = std::remove_const_t<V>;
     if constexpr (Verifier<V>) {
-        if constexpr (BatchVerifier<V>) return diagnose_logits_matrix<score_result<V>>();
-        else return diagnose_logits_vector<next_logits_result<V>>();
+        if constexpr (BatchVerifier<V>) {
+            return diagnose_logits_matrix<score_result<V>>();
+        } else if constexpr (score_callable<V>) {
+            return diagnose_logits_matrix<score_result<V>>();  // (a score() of the wrong result type)
+        } else if constexpr (names_score<U> && BatchVerifier<U>) {
+            static_assert(dependent_false<V>,
+                          "specdec: the verifier is const, and its score() is not a const member function: "
+                          "decoding would silently ignore score() and call next_logits() per position; make "
+                          "score() and vocab_size() const, or pass a non-const verifier");
+            return true;
+        } else if constexpr (names_score<U>) {
+            // A LanguageModel whose score() misses BatchVerifier's signature: decoding would
+            // call next_logits γ + 1 times per step and never the batched pass.
+            static_assert(dependent_false<V>,
+                          "specdec: the verifier has next_logits() and a score() that is not a BatchVerifier's, "
+                          "so decoding would silently ignore score(); declare it as `Eigen::MatrixXf "
+                          "score(std::span<const specdec::token_id> context, std::span<const specdec::token_id> "
+                          "draft)` (the logits after context + draft[0..j) in column j), or rename it");
+            return true;
+        } else {
+            return diagnose_logits_vector<next_logits_result<V>>();
+        }
     } else if constexpr (std::is_const_v<V> && Verifier<U>) {
         static_assert(dependent_false<V>,
                       "specdec: the model is const: next_logits (or score) and vocab_size must be const member "
@@ -389,11 +427,17 @@ constexpr bool diagnose_decoder_drafter() {
                       "specdec: the drafter is const: its member functions must be const, or pass a non-const "
                       "drafter (models keep state such as a KV cache, so they are taken by non-const reference)");
         return true;
-    } else if constexpr (diagnose_if<!drafter_ok, other_drafter_check<D>>()) {
+    } else if constexpr (diagnose_if<!drafter_ok || (names_propose_tree<UD> && !TreeDrafter<UD>) ||
+                                         (names_draft_batch<UD> && !MultiSequenceDrafter<UD>),
+                                     other_drafter_check<D>>()) {
+        // (Also beside an interface that works: a misdeclared propose_tree or draft_batch would
+        // otherwise be silently ignored.)
         return true;
     } else {
         // (For a plain LanguageModel drafter: the scalar type of its logits.)
-        return diagnose_if<!drafter_ok || (Drafter<D> && !TreeDrafter<D> && !MultiSequenceDrafter<D>),
+        // (And for any LanguageModel beside a misdeclared draft(): its chain steps would ignore it.)
+        return diagnose_if<!drafter_ok || (Drafter<D> && !TreeDrafter<D> && !MultiSequenceDrafter<D>) ||
+                               (Drafter<D> && names_draft<UD> && !BlockDrafter<D>),
                            drafter_check<D>>();
     }
 }
@@ -410,11 +454,18 @@ constexpr bool diagnose_decoder_verifier() {
                       "specdec: the verifier is const: its member functions must be const, or pass a non-const "
                       "verifier (models keep state such as a KV cache, so they are taken by non-const reference)");
         return true;
-    } else if constexpr (diagnose_if<!verifier_ok, other_verifier_check<V>>()) {
+    } else if constexpr (diagnose_if<!verifier_ok || (names_score_tree<UV> && !TreeVerifier<UV>) ||
+                                         (names_score_tree_batch<UV> && !MultiSequenceTreeVerifier<UV>) ||
+                                         (names_score_batch<UV> && !MultiSequenceVerifier<UV>),
+                                     other_verifier_check<V>>()) {
+        // (Also beside an interface that works, as for the drafter.)
         return true;
     } else {
-        return diagnose_if<!verifier_ok || (Verifier<V> && !TreeVerifier<V> && !MultiSequenceVerifier<V> &&
-                                            !MultiSequenceTreeVerifier<V>),
+        // (And for any LanguageModel beside a misdeclared score(): its chain steps would ignore it.)
+        return diagnose_if<!verifier_ok ||
+                               (Verifier<V> && !TreeVerifier<V> && !MultiSequenceVerifier<V> &&
+                                !MultiSequenceTreeVerifier<V>) ||
+                               (Verifier<V> && names_score<UV> && !BatchVerifier<V>),
                            verifier_check<V>>();
     }
 }
