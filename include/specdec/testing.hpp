@@ -59,7 +59,9 @@ namespace specdec::testing {
 /// check_contract_with, check_multi_sequence_contract_with). The drafter may be a TreeDrafter
 /// (then the checks run a tree step, see conformance_options::decode) or a MultiSequenceDrafter
 /// alone (drafting one sequence through draft_batch), the target a MultiSequenceVerifier or
-/// MultiSequenceTreeVerifier alone (plain sampling from it through a pass of one request).
+/// MultiSequenceTreeVerifier alone (plain sampling from it through a pass of one request) or a
+/// TreeVerifier alone (its contract, and plain sampling, through score_tree of chains); a drafter
+/// or target of trees only runs the default tree when the options ask for a chain.
 template <detail::kit_drafter D, detail::kit_target V>
 [[nodiscard]] conformance_report run_conformance(D& drafter, V& target, const conformance_options& o = {}) {
     conformance_report out;
@@ -77,8 +79,8 @@ template <detail::kit_drafter D, detail::kit_target V>
     // The target's contract with the step the decoding checks run (a drafter of trees only runs
     // a tree step under chain options, and the contract then scores trees too).
     conformance_options stepped = o;
-    stepped.decode.step = detail::step_of<D>(o);
-    if constexpr (Verifier<V> && std::copy_constructible<V>)
+    stepped.decode.step = detail::step_of<D, V>(o);
+    if constexpr ((Verifier<V> || TreeVerifier<V>) && std::copy_constructible<V>)
         add(check_contract(target, stepped), "adapter contract (target)");
     if constexpr (LanguageModel<D> && std::copy_constructible<D>) add(check_contract(drafter, o), "adapter contract (draft)");
     if constexpr (multi_target)
@@ -87,7 +89,7 @@ template <detail::kit_drafter D, detail::kit_target V>
     if constexpr (multi_drafter)
         add(detail::multi_sequence_part(drafter, *pristine_drafter, o, {.scores = false, .drafts = true}),
             "multi-sequence contract (draft)");
-    out.checks.push_back(check_draft_consistency(drafter, o));
+    out.checks.push_back(check_draft_consistency(drafter, stepped));  // (drafted as decoding drafts)
     out.checks.push_back(check_determinism(drafter, target, o));
     out.checks.push_back(check_equivalence(drafter, target, o));
     return out;

@@ -72,6 +72,82 @@ TEST_CASE("a score_tree whose attention mask lets a node see other branches is f
     CHECK(contains(all.checks[0].failure, "score_tree("));
 }
 
+namespace {
+/// model_drafter's blocks with a spare column of probs after the drafted ones: the test of each
+/// token could read its column, but decoding refuses the block (probs must have one column per
+/// drafted token unless the draft-side stop ended the block early).
+struct spare_column_drafter {
+    specdec_test::markov_model* model;
+    specdec::model_drafter<specdec_test::markov_model> inner{*model};
+    std::ptrdiff_t vocab_size() const { return model->vocab; }
+    void draft(std::span<const token_id> context, std::size_t gamma, const specdec::sampling_config& s,
+               specdec::uniform_source& u, specdec::draft_block& out) {
+        inner.draft(context, gamma, s, u, out);
+        if (!out.has_distributions()) return;
+        const Eigen::MatrixXf drafted = out.probs;
+        out.resize_probs(drafted.rows(), drafted.cols() + 1);
+        out.probs.leftCols(drafted.cols()) = drafted;
+        out.probs.rightCols(1) = drafted.col(0);
+    }
+};
+}  // namespace
+
+TEST_CASE("the draft check refuses a block that decoding would refuse, quoting decoding's error (review finding)",
+          "[conformance]") {
+    auto m = specdec_test::markov_model::random(5, 2, 21);
+    spare_column_drafter spare{&m};
+    const auto r = kit::check_draft_consistency(spare, small_options());
+    INFO(r);
+    CHECK_FALSE(r);
+    CHECK(contains(r.failure, "decoding would refuse this block"));
+    CHECK(contains(r.failure, "probs is 5 x 4"));
+    // The control: the same drafter without the spare column passes.
+    specdec::model_drafter<specdec_test::markov_model> plain{m};
+    const auto ok = kit::check_draft_consistency(plain, small_options());
+    INFO(ok);
+    CHECK(ok);
+}
+
+TEST_CASE("a target of trees only goes through the kit: its contract through chains of score_tree, its decoding "
+          "through tree steps (review finding)",
+          "[conformance][statistical]") {
+    // Decoding accepts a target with score_tree alone (tree steps); the kit used to refuse it.
+    // Under chain options the default tree is used, as decoding such a target needs.
+    tree_only<tree_cached_model> broken{tree_cached_model(5, 11, true)};
+    const auto r = kit::check_contract(broken, small_options());
+    INFO(r);
+    CHECK_FALSE(r);
+    CHECK(contains(r.ran, "a target of trees only"));
+    CHECK(contains(r.failure, "score_tree("));
+    CHECK(contains(r.failure, "attention mask"));
+    tree_only<tree_cached_model> good{tree_cached_model(5, 11)};
+    const auto g = kit::check_contract(good, small_tree_options());
+    INFO(g);
+    CHECK(g);
+    CHECK(contains(g.ran, "tree steps"));
+    // The whole kit beside a chain drafter under chain options: tree steps throughout.
+    cached_model draft(5, 12);
+    auto o = small_options();
+    o.samples = 4000;
+    const auto all = kit::run_conformance(draft, good, o);
+    INFO(all);
+    CHECK(all);
+    const auto named = [](const kit::conformance_report& rep, const std::string& check) {
+        for (const auto& c : rep.checks)
+            if (c.check == check) return c;
+        FAIL("no check named " << check);
+        return kit::report{};
+    };
+    CHECK(named(all, "adapter contract (target)").passed);
+    CHECK(contains(named(all, "sequence-level equivalence").ran, "tree "));
+    // The negative control through run_conformance: the mask bug fails the target's contract
+    // and the sequence-level test.
+    const auto bad = kit::run_conformance(draft, broken, o);
+    INFO(bad);
+    CHECK_FALSE(named(bad, "adapter contract (target)").passed);
+    CHECK_FALSE(named(bad, "sequence-level equivalence").passed);
+}
+
 TEST_CASE("a tree drafter that draws at another temperature than it reports is flagged", "[conformance][statistical]") {
     auto target = specdec_test::markov_model::random(5, 2, 31);
     auto draft_model = specdec_test::markov_model::random(5, 2, 32);

@@ -133,6 +133,90 @@ TEST_CASE("the chi-square tests refuse counts whose total a std::size_t cannot h
 
 // ---- correct adapters pass ----
 
+namespace {
+/// The exact law of a sum of independent Bernoulli draws of probabilities `probs` (a Poisson
+/// binomial law), by convolution.
+std::vector<double> poisson_binomial_pmf(const std::vector<double>& probs) {
+    std::vector<double> pmf{1.0};
+    for (const double p : probs) {
+        pmf.push_back(0.0);
+        for (std::size_t k = pmf.size() - 1; k > 0; --k) pmf[k] = pmf[k] * (1.0 - p) + pmf[k - 1] * p;
+        pmf[0] *= 1.0 - p;
+    }
+    return pmf;
+}
+}  // namespace
+
+TEST_CASE("the likeliest-token test keeps its level at the smallest variance it accepts (review finding)",
+          "[conformance]") {
+    // The draft-consistency check's test of how often the likeliest token is drawn: at a variance
+    // of 25 (the least it tests), the normal approximation's false-alarm rate reached 2 to 4 times
+    // its level where the likeliest token is rare (or nearly certain): the count is skewed. The
+    // saddlepoint p-value is measured here against the exact law, at the kit's level per test
+    // (significance 1e-4 over five looks) and at 1e-4: no more alarms than the level says.
+    const auto normal_p = [](const std::vector<double>& probs, double hits) {
+        double mean = 0.0, variance = 0.0;
+        for (const double p : probs) {
+            mean += p;
+            variance += p * (1.0 - p);
+        }
+        return std::erfc(std::abs(hits - mean) / std::sqrt(2.0 * variance));
+    };
+    struct law {
+        std::vector<double> probs;
+        const char* name;
+    };
+    std::vector<law> laws;
+    for (const double p : {0.5, 0.2, 0.05, 0.02, 0.98}) {
+        const auto n = static_cast<std::size_t>(std::ceil(25.0 / (p * (1.0 - p))));  // variance >= 25
+        laws.push_back({std::vector<double>(n, p), "one probability"});
+    }
+    {
+        std::vector<double> mixed;  // a likeliest token of varying probability, mostly rare
+        for (std::size_t i = 0; mixed.size() < 900; ++i) mixed.push_back(i % 3 == 0 ? 0.2 : 0.01 + 0.001 * static_cast<double>(i % 7));
+        laws.push_back({mixed, "varying probabilities"});
+    }
+    bool normal_exceeds = false;
+    for (const auto& [probs, name] : laws) {
+        const auto pmf = poisson_binomial_pmf(probs);
+        double mean = 0.0, variance = 0.0;
+        for (const double p : probs) {
+            mean += p;
+            variance += p * (1.0 - p);
+        }
+        for (const double level : {2e-5, 1e-4}) {
+            INFO(name << ": " << probs.size() << " draws, mean " << mean << ", variance " << variance
+                      << ", level " << level);
+            REQUIRE(variance >= 25.0);
+            double saddle_rate = 0.0, normal_rate = 0.0;
+            for (std::size_t k = 0; k < pmf.size(); ++k) {
+                const auto hits = static_cast<double>(k);
+                if (std::abs(hits - mean) < 3.0 * std::sqrt(variance)) continue;  // p > 0.002 there
+                if (kit::poisson_binomial_two_sided_p(probs, hits) < level) saddle_rate += pmf[k];
+                if (normal_p(probs, hits) < level) normal_rate += pmf[k];
+            }
+            CHECK(saddle_rate <= level);
+            normal_exceeds = normal_exceeds || normal_rate > 1.5 * level;
+        }
+        // The tails themselves, five standard deviations out on either side: within 10%.
+        for (const double side : {-1.0, 1.0}) {
+            const double k = std::round(mean + side * 5.0 * std::sqrt(variance));
+            if (k < 0.0 || k >= static_cast<double>(pmf.size())) continue;
+            double exact = 0.0;
+            for (std::size_t j = 0; j < pmf.size(); ++j)
+                if (side > 0 ? static_cast<double>(j) >= k : static_cast<double>(j) <= k) exact += pmf[j];
+            INFO(name << ", k = " << k << ", exact tail " << exact);
+            CHECK(kit::poisson_binomial_two_sided_p(probs, k) == Approx(2.0 * exact).epsilon(0.1));
+        }
+    }
+    CHECK(normal_exceeds);  // negative control: the approximation this replaced breaks the level
+    // Near the mean the p-value is about 1; a count outside the law's support has p-value 0.
+    const std::vector<double> even(100, 0.5);
+    CHECK(kit::poisson_binomial_two_sided_p(even, 50.0) == Approx(1.0).margin(0.1));
+    CHECK(kit::poisson_binomial_two_sided_p({0.0, 0.0, 1.0}, 3.0) == 0.0);
+    CHECK(kit::poisson_binomial_two_sided_p({0.0, 0.0, 1.0}, 1.0) == 1.0);
+}
+
 TEST_CASE("the kit passes on a correct cached adapter and a plain-model drafter", "[conformance][statistical]") {
     cached_model target(5, 11), draft(5, 12);
     const auto r = kit::run_conformance(draft, target, small_options());

@@ -254,6 +254,18 @@ private:
     bool mask_bug_;
 };
 
+/// A target of trees only: T's vocab_size and score_tree, and neither score() nor
+/// next_logits() (an engine that only runs tree passes).
+template <class T>
+struct tree_only {
+    T model;
+    std::ptrdiff_t vocab_size() const { return static_cast<std::ptrdiff_t>(model.vocab_size()); }
+    void score_tree(std::span<const token_id> context, const specdec::draft_tree& tree, Eigen::MatrixXf& out) {
+        model.score_tree(context, tree, out);
+    }
+};
+static_assert(specdec::TreeVerifier<tree_only<tree_cached_model>> && !specdec::Verifier<tree_only<tree_cached_model>>);
+
 /// A TreeDrafter of its own (no draft(), no next_logits): trees drawn from a Markov model as
 /// specdec::draft_tree_from_model draws them. With `tempered`, the nodes are drawn at
 /// temperature T^2 while the columns report the model's distributions at T: "the draft

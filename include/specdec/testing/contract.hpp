@@ -528,4 +528,46 @@ template <class Make>
     });
 }
 
+namespace detail {
+
+/// The contract of a target of trees only, through chain_tree_view: its chains stand for
+/// score(), and with a tree step its trees are compared with fresh models' chains.
+template <class Make>
+report tree_only_contract(Make make, const conformance_options& o) {
+    using M = std::invoke_result_t<Make&>;
+    return detail::guarded("adapter contract", [&] {
+        auto make_view = [&make] { return chain_tree_view<M>{make()}; };
+        chain_tree_view<M> model = make_view();
+        report r = detail::contract_runner<chain_tree_view<M>, decltype(make_view)>(model, make_view, o).run();
+        r.ran = "a target of trees only: each score(context, draft) below is score_tree(context, the draft as a "
+                "chain); " + r.ran;
+        return r;
+    });
+}
+
+}  // namespace detail
+
+/// The contract of a target that scores trees only (a TreeVerifier with neither score() nor
+/// next_logits()): the same scenarios, each score(context, draft) made as score_tree(context,
+/// the draft as a chain), whose columns every tree's are compared with (so a node that sees
+/// other branches than its own path is caught, as above). Without a tree step in `o.decode.step`
+/// the default tree (specdec::tree{}) is used, as decoding such a target needs tree steps.
+template <class M>
+    requires detail::tree_only_target<M> && std::copy_constructible<M>
+[[nodiscard]] report check_contract(M& model, const conformance_options& o = {}) {
+    conformance_options with_tree = o;
+    if (!std::holds_alternative<specdec::tree>(o.decode.step)) with_tree.decode.step = specdec::tree{};
+    const M pristine(model);
+    return detail::tree_only_contract([&pristine] { return M(pristine); }, with_tree);
+}
+
+/// As above, for a target of trees only that cannot be copied (`make()` returns a fresh one).
+template <class Make>
+    requires std::invocable<Make&> && detail::tree_only_target<std::invoke_result_t<Make&>>
+[[nodiscard]] report check_contract_with(Make make, const conformance_options& o = {}) {
+    conformance_options with_tree = o;
+    if (!std::holds_alternative<specdec::tree>(o.decode.step)) with_tree.decode.step = specdec::tree{};
+    return detail::tree_only_contract(std::move(make), with_tree);
+}
+
 }  // namespace specdec::testing

@@ -78,7 +78,7 @@ report determinism(D& drafter, V& target, const conformance_options& o) {
     report r;
     r.check = "determinism";
     decode_options opts = o.decode;
-    opts.budget.max_new_tokens = std::max<std::size_t>(o.length, 4 * (longest_draft(step_of<D>(o), o) + 1));
+    opts.budget.max_new_tokens = std::max<std::size_t>(o.length, 4 * (longest_draft(step_of<D, V>(o), o) + 1));
     opts.on_step = nullptr;
     // At a fixed γ (or tree depth): the adaptive policy chooses γ from measured times, which
     // differ between runs of a correct adapter and change which uniforms each step uses (exact
@@ -87,7 +87,7 @@ report determinism(D& drafter, V& target, const conformance_options& o) {
     opts.length.controller = nullptr;
     std::size_t runs = 0, batch_runs = 0;
     const bool batches = o.tolerance <= 1e-4;
-    for (const auto& step : steps_to_run<D>(o, true)) {
+    for (const auto& step : steps_to_run<D, V>(o, true)) {
         for (const auto& s : o.samplings) {
             if (!r.passed) break;
             opts.step = step.step;

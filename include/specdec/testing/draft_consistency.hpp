@@ -29,6 +29,7 @@
 #include "../concepts.hpp"
 #include "../multi_sequence.hpp"
 #include "../random.hpp"
+#include "../speculative_step.hpp"
 #include "../tree.hpp"
 #include "../types.hpp"
 #include "report.hpp"
@@ -152,28 +153,34 @@ inline std::string pit_direction(const std::vector<std::size_t>& counts) {
 
 /// How often the drafted token is the likeliest of its reported q, against how often q says it
 /// is: for a right drafter each draw is a Bernoulli trial of probability q(top) given the draws
-/// before it, so the count minus the sum of those probabilities, over the square root of the sum
-/// of their variances, is standard normal in the limit (a martingale central limit theorem). The
-/// test most sensitive to a fault that moves mass to or from the likeliest token (a temperature,
-/// top-k or top-p applied when sampling and not when reporting, a sampler that favours the
-/// argmax, mass moved between the two likeliest tokens), which the χ² tests of binned PIT values
-/// spread over many cells.
+/// before it. The count is tested against the law of a sum of independent trials of those
+/// probabilities (a Poisson binomial law), its tails by a saddlepoint approximation
+/// (poisson_binomial_two_sided_p): the normal approximation of the count, standardized by the
+/// sum of the variances, alarmed 2 to 4 times as often as its level where the likeliest token
+/// is rare or nearly certain. The test most sensitive to a fault that moves mass to or from the
+/// likeliest token (a temperature, top-k or top-p applied when sampling and not when reporting,
+/// a sampler that favours the argmax, mass moved between the two likeliest tokens), which the χ²
+/// tests of binned PIT values spread over many cells.
 struct top_token_tally {
     double hits = 0.0, expected = 0.0, variance = 0.0;
     std::size_t draws = 0;
+    std::vector<double> probs{};  ///< q(top) of each draw
 
     /// One draw: whether the token was the likeliest, and the probability q gave that token.
     void add(bool hit, double p_top) {
         hits += hit ? 1.0 : 0.0;
         expected += p_top;
         variance += p_top * (1.0 - p_top);
+        probs.push_back(p_top);
         ++draws;
     }
-    /// Enough variance for the normal approximation at small levels.
+    /// Enough draws that a fault of the likeliest token's mass can show (a variance of 25: the
+    /// count's standard deviation is 5 draws).
     bool testable() const { return variance >= 25.0; }
+    /// The standardized count (its sign: too many or too few draws of the likeliest token).
     double z() const { return (hits - expected) / std::sqrt(variance); }
-    /// Two-sided p-value of the z statistic.
-    double p_value() const { return std::erfc(std::abs(z()) / std::sqrt(2.0)); }
+    /// Two-sided p-value of the count under the Poisson binomial law of the draws' q(top).
+    double p_value() const { return poisson_binomial_two_sided_p(probs, hits); }
     /// The failure in words.
     std::string text() const {
         const double n = static_cast<double>(draws);
@@ -183,11 +190,16 @@ struct top_token_tally {
     }
 };
 
-/// The likeliest token of `law` (the first, on ties) and its probability under `scale` · law.
-inline std::pair<Eigen::Index, double> likeliest(const Eigen::Ref<const Eigen::VectorXf>& law, double scale) {
+/// The likeliest token of `law` (the first, on ties) and its probability under law normalized
+/// by its own sum (in double): below 1 whenever another token has weight, so that a column
+/// accepted as a distribution within its tolerance (a largest entry rounded to 1.0f beside small
+/// ones, say) never makes a legitimate draw of another token impossible.
+inline std::pair<Eigen::Index, double> likeliest(const Eigen::Ref<const Eigen::VectorXf>& law) {
     Eigen::Index top = 0;
-    const double p = scale * static_cast<double>(law.maxCoeff(&top));
-    return {top, std::clamp(p, 0.0, 1.0)};
+    const double largest = static_cast<double>(law.maxCoeff(&top));
+    double sum = 0.0;
+    for (Eigen::Index i = 0; i < law.size(); ++i) sum += static_cast<double>(law[i]);
+    return {top, sum > 0.0 ? std::clamp(largest / sum, 0.0, 1.0) : 0.0};
 }
 
 /// Cells per position of the joint test of two consecutive draft positions (4 x 4 cells).
@@ -428,7 +440,7 @@ private:
             draft(c, s, u, block_);
             ++blocks_;
             const std::string where = "block " + std::to_string(k + 1) + " after " + tokens_text(c) + ", " + config;
-            if (!tokens_in_range(where)) return;
+            if (!tokens_in_range(where) || !decoding_accepts(where)) return;
             if (!block_.has_distributions())
                 check_point_block(c, point_drafts, where);
             else if (distributions_shaped(where))
@@ -452,6 +464,23 @@ private:
                      " is outside [0, " + std::to_string(vocab_) + ") (" + where + ")");
                 return false;
             }
+        return true;
+    }
+
+    /// The block passes the checks decoding makes of it (detail::check_draft: probs' shape, the
+    /// scales), which are stricter than the test needs (probs with a spare column, say).
+    bool decoding_accepts(const std::string& where) {
+        try {
+            if (block_.stop_below > 0.0f) {
+                draft_block ended = block_;  // (check_draft ends a block at the draft-side stop)
+                (void)specdec::detail::check_draft(ended, gamma_, vocab_, "decoding");
+            } else {
+                (void)specdec::detail::check_draft(block_, gamma_, vocab_, "decoding");
+            }
+        } catch (const std::invalid_argument& e) {
+            fail(std::string("decoding would refuse this block: ") + e.what() + " (" + where + ")");
+            return false;
+        }
         return true;
     }
 
@@ -497,7 +526,7 @@ private:
             const double v = uniform01(rng_);
             const double pit = randomized_pit(col, scale, x, v);
             ++counts[i][cell_of(pit)];
-            const auto [top, p_top] = likeliest(col, scale);
+            const auto [top, p_top] = likeliest(col);
             top_.add(top == x, p_top);
             if (i > 0) ++pairs[i - 1][joint_cell(previous_pit, pit)];
             previous_pit = pit;
@@ -685,7 +714,7 @@ private:
             const double pit = randomized_pit(law_, 1.0 / mass, x, uniform01(rng_));
             const auto d = static_cast<std::size_t>(tree_.depths[i] - 1);
             ++counts[d][cell_of(pit)];
-            const auto [top, p_top] = likeliest(law_, 1.0 / mass);
+            const auto [top, p_top] = likeliest(law_);
             top_.add(top == x, p_top);
             ++tested_nodes_;
         }
@@ -754,8 +783,8 @@ report draft_consistency(D& drafter, const conformance_options& o) {
 /// The PIT values of all positions (or depths) together get a test of their own, the one with
 /// the most draws: a drafter whose fault is small but at every position shows there first; and
 /// so does the frequency of the likeliest token (how often the drafted token is the argmax of its
-/// q, against the sum of q's largest probabilities: a normal test, the most sensitive to mass
-/// moved to or from the likeliest token).
+/// q, against the law of that count given q's largest probabilities, tested with saddlepoint
+/// tails: the test most sensitive to mass moved to or from the likeliest token).
 /// With `o.sequential` (the default) the tests are made after a quarter, a half and all of the
 /// blocks, stopping at the first failure, and after twice and four times as many when the last
 /// p-value is borderline (below 0.01), each at `o.significance` / 5.

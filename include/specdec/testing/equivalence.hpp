@@ -176,7 +176,7 @@ public:
 
     report run() {
         std::size_t index = 0;
-        for (const auto& step : steps_to_run<D>(o_, false)) {
+        for (const auto& step : steps_to_run<D, V>(o_, false)) {
             for (const auto& s : o_.samplings) {
                 if (!r_.passed) break;
                 test_config(step, s, ++index);

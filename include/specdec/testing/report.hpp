@@ -272,11 +272,15 @@ inline double seconds_between(std::chrono::steady_clock::time_point a) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
-/// The step the checks run with drafter type D: decode.step, except that a drafter that only
-/// proposes trees runs the default tree when decode.step is a chain (it cannot draft chains).
-template <class D>
+/// The step the checks run with drafter type D and target type V: decode.step, except that a
+/// drafter that only proposes trees, or a target that only scores trees, runs the default tree
+/// when decode.step is a chain (a chain step cannot run on it). V = void: the drafter alone
+/// decides (the draft-consistency check, which runs no target).
+template <class D, class V = void>
 step_shape step_of(const conformance_options& o) {
-    if constexpr (!Drafter<D> && !MultiSequenceDrafter<D>) {
+    constexpr bool trees_only_drafter = !Drafter<D> && !MultiSequenceDrafter<D>;
+    constexpr bool trees_only_target = !std::is_void_v<V> && !Verifier<V> && !MultiSequenceVerifier<V>;
+    if constexpr (trees_only_drafter || trees_only_target) {
         if (std::holds_alternative<specdec::chain>(o.decode.step)) return specdec::tree{};
     }
     return o.decode.step;
@@ -372,7 +376,10 @@ Eigen::VectorXf single_logits(M& m, std::span<const token_id> context) {
 template <class D>
 concept kit_drafter = Drafter<D> || TreeDrafter<D> || MultiSequenceDrafter<D>;
 template <class V>
-concept kit_target = Verifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
+concept kit_target = Verifier<V> || TreeVerifier<V> || MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>;
+/// A target that scores trees only (score_tree), with neither score() nor next_logits().
+template <class V>
+concept tree_only_target = TreeVerifier<V> && !Verifier<V>;
 template <class M>
 concept multi_sequence_model = MultiSequenceVerifier<M> || MultiSequenceTreeVerifier<M> || MultiSequenceDrafter<M>;
 
@@ -401,11 +408,45 @@ struct one_sequence_view {
     }
 };
 
-/// The target as plain sampling reads it: itself when it is a Verifier, else its one-sequence view.
+/// A target of trees only (tree_only_target) as a BatchVerifier: score(context, draft) is
+/// score_tree(context, the draft as a chain), column j after context + draft[0..j) as score()
+/// gives it. What plain sampling reads from such a target, and what the adapter contract
+/// compares its trees with: a chain's columns need no mask beyond the causal one, so a tree
+/// whose nodes see other branches differs from them. `Held` is the target (a copy of its own:
+/// fresh models for the contract) or a pointer to it.
+template <class Held>
+struct chain_tree_view {
+    Held held;
+    draft_tree chain{};
+
+    /// The target.
+    auto& target() {
+        if constexpr (std::is_pointer_v<Held>) return *held;
+        else return held;
+    }
+    /// The target's vocabulary size (non-const: TreeVerifier asks no const vocab_size()).
+    std::ptrdiff_t vocab_size() { return static_cast<std::ptrdiff_t>(target().vocab_size()); }
+    /// score_tree(context, the draft as a chain).
+    Eigen::MatrixXf score(std::span<const token_id> context, std::span<const token_id> draft) {
+        chain.clear();
+        for (std::size_t i = 0; i < draft.size(); ++i) chain.add(static_cast<std::int32_t>(i) - 1, draft[i]);
+        Eigen::MatrixXf out;
+        target().score_tree(context, chain, out);
+        return out;
+    }
+    /// The target's own score_tree.
+    void score_tree(std::span<const token_id> context, const draft_tree& tree, Eigen::MatrixXf& out) {
+        target().score_tree(context, tree, out);
+    }
+};
+
+/// The target as plain sampling reads it: itself when it is a Verifier, else its one-sequence
+/// view (a multi-sequence target) or its chains (a target of trees only).
 template <kit_target V>
 decltype(auto) plain_target(V& v) {
     if constexpr (Verifier<V>) return (v);
-    else return one_sequence_view<V>{&v};
+    else if constexpr (MultiSequenceVerifier<V> || MultiSequenceTreeVerifier<V>) return one_sequence_view<V>{&v};
+    else return chain_tree_view<V*>{&v};
 }
 
 /// A random draft tree for a context with `room` tokens left: up to `levels` levels, 1 to 3
@@ -441,9 +482,9 @@ struct named_step {
 /// The steps the decoding checks run with drafter type D, one per scheme: a chain step (γ =
 /// o.gamma) under each of o.schemes, its lenience kept only under token verification and when
 /// `keep_lenience`; or the tree step under its own scheme.
-template <class D>
+template <class D, class V>
 std::vector<named_step> steps_to_run(const conformance_options& o, bool keep_lenience) {
-    const step_shape step = step_of<D>(o);
+    const step_shape step = step_of<D, V>(o);
     std::vector<named_step> out;
     if (const auto* t = std::get_if<specdec::tree>(&step)) {
         out.push_back({*t, shape_text(t->shape) + ", " + tree_scheme_text(t->scheme)});
